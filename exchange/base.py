@@ -1,0 +1,216 @@
+"""The Exchange interface: how workers trade intermediate Arrow data.
+
+Every worker (rank) of a query opens one :class:`Exchange` endpoint. For each
+exchange of the distributed plan the worker calls, in this order,
+
+1. ``send(spec, parts)`` if its rank is in ``spec.senders``: ``parts`` maps a
+   receiver rank to the Arrow table for it (receivers missing from the mapping
+   get an empty table with the same schema);
+2. ``receive(spec)`` if its rank is in ``spec.receivers``: returns one table,
+   the concatenation of what every sender addressed to this rank.
+
+Lifecycle (smallpond style, on the class that has one):
+
+- the driver calls :meth:`ExchangeFactory.prepare` once per query (create a
+  folder, a prefix, a rendezvous), hands the returned JSON-able ``config`` to
+  every worker, and calls :meth:`ExchangeFactory.cleanup` when the query ends,
+  on success *and* on failure;
+- each worker calls :func:`open_exchange` with that config, uses the endpoint
+  for every exchange of the plan in plan order, then calls :meth:`Exchange.close`.
+
+Guarantees every implementation gives (the shared suite in
+``tests/exchange/`` checks them for each one):
+
+- ``receive`` returns exactly the rows addressed to this rank, all columns and
+  types preserved, sender order ascending (rows of sender 0 first);
+- a table with zero rows and zero partitions still carries its schema;
+- sending the same (query, exchange, sender) twice is harmless (a retried or
+  duplicated worker), the receiver sees the data once;
+- ``receive`` waits for missing senders at most ``timeout_s`` seconds and then
+  raises :class:`ExchangeTimeout` naming the missing ranks; it stops early with
+  :class:`ExchangeAborted` when the query was aborted;
+- :meth:`Exchange.stats` counts what the endpoint did (requests by type, bytes).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from squall.errors import SquallError
+
+
+class ExchangeError(SquallError):
+    """An exchange could not deliver data."""
+
+
+class ExchangeTimeout(ExchangeError):
+    """Senders did not deliver within the timeout; the message names them."""
+
+
+class ExchangeAborted(ExchangeError):
+    """The query was aborted (another rank failed or the user cancelled)."""
+
+
+@dataclass(frozen=True)
+class ExchangeSpec:
+    """One exchange of a plan, as every participant sees it.
+
+    ``exchange_id`` is unique within a query (the producing stage's id).
+    ``kind`` is informational for implementations that optimise a pattern:
+    ``"hash"`` (each sender partitions by receiver), ``"broadcast"`` (every
+    receiver gets the same table from a sender) or ``"gather"`` (one receiver).
+    """
+
+    query_id: str
+    exchange_id: int
+    senders: tuple[int, ...]
+    receivers: tuple[int, ...]
+    kind: str = "hash"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("hash", "broadcast", "gather"):
+            raise ValueError(f"unknown exchange kind {self.kind!r}")
+
+
+@dataclass
+class ExchangeStats:
+    """What one endpoint did; summed over workers by the driver.
+
+    ``requests`` counts storage/network requests by type (``put``, ``get``,
+    ``list``, ``head``, ``delete``, ``write``, ``read``, …). ``per_exchange``
+    holds one dict per exchange with at least ``exchange_id``, ``bytes_sent``,
+    ``bytes_received`` and the request counts of that exchange.
+    """
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    rows_sent: int = 0
+    rows_received: int = 0
+    requests: dict[str, int] = field(default_factory=dict)
+    per_exchange: list[dict[str, Any]] = field(default_factory=list)
+
+    def count(self, kind: str, n: int = 1) -> None:
+        self.requests[kind] = self.requests.get(kind, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes_sent": self.bytes_sent,
+            "bytes_received": self.bytes_received,
+            "rows_sent": self.rows_sent,
+            "rows_received": self.rows_received,
+            "requests": dict(self.requests),
+            "per_exchange": list(self.per_exchange),
+        }
+
+
+class Exchange(ABC):
+    """One rank's endpoint of an exchange implementation (see module doc)."""
+
+    #: registry name, e.g. ``"local"``, ``"s3"``, ``"fabric"``
+    name: ClassVar[str]
+
+    def __init__(self, config: Mapping[str, Any], rank: int, world_size: int) -> None:
+        self.config = dict(config)
+        self.rank = rank
+        self.world_size = world_size
+        self._stats = ExchangeStats()
+
+    @abstractmethod
+    def send(self, spec: ExchangeSpec, parts: Mapping[int, pa.Table]) -> None:
+        """Deliver ``parts[r]`` to each receiver ``r`` of ``spec``."""
+
+    @abstractmethod
+    def receive(self, spec: ExchangeSpec) -> pa.Table:
+        """Return every row the senders of ``spec`` addressed to this rank."""
+
+    def stats(self) -> ExchangeStats:
+        """Counters of this endpoint since it was opened."""
+        return self._stats
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources held by this endpoint (not the query's data)."""
+
+
+class ExchangeFactory(ABC):
+    """Driver-side half of an implementation: per-query set-up and clean-up."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def prepare(self, query_id: str, world_size: int) -> dict[str, Any]:
+        """Create what the query's exchanges need; return the workers' config."""
+
+    @abstractmethod
+    def cleanup(self, config: Mapping[str, Any]) -> None:
+        """Delete everything the query's exchanges wrote. Must not raise on partial state."""
+
+    def abort(self, config: Mapping[str, Any], reason: str = "query aborted") -> None:  # noqa: B027
+        """Tell waiting receivers to stop with ``reason`` (best effort, optional)."""
+
+
+# name -> "module:EndpointClass:FactoryClass"; modules are imported lazily so a
+# missing optional dependency (boto3, libfabric) only matters when it is used.
+_REGISTRY: dict[str, str] = {
+    "local": "squall.exchange.local:LocalExchange:LocalExchangeFactory",
+    "s3": "squall.exchange.s3:S3Exchange:S3ExchangeFactory",
+    "fabric": "squall.exchange.fabric:FabricExchange:FabricExchangeFactory",
+}
+
+
+def register_exchange(name: str, target: str) -> None:
+    """Register ``"module:EndpointClass:FactoryClass"`` under ``name``."""
+    _REGISTRY[name] = target
+
+
+def available_exchanges() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def _resolve(name: str) -> tuple[type[Exchange], type[ExchangeFactory]]:
+    try:
+        target = _REGISTRY[name]
+    except KeyError:
+        raise ExchangeError(
+            f"unknown exchange {name!r} (choose one of: {', '.join(available_exchanges())})"
+        ) from None
+    module_name, endpoint_name, factory_name = target.split(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, endpoint_name), getattr(module, factory_name)
+
+
+def exchange_factory(name: str, **options: Any) -> ExchangeFactory:
+    """The driver-side factory of implementation ``name``."""
+    factory_cls = _resolve(name)[1]
+    factory: Callable[..., ExchangeFactory] = factory_cls
+    return factory(**options)
+
+
+def open_exchange(config: Mapping[str, Any], rank: int, world_size: int) -> Exchange:
+    """Open the worker endpoint described by a config from ``ExchangeFactory.prepare``.
+
+    The config always has a ``"name"`` key naming the implementation.
+    """
+    endpoint_cls = _resolve(config["name"])[0]
+    return endpoint_cls(config, rank, world_size)
+
+
+def empty_like(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def concat(tables: Sequence[pa.Table], schema: pa.Schema | None) -> pa.Table:
+    """Concatenate received tables (sender order); empty with ``schema`` if none."""
+    tables = [t for t in tables if t is not None]
+    if not tables:
+        if schema is None:
+            return pa.table({})
+        return schema.empty_table()
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="none")

@@ -1,0 +1,163 @@
+"""Local exchange: a shared folder (``/dev/shm`` when it exists), the embedded default.
+
+Layout under the query folder ``<root>/<query_id>/``::
+
+    x<exchange>/s<sender>-r<receiver>.arrow   one Arrow IPC file per receiver (hash, gather)
+    x<exchange>/s<sender>-all.arrow           one file every receiver reads (broadcast)
+    x<exchange>/s<sender>.done                written last: the sender's parts are complete
+    ABORT                                     the query was aborted; holds the reason
+
+Files are written under a temporary name and renamed, so a reader never sees a
+partial file and a repeated send replaces identical data (harmless). Readers
+memory-map the files: receiving is zero-copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from squall.exchange.base import (
+    Exchange,
+    ExchangeAborted,
+    ExchangeFactory,
+    ExchangeSpec,
+    ExchangeTimeout,
+    concat,
+)
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def default_root() -> Path:
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm / "squall"
+    return Path(tempfile.gettempdir()) / "squall"
+
+
+def _write_ipc(path: Path, table: pa.Table) -> int:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    size = tmp.stat().st_size
+    os.replace(tmp, path)
+    return size
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    with pa.memory_map(str(path), "r") as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+class LocalExchange(Exchange):
+    """Endpoint over the shared query folder (see module doc)."""
+
+    name = "local"
+
+    def __init__(self, config: Mapping[str, Any], rank: int, world_size: int) -> None:
+        super().__init__(config, rank, world_size)
+        self.folder = Path(config["folder"])
+        self.timeout_s = float(config.get("timeout_s", DEFAULT_TIMEOUT_S))
+
+    def _dir(self, spec: ExchangeSpec) -> Path:
+        path = self.folder / f"x{spec.exchange_id}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def send(self, spec: ExchangeSpec, parts: Mapping[int, pa.Table]) -> None:
+        folder = self._dir(spec)
+        schema = next(iter(parts.values())).schema if parts else pa.schema([])
+        written = 0
+        rows = 0
+        if spec.kind == "broadcast":
+            table = next(iter(parts.values())) if parts else schema.empty_table()
+            written += _write_ipc(folder / f"s{self.rank}-all.arrow", table)
+            rows += table.num_rows * len(spec.receivers)
+            self._stats.count("write")
+        else:
+            for receiver in spec.receivers:
+                table = parts.get(receiver)
+                if table is None:
+                    table = schema.empty_table()
+                written += _write_ipc(folder / f"s{self.rank}-r{receiver}.arrow", table)
+                rows += table.num_rows
+                self._stats.count("write")
+        (folder / f"s{self.rank}.done").touch()
+        self._stats.bytes_sent += written
+        self._stats.rows_sent += rows
+        self._stats.per_exchange.append(
+            {"exchange_id": spec.exchange_id, "kind": spec.kind, "bytes_sent": written, "rows_sent": rows}
+        )
+
+    def _wait(self, spec: ExchangeSpec, folder: Path) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        pending = set(spec.senders)
+        delay = 0.0005
+        while True:
+            pending = {s for s in pending if not (folder / f"s{s}.done").exists()}
+            if not pending:
+                return
+            abort = self.folder / "ABORT"
+            if abort.exists():
+                raise ExchangeAborted(abort.read_text(errors="replace").strip() or "query aborted")
+            if time.monotonic() > deadline:
+                missing = ", ".join(str(s) for s in sorted(pending))
+                raise ExchangeTimeout(
+                    f"exchange {spec.exchange_id}: no data from rank(s) {missing} after {self.timeout_s:.0f} s"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
+    def receive(self, spec: ExchangeSpec) -> pa.Table:
+        folder = self._dir(spec)
+        self._wait(spec, folder)
+        tables = []
+        for sender in sorted(spec.senders):
+            name = f"s{sender}-all.arrow" if spec.kind == "broadcast" else f"s{sender}-r{self.rank}.arrow"
+            tables.append(_read_ipc(folder / name))
+            self._stats.count("read")
+        received = concat(tables, None)
+        nbytes = received.nbytes
+        self._stats.bytes_received += nbytes
+        self._stats.rows_received += received.num_rows
+        self._stats.per_exchange.append(
+            {
+                "exchange_id": spec.exchange_id,
+                "kind": spec.kind,
+                "bytes_received": nbytes,
+                "rows_received": received.num_rows,
+            }
+        )
+        return received
+
+
+class LocalExchangeFactory(ExchangeFactory):
+    """Creates and deletes the per-query folder under ``root``."""
+
+    name = "local"
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.root = Path(root) if root is not None else default_root()
+        self.timeout_s = timeout_s
+
+    def prepare(self, query_id: str, world_size: int) -> dict[str, Any]:
+        folder = self.root / query_id
+        folder.mkdir(parents=True, exist_ok=False)
+        return {"name": self.name, "folder": str(folder), "timeout_s": self.timeout_s}
+
+    def abort(self, config: Mapping[str, Any], reason: str = "query aborted") -> None:
+        folder = Path(config["folder"])
+        if folder.is_dir():
+            (folder / "ABORT").write_text(reason)
+
+    def cleanup(self, config: Mapping[str, Any]) -> None:
+        shutil.rmtree(config["folder"], ignore_errors=True)

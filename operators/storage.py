@@ -1,0 +1,148 @@
+"""Storage interface: where table files live and how a scan reads them.
+
+A table location is a Parquet file, a folder of Parquet files, or a glob
+(``data/lineitem/*.parquet``); object stores add their own schemes
+(``s3://bucket/prefix/``). Implementations are looked up by URL scheme with
+:func:`storage_for`. Every method is safe to call from several threads.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from squall.errors import DataError
+
+
+class Storage(ABC):
+    """Reads Parquet data for scans and the catalog; counts its requests."""
+
+    scheme: ClassVar[str]
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options = dict(options or {})
+        self._lock = threading.Lock()
+        self._requests: dict[str, int] = {}
+        self.bytes_read = 0
+
+    def count(self, kind: str, n: int = 1, nbytes: int = 0) -> None:
+        with self._lock:
+            self._requests[kind] = self._requests.get(kind, 0) + n
+            self.bytes_read += nbytes
+
+    def requests(self) -> dict[str, int]:
+        """Requests issued so far by type (``get``, ``list``, ``head``, ``open``, …)."""
+        with self._lock:
+            return dict(self._requests)
+
+    @abstractmethod
+    def list_files(self, location: str) -> list[str]:
+        """The Parquet files of a table location, sorted; DataError when there are none."""
+
+    @abstractmethod
+    def read_metadata(self, path: str) -> pq.FileMetaData:
+        """The footer of one Parquet file."""
+
+    @abstractmethod
+    def read_row_groups(
+        self,
+        path: str,
+        row_groups: Sequence[int],
+        columns: Sequence[str],
+        metadata: pq.FileMetaData | None = None,
+    ) -> pa.Table:
+        """Read ``columns`` of the given row groups of one file (projection pushdown)."""
+
+
+class LocalStorage(Storage):
+    """Files on this machine (or a shared file system)."""
+
+    scheme = "file"
+
+    def list_files(self, location: str) -> list[str]:
+        path = location.removeprefix("file://")
+        if any(ch in path for ch in "*?["):
+            files = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+        elif os.path.isdir(path):
+            files = sorted(
+                os.path.join(root, name)
+                for root, _dirs, names in os.walk(path)
+                for name in names
+                if name.endswith(".parquet") and not name.startswith((".", "_"))
+            )
+        elif os.path.isfile(path):
+            files = [path]
+        else:
+            raise DataError(f"table location not found: {location}")
+        self.count("list")
+        if not files:
+            raise DataError(f"no Parquet files at {location}")
+        return files
+
+    def read_metadata(self, path: str) -> pq.FileMetaData:
+        self.count("head")
+        try:
+            return pq.read_metadata(path)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise DataError(f"cannot read Parquet footer of {path}: {exc}") from None
+
+    def read_row_groups(
+        self,
+        path: str,
+        row_groups: Sequence[int],
+        columns: Sequence[str],
+        metadata: pq.FileMetaData | None = None,
+    ) -> pa.Table:
+        self.count("get", len(row_groups))
+        try:
+            pf = pq.ParquetFile(path, metadata=metadata, memory_map=True)
+            table = pf.read_row_groups(list(row_groups), columns=list(columns), use_threads=True)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise DataError(f"cannot read {path}: {exc}") from None
+        md = metadata or pf.metadata
+        names = set(columns)
+        with self._lock:
+            for rg in row_groups:
+                group = md.row_group(rg)
+                for i in range(group.num_columns):
+                    col = group.column(i)
+                    if col.path_in_schema in names:
+                        self.bytes_read += col.total_compressed_size
+        return table
+
+
+# scheme -> "module:Class"; imported lazily (S3 needs boto3/pyarrow.fs only when used)
+_REGISTRY: dict[str, str] = {
+    "file": "squall.operators.storage:LocalStorage",
+    "s3": "squall.operators.s3storage:S3Storage",
+}
+
+
+def register_storage(scheme: str, target: str) -> None:
+    _REGISTRY[scheme] = target
+
+
+def scheme_of(location: str) -> str:
+    if "://" in location:
+        return location.split("://", 1)[0].lower()
+    return "file"
+
+
+def storage_for(location: str, options: Mapping[str, Any] | None = None) -> Storage:
+    """A Storage for a location's scheme (``file`` when it has none)."""
+    scheme = scheme_of(location)
+    try:
+        target = _REGISTRY[scheme]
+    except KeyError:
+        raise DataError(f"unsupported storage scheme {scheme!r} in {location}") from None
+    module_name, class_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(options)

@@ -1,0 +1,57 @@
+"""Exception hierarchy. ``UserError`` and its subclasses are the user's to fix:
+the CLI prints their one-line message (exit 1) and the API answers 4xx."""
+
+from __future__ import annotations
+
+
+class SquallError(Exception):
+    """Base class of every error Squall raises on purpose."""
+
+
+class UserError(SquallError):
+    """Bad input: SQL, options, paths. The message is one line and says where."""
+
+
+class SqlSyntaxError(UserError):
+    """The SQL does not parse; the message carries line and column."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None) -> None:
+        where = f" at line {line}, column {column}" if line is not None else ""
+        super().__init__(f"syntax error{where}: {message}")
+        self.line = line
+        self.column = column
+
+
+class BindError(UserError):
+    """Unknown table, column or function, or a type error in the query."""
+
+
+class UnsafeQueryError(UserError):
+    """The query tries something Squall never allows (writes, files, settings, …)."""
+
+
+class NotSupportedError(UserError):
+    """Valid SQL that Squall cannot run distributed (yet); never a wrong answer instead."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"not supported: {what}")
+
+
+class DataError(UserError):
+    """A table location is missing, empty, unreadable or inconsistent."""
+
+
+class OptionError(UserError):
+    """A bad option value (CLI flag, API field, connect() argument)."""
+
+
+class QueryRuntimeError(UserError):
+    """The query failed while running for a reason in the data (e.g. a failed cast)."""
+
+
+class QueryCancelled(SquallError):
+    """The query was cancelled."""
+
+
+class WorkerError(SquallError):
+    """A worker failed for a reason that is not the user's (crash, lost process)."""

@@ -1,0 +1,194 @@
+"""The one exchange suite every implementation passes (local, s3 on moto, fabric on tcp/shm).
+
+Each test runs W real processes, each opening its own endpoint from the
+driver-side config, exactly as workers do.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from squall.exchange.base import ExchangeSpec
+
+from .backends import BACKENDS, Backend
+from .ranks import run_ranks
+
+
+@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
+def backend(request, tmp_path):
+    b: Backend = request.param
+    reason = b.skip()
+    if reason:
+        pytest.skip(reason)
+    with b.open(tmp_path) as factory:
+        yield b, factory
+
+
+def _prepare(backend, world):
+    b, factory = backend
+    query_id = f"q{uuid.uuid4().hex[:12]}"
+    config = factory.prepare(query_id, world)
+    config.update(b.extra or {})
+    return b, factory, config, query_id
+
+
+def _table(rank: int, receiver: int, n: int) -> pa.Table:
+    ids = np.arange(n, dtype=np.int64) + rank * 1_000_000 + receiver * 10_000
+    return pa.table(
+        {
+            "id": ids,
+            "sender": pa.array(np.full(n, rank, dtype=np.int32)),
+            "name": pa.array([f"r{rank}-{receiver}-{i}" for i in range(n)], pa.string()),
+            "price": pa.array([i / 4 for i in range(n)], pa.float64()),
+        }
+    )
+
+
+# --- per-rank programs (module level: pickled into spawned processes) -------------------------
+
+
+def _all_to_all(exchange, rank, world, sizes, query_id):
+    spec = ExchangeSpec(query_id, 1, tuple(range(world)), tuple(range(world)), "hash")
+    parts = {r: _table(rank, r, sizes(rank, r)) for r in range(world)}
+    exchange.send(spec, parts)
+    got = exchange.receive(spec)
+    return got.to_pydict(), str(got.schema)
+
+
+def _uniform(rank, r):
+    return 100
+
+
+def _skewed(rank, r):
+    return 20_000 if r == 0 else 3
+
+
+def _empty(rank, r):
+    return 0
+
+
+def _rank_without_data(rank, r):
+    return 0 if rank == 1 else 50
+
+
+def _large(rank, r):
+    return 300_000
+
+
+def _check_all_to_all(backend, world, sizes):
+    b, factory, config, query_id = _prepare(backend, world)
+    try:
+        results, stats = run_ranks(_all_to_all, config, world, env=b.env, args=(sizes, query_id))
+    finally:
+        factory.cleanup(config)
+    for receiver in range(world):
+        data, schema = results[receiver]
+        assert "id: int64" in schema and "name: string" in schema
+        expected = pa.concat_tables([_table(s, receiver, sizes(s, receiver)) for s in range(world)])
+        assert data == expected.to_pydict()
+    sent = sum(s["bytes_sent"] for s in stats.values())
+    assert sent > 0 or all(sizes(s, r) == 0 for s in range(world) for r in range(world))
+    return stats
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_all_to_all_uniform(backend, world):
+    _check_all_to_all(backend, world, _uniform)
+
+
+def test_empty_partitions_keep_schema(backend):
+    _check_all_to_all(backend, 3, _empty)
+
+
+def test_skewed_partitions(backend):
+    _check_all_to_all(backend, 3, _skewed)
+
+
+def test_rank_with_no_data(backend):
+    _check_all_to_all(backend, 3, _rank_without_data)
+
+
+def test_large_partitions(backend):
+    _check_all_to_all(backend, 2, _large)
+
+
+def _many_small(exchange, rank, world, query_id):
+    out = []
+    for xid in range(1, 21):
+        spec = ExchangeSpec(query_id, xid, tuple(range(world)), tuple(range(world)), "hash")
+        exchange.send(spec, {r: _table(rank, r + xid, 2) for r in range(world)})
+        out.append(exchange.receive(spec).num_rows)
+    return out
+
+
+def test_many_small_exchanges(backend):
+    b, factory, config, query_id = _prepare(backend, 3)
+    try:
+        results, _ = run_ranks(_many_small, config, 3, env=b.env, args=(query_id,))
+    finally:
+        factory.cleanup(config)
+    assert all(v == [6] * 20 for v in results.values())
+
+
+def _broadcast_gather(exchange, rank, world, query_id):
+    everyone = tuple(range(world))
+    bcast = ExchangeSpec(query_id, 7, (0,), everyone, "broadcast")
+    if rank == 0:
+        exchange.send(bcast, {r: _table(0, 99, 10) for r in everyone})
+    small = exchange.receive(bcast)
+    gather = ExchangeSpec(query_id, 8, everyone, (0,), "gather")
+    exchange.send(gather, {0: _table(rank, 0, rank + 1)})
+    gathered = exchange.receive(gather).num_rows if rank == 0 else None
+    return small.column("id").to_pylist(), gathered
+
+
+def test_broadcast_and_gather(backend):
+    world = 3
+    b, factory, config, query_id = _prepare(backend, world)
+    try:
+        results, _ = run_ranks(_broadcast_gather, config, world, env=b.env, args=(query_id,))
+    finally:
+        factory.cleanup(config)
+    expected_ids = _table(0, 99, 10).column("id").to_pylist()
+    for rank in range(world):
+        ids, gathered = results[rank]
+        assert ids == expected_ids
+        assert gathered == (sum(r + 1 for r in range(world)) if rank == 0 else None)
+
+
+def _duplicate_sender(exchange, rank, world, query_id):
+    spec = ExchangeSpec(query_id, 3, tuple(range(world)), tuple(range(world)), "hash")
+    parts = {r: _table(rank, r, 5) for r in range(world)}
+    exchange.send(spec, parts)
+    if rank == 1:
+        exchange.send(spec, parts)  # a retried worker sends the same data again
+    return exchange.receive(spec).num_rows
+
+
+def test_duplicate_send_is_harmless(backend):
+    b, factory, config, query_id = _prepare(backend, 2)
+    try:
+        results, _ = run_ranks(_duplicate_sender, config, 2, env=b.env, args=(query_id,))
+    finally:
+        factory.cleanup(config)
+    assert results == {0: 10, 1: 10}
+
+
+def _missing_sender(exchange, rank, world, query_id):
+    spec = ExchangeSpec(query_id, 4, (0, 1, 2), (0,), "gather")
+    exchange.send(spec, {0: _table(0, 0, 1)})
+    return exchange.receive(spec).num_rows  # ranks 1 and 2 never send
+
+
+def test_missing_sender_times_out_naming_ranks(backend):
+    b, factory, config, query_id = _prepare(backend, 1)
+    config["timeout_s"] = 1.5
+    try:
+        with pytest.raises(AssertionError, match=r"ExchangeTimeout: .*rank\(s\) 1, 2"):
+            run_ranks(_missing_sender, config, 1, env=b.env, args=(query_id,))
+    finally:
+        factory.cleanup(config)
