@@ -9,6 +9,12 @@ exchange of the distributed plan the worker calls, in this order,
 2. ``receive(spec)`` if its rank is in ``spec.receivers``: returns one table,
    the concatenation of what every sender addressed to this rank.
 
+Workers follow a bulk-synchronous schedule: for each exchange in plan order a
+rank first sends (if it is a sender), then receives (if it is a receiver),
+before it moves on to the next exchange. Every participant of exchange *n* has
+finished its part of exchanges *1..n-1* before it touches *n*, so an
+implementation may treat ``send``/``receive`` of one exchange as a collective.
+
 Lifecycle (smallpond style, on the class that has one):
 
 - the driver calls :meth:`ExchangeFactory.prepare` once per query (create a

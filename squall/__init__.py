@@ -1,1 +1,39 @@
-"""Squall."""
+"""Squall: SQL over Parquet, planned into stages and run on W workers.
+
+>>> import squall
+>>> con = squall.connect(data="data/sf1", workers=2)
+>>> con.sql("SELECT count(*) FROM lineitem").to_arrow()
+"""
+
+from squall.connection import Connection, Result, connect
+from squall.errors import (
+    BindError,
+    DataError,
+    NotSupportedError,
+    OptionError,
+    QueryRuntimeError,
+    SqlSyntaxError,
+    SquallError,
+    UnsafeQueryError,
+    UserError,
+    WorkerError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BindError",
+    "Connection",
+    "DataError",
+    "NotSupportedError",
+    "OptionError",
+    "QueryRuntimeError",
+    "Result",
+    "SqlSyntaxError",
+    "SquallError",
+    "UnsafeQueryError",
+    "UserError",
+    "WorkerError",
+    "__version__",
+    "connect",
+]

@@ -1,0 +1,225 @@
+"""Catalog: named tables over Parquet files, with schemas and statistics from the footers.
+
+A table location is a Parquet file, a folder of Parquet files, or a glob (and,
+with the S3 storage, ``s3://bucket/prefix/``). Footers are read once, lazily,
+when a query first uses the table; every file of a table must have the same
+schema.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from squall.errors import DataError, OptionError
+from squall.operators.storage import Storage, scheme_of, storage_for
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ColumnChunkStats:
+    """Min/max/null count of one column in one row group (None when unknown)."""
+
+    min: Any
+    max: Any
+    null_count: int | None
+    compressed_bytes: int
+    uncompressed_bytes: int
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """One row group of one file: the unit a scan is split into."""
+
+    path: str
+    index: int
+    num_rows: int
+    columns: Mapping[str, ColumnChunkStats]
+    first_row: int = 0  # row number of the group's first row within its file
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What the planner knows about a table before reading any data."""
+
+    name: str
+    location: str
+    files: tuple[str, ...]
+    schema: pa.Schema
+    row_groups: tuple[RowGroup, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(rg.num_rows for rg in self.row_groups)
+
+    def column_bytes(self, column: str) -> int:
+        """Uncompressed bytes of a column over the whole table."""
+        return sum(rg.columns[column].uncompressed_bytes for rg in self.row_groups if column in rg.columns)
+
+    def row_width(self, columns: Iterable[str]) -> float:
+        """Average uncompressed bytes per row of the given columns."""
+        rows = max(self.num_rows, 1)
+        return sum(self.column_bytes(c) for c in columns) / rows
+
+
+def _chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:
+    lo = hi = nulls = None
+    stats = chunk.statistics
+    if stats is not None:
+        if stats.has_min_max:
+            try:
+                lo, hi = stats.min, stats.max
+            except Exception:  # undecodable logical type: no pruning for this chunk
+                lo = hi = None
+        nulls = stats.null_count if stats.has_null_count else None
+    return ColumnChunkStats(lo, hi, nulls, chunk.total_compressed_size, chunk.total_uncompressed_size)
+
+
+def load_table(name: str, location: str, storage: Storage) -> TableInfo:
+    """Read the footers of every file of a table location."""
+    files = storage.list_files(location)
+    schema: pa.Schema | None = None
+    groups: list[RowGroup] = []
+    for path in files:
+        md = storage.read_metadata(path)
+        file_schema = md.schema.to_arrow_schema()
+        if schema is None:
+            schema = file_schema
+        elif not file_schema.remove_metadata().equals(schema.remove_metadata()):
+            raise DataError(f"table {name}: {path} has a different schema than {files[0]}")
+        first_row = 0
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            cols = {}
+            for c in range(rg.num_columns):
+                chunk = rg.column(c)
+                cols[chunk.path_in_schema] = _chunk_stats(chunk)
+            groups.append(RowGroup(path, i, rg.num_rows, cols, first_row))
+            first_row += rg.num_rows
+    assert schema is not None
+    return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups))
+
+
+class Catalog:
+    """Named tables. Names are case-insensitive, like SQL identifiers."""
+
+    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
+        self._locations: dict[str, tuple[str, str]] = {}  # lower name -> (name, location)
+        self._tables: dict[str, TableInfo] = {}
+        self._storages: dict[str, Storage] = {}
+        self._storage_options = dict(storage_options or {})
+        self._ndv: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def storage(self, location: str) -> Storage:
+        scheme = scheme_of(location)
+        with self._lock:
+            if scheme not in self._storages:
+                self._storages[scheme] = storage_for(location, self._storage_options)
+            return self._storages[scheme]
+
+    def register(self, name: str, location: str) -> None:
+        """Register (or replace) table ``name`` at ``location``. Footers are read on first use."""
+        if not _NAME.match(name):
+            raise OptionError(f"invalid table name {name!r}: use letters, digits and _")
+        is_glob = any(ch in location for ch in "*?[")
+        if scheme_of(location) == "file" and not is_glob and not os.path.exists(location):
+            raise DataError(f"table {name}: location not found: {location}")
+        with self._lock:
+            self._locations[name.lower()] = (name, location)
+            self._tables.pop(name.lower(), None)
+
+    def register_folder(self, folder: str) -> list[str]:
+        """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files."""
+        if scheme_of(folder) != "file":
+            return self._register_prefix(folder)
+        if not os.path.isdir(folder):
+            raise DataError(f"data folder not found: {folder}")
+        names = []
+        for entry in sorted(os.listdir(folder)):
+            path = os.path.join(folder, entry)
+            stem = entry.removesuffix(".parquet")
+            if entry.startswith((".", "_")) or not _NAME.match(stem):
+                continue
+            if os.path.isfile(path) and entry.endswith(".parquet"):
+                self.register(stem, path)
+                names.append(stem)
+            elif os.path.isdir(path) and any(
+                f.endswith(".parquet") for _r, _d, fs in os.walk(path) for f in fs
+            ):
+                self.register(entry, path)
+                names.append(entry)
+        return names
+
+    def _register_prefix(self, url: str) -> list[str]:
+        storage = self.storage(url)
+        lister = getattr(storage, "list_tables", None)
+        if lister is None:
+            raise DataError(f"cannot discover tables under {url}; register them one by one")
+        names = []
+        for name, location in lister(url):
+            self.register(name, location)
+            names.append(name)
+        return names
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(name for name, _loc in self._locations.values())
+
+    def location(self, name: str) -> str | None:
+        entry = self._locations.get(name.lower())
+        return entry[1] if entry else None
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self._locations
+
+    def ndv(self, table: str, column: str) -> int:
+        """Estimated number of distinct values of a column, from a sample row group (cached).
+
+        Low-cardinality columns show all their values in one row group; for
+        the others the sample's distinct ratio scales to the whole table.
+        """
+        key = (table.lower(), column)
+        with self._lock:
+            if key in self._ndv:
+                return self._ndv[key]
+        info = self.table(table)
+        if not info.row_groups:
+            return 1
+        sample = info.row_groups[0]
+        data = self.storage(info.location).read_row_groups(sample.path, [sample.index], [column])
+        column = data.column(0)
+        if pa.types.is_string_view(column.type) or pa.types.is_binary_view(column.type):
+            column = column.cast(
+                pa.large_string() if pa.types.is_string_view(column.type) else pa.large_binary()
+            )
+        distinct = pc.count_distinct(column).as_py()
+        rows = max(sample.num_rows, 1)
+        estimate = distinct if distinct < rows * 0.5 else int(distinct / rows * info.num_rows)
+        with self._lock:
+            self._ndv[key] = max(int(estimate), 1)
+        return self._ndv[key]
+
+    def table(self, name: str) -> TableInfo:
+        key = name.lower()
+        with self._lock:
+            cached = self._tables.get(key)
+            entry = self._locations.get(key)
+        if cached is not None:
+            return cached
+        if entry is None:
+            raise DataError(f"unknown table {name}")
+        real_name, location = entry
+        info = load_table(real_name, location, self.storage(location))
+        with self._lock:
+            self._tables[key] = info
+        return info

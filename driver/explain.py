@@ -1,0 +1,58 @@
+"""Text rendering of a distributed plan (what ``squall explain`` prints)."""
+
+from __future__ import annotations
+
+from squall.driver.plan import ExchangeInput, Plan, ScanInput, Stage
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    if not ranks:
+        return "none"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == tuple(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ",".join(map(str, ranks))
+
+
+def _output(stage: Stage) -> str:
+    out = stage.output
+    if out.kind == "result":
+        return "result"
+    if out.kind == "hash":
+        return f"hash({', '.join(out.keys)}) → {_ranks(out.receivers)}"
+    if out.kind == "broadcast":
+        return f"broadcast from {_ranks(out.senders)} → {_ranks(out.receivers)}"
+    return f"gather from {_ranks(out.senders)} → {_ranks(out.receivers)}"
+
+
+def _input(inp: ScanInput | ExchangeInput) -> str:
+    if isinstance(inp, ExchangeInput):
+        return f"{inp.name}: exchange from stage {inp.stage}"
+    groups = {(s.path, rg) for per in inp.splits for s in per for rg in s.row_groups}
+    mode = "every rank reads all" if inp.replicated else "split by row group"
+    text = f"{inp.name}: scan {inp.table} [{', '.join(c for c, _n in inp.columns)}] {len(groups)} row groups, {mode}"
+    if inp.filters:
+        text += f"; filter {' AND '.join(inp.filters)}"
+    return text
+
+
+def explain_plan(plan: Plan) -> str:
+    """Stages, exchanges (kind and keys) and each stage's DuckDB SQL."""
+    lines = [f"Distributed plan: {len(plan.stages)} stage(s) on {plan.world_size} worker(s)"]
+    lines += [f"note: {n}" for n in plan.notes]
+    for stage in plan.stages:
+        lines.append("")
+        header = f"Stage {stage.id} on {_ranks(stage.ranks)} → {_output(stage)}"
+        if stage.note:
+            header += f"   -- {stage.note}"
+        lines.append(header)
+        for inp in stage.inputs:
+            lines.append(f"  input {_input(inp)}")
+        lines.append("  sql:")
+        lines += ["    " + line for line in stage.sql.splitlines()]
+    lines.append("")
+    lines.append(
+        "result columns: " + ", ".join(f"{n} {t}" for n, t in zip(plan.result_names, plan.result_types))
+    )
+    return "\n".join(lines)

@@ -1,0 +1,207 @@
+"""The local platform: a warm pool of W worker processes on this machine (the embedded default).
+
+Each worker is a spawned process that stays alive between queries and runs
+one rank per query. The driver sends every worker the plan (JSON) and the
+exchange config, listens for stage-done messages (progress), reports and
+errors, aborts the exchange as soon as one rank fails so the others stop
+waiting, and always cleans the query's exchange data and result file up.
+A worker process that dies is replaced before the next query.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from multiprocessing.connection import Connection, Listener, wait
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from squall.driver.plan import Plan
+from squall.driver.platform import Execution, Platform, Progress
+from squall.errors import OptionError, QueryRuntimeError, SquallError, WorkerError
+from squall.exchange.base import ExchangeFactory, exchange_factory
+from squall.exchange.local import default_root
+
+
+class LocalPlatform(Platform):
+    """W warm worker processes; exchange through a shared folder unless told otherwise."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        exchange: str | ExchangeFactory = "local",
+        exchange_options: dict[str, Any] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        threads_per_worker: int | None = None,
+    ) -> None:
+        cores = os.cpu_count() or 1
+        self.world_size = int(workers or cores)
+        if self.world_size < 1 or self.world_size > 1024:
+            raise OptionError(f"workers must be between 1 and 1024, got {workers}")
+        self.factory = (
+            exchange
+            if isinstance(exchange, ExchangeFactory)
+            else exchange_factory(exchange, **(exchange_options or {}))
+        )
+        self.storage_options = dict(storage_options or {})
+        self.threads = threads_per_worker or max(1, cores // self.world_size)
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._conns: list[Connection] = []
+        self._authkey = secrets.token_bytes(16)
+        self._listener: Listener | None = None
+        self._running: dict[str, Any] | None = None
+
+    # --- pool ---------------------------------------------------------------------------------
+
+    def _spawn(self, rank: int) -> subprocess.Popen[bytes]:
+        if self._listener is None:
+            self._listener = Listener(family="AF_UNIX", authkey=self._authkey)
+        logs = default_root() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, SQUALL_WORKER_AUTHKEY=self._authkey.hex())
+        with open(logs / f"worker-{os.getpid()}-{rank}.log", "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "squall.driver.worker_process", str(self._listener.address), str(rank),
+                 str(self.threads)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            )  # fmt: skip
+
+    def _ensure_pool(self) -> None:
+        """Start missing or dead workers; each connects back and says its rank."""
+        while len(self._procs) < self.world_size:
+            self._procs.append(None)  # type: ignore[arg-type]
+            self._conns.append(None)  # type: ignore[arg-type]
+        starting = {}
+        for rank, proc in enumerate(self._procs):
+            if proc is None or proc.poll() is not None:
+                starting[rank] = self._spawn(rank)
+        assert self._listener is not None or not starting
+        for _ in starting:
+            conn = self._listener.accept()  # type: ignore[union-attr]
+            rank = conn.recv()
+            self._procs[rank], self._conns[rank] = starting[rank], conn
+
+    def close(self) -> None:
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for proc in self._procs:
+            if proc is None:
+                continue
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self._procs, self._conns = [], []
+
+    # --- queries ------------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        running = self._running
+        if running is not None:
+            self.factory.abort(running["config"], "query cancelled")
+
+    def execute(
+        self, plan: Plan, query_id: str, progress: Callable[[Progress], None] | None = None
+    ) -> Execution:
+        if plan.world_size != self.world_size:
+            raise OptionError(f"plan is for {plan.world_size} workers, platform has {self.world_size}")
+        self._ensure_pool()
+        config = self.factory.prepare(query_id, self.world_size)
+        results = default_root() / "results"
+        results.mkdir(parents=True, exist_ok=True)
+        result_path = results / f"{query_id}-{uuid.uuid4().hex[:6]}.arrow"
+        self._running = {"config": config}
+        state = Progress(len(plan.stages), self.world_size)
+        try:
+            plan_json = plan.to_json()
+            for rank, conn in enumerate(self._conns):
+                conn.send(
+                    {
+                        "rank": rank,
+                        "plan": plan_json,
+                        "query_id": query_id,
+                        "exchange": config,
+                        "result_path": str(result_path),
+                        "storage_options": self.storage_options,
+                    }
+                )
+            reports = self._collect(config, state, progress)
+            table = _read_result(result_path)
+            return Execution(table, reports)
+        finally:
+            self._running = None
+            self.factory.cleanup(config)
+            result_path.unlink(missing_ok=True)
+
+    def _collect(
+        self, config: dict[str, Any], state: Progress, progress: Callable[[Progress], None] | None
+    ) -> list[dict[str, Any]]:
+        pending = dict(enumerate(self._conns))
+        reports: dict[int, dict[str, Any]] = {}
+        failures: list[tuple[int, str, str, str]] = []
+        while pending:
+            ready = wait(list(pending.values()), timeout=1.0)
+            if not ready:
+                for rank in list(pending):
+                    if self._procs[rank].poll() is not None:
+                        code = self._procs[rank].returncode
+                        failures.append((rank, "error", f"worker process exited with code {code}", ""))
+                        self.factory.abort(config, f"rank {rank} died")
+                        del pending[rank]
+                continue
+            for conn in ready:
+                rank = next(r for r, c in pending.items() if c is conn)
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    code = self._procs[rank].wait()
+                    failures.append((rank, "error", f"worker process exited with code {code}", ""))
+                    self.factory.abort(config, f"rank {rank} died")
+                    del pending[rank]
+                    continue
+                if msg[0] == "stage":
+                    state.done[msg[2]] = state.done.get(msg[2], 0) + 1
+                    if progress is not None:
+                        progress(state)
+                elif msg[0] == "done":
+                    reports[rank] = msg[2]
+                    del pending[rank]
+                elif msg[0] == "error":
+                    _tag, _rank, kind, message, tb = msg
+                    failures.append((rank, kind, message, tb))
+                    if kind != "aborted":
+                        self.factory.abort(config, f"rank {rank} failed: {message}")
+                    del pending[rank]
+        if failures:
+            raise _first_failure(failures)
+        return [reports[r] for r in sorted(reports)]
+
+
+def _first_failure(failures: list[tuple[int, str, str, str]]) -> SquallError:
+    real = [f for f in failures if f[1] != "aborted"] or failures
+    rank, kind, message, tb = real[0]
+    if kind == "user":
+        return QueryRuntimeError(message)
+    err = WorkerError(f"rank {rank} failed: {message}")
+    err.__notes__ = [tb] if tb else []
+    return err
+
+
+def _read_result(path: Path) -> pa.Table:
+    with pa.memory_map(str(path), "r") as source:
+        table = pa.ipc.open_file(source).read_all()
+    return table

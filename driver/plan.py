@@ -1,0 +1,181 @@
+"""The distributed plan: stages separated by exchanges. Immutable; JSON round-trips.
+
+A plan is one program every worker runs with its own rank (SPMD). Stages are
+in execution order; a stage reads its inputs (scan splits or an upstream
+stage's exchange), runs its DuckDB SQL over them, and hands the result to its
+output: a hash exchange, a broadcast, a gather to rank 0, or — for the last
+stage — the query result on rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PLAN_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Split:
+    """Row groups of one Parquet file; ``row_ranges`` are the same rows as [start, end) row numbers."""
+
+    path: str
+    row_groups: tuple[int, ...]
+    row_ranges: tuple[tuple[int, int], ...] = ()
+    rows: int = 0
+    nbytes: int = 0  # compressed bytes of the scanned column chunks
+
+
+@dataclass(frozen=True)
+class ScanInput:
+    """A table scan feeding a stage.
+
+    ``columns`` are (column in the file, name in the stage SQL). ``splits[r]``
+    are rank r's row groups; with ``replicated`` every rank reads every split
+    (``splits`` then has one entry).
+    """
+
+    name: str
+    table: str
+    location: str
+    columns: tuple[tuple[str, str], ...]
+    splits: tuple[tuple[Split, ...], ...]
+    replicated: bool = False
+    filters: tuple[str, ...] = ()
+    #: Arrow schema of the scan's output (IPC-serialized, base64): empty splits keep their types
+    schema_b64: str = ""
+    kind: str = "scan"
+
+    def splits_for(self, rank: int) -> tuple[Split, ...]:
+        if self.replicated:
+            return self.splits[0] if self.splits else ()
+        return self.splits[rank] if rank < len(self.splits) else ()
+
+
+@dataclass(frozen=True)
+class ExchangeInput:
+    """The part of upstream stage ``stage``'s output addressed to this rank."""
+
+    name: str
+    stage: int
+    kind: str = "exchange"
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a stage's rows go.
+
+    kind: ``hash`` (partition by ``partition_sql`` modulo the receivers), ``broadcast``,
+    ``gather`` (to rank 0) or ``result`` (the query result, on rank 0).
+    """
+
+    kind: str
+    senders: tuple[int, ...] = ()
+    receivers: tuple[int, ...] = ()
+    keys: tuple[str, ...] = ()
+    partition_sql: str = ""
+
+
+@dataclass(frozen=True)
+class Stage:
+    id: int
+    ranks: tuple[int, ...]
+    inputs: tuple[ScanInput | ExchangeInput, ...]
+    sql: str
+    output: Output
+    columns: tuple[tuple[str, str], ...] = ()  # (name, DuckDB type) of the output
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A whole distributed plan for ``world_size`` workers."""
+
+    sql: str
+    world_size: int
+    stages: tuple[Stage, ...]
+    result_names: tuple[str, ...]
+    result_types: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    format: int = PLAN_FORMAT
+
+    def stage(self, stage_id: int) -> Stage:
+        for s in self.stages:
+            if s.id == stage_id:
+                return s
+        raise KeyError(stage_id)
+
+    @property
+    def result_stage(self) -> Stage:
+        return self.stages[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Plan:
+        if d.get("format") != PLAN_FORMAT:
+            raise ValueError(f"unsupported plan format {d.get('format')!r}")
+        stages = []
+        for s in d["stages"]:
+            inputs: list[ScanInput | ExchangeInput] = []
+            for i in s["inputs"]:
+                if i["kind"] == "scan":
+                    inputs.append(
+                        ScanInput(
+                            name=i["name"],
+                            table=i["table"],
+                            location=i["location"],
+                            columns=tuple(tuple(c) for c in i["columns"]),  # type: ignore[misc]
+                            splits=tuple(
+                                tuple(
+                                    Split(
+                                        sp["path"],
+                                        tuple(sp["row_groups"]),
+                                        tuple(tuple(r) for r in sp["row_ranges"]),  # type: ignore[misc]
+                                        sp["rows"],
+                                        sp["nbytes"],
+                                    )
+                                    for sp in per_rank
+                                )
+                                for per_rank in i["splits"]
+                            ),
+                            replicated=i["replicated"],
+                            filters=tuple(i["filters"]),
+                            schema_b64=i["schema_b64"],
+                        )
+                    )
+                else:
+                    inputs.append(ExchangeInput(name=i["name"], stage=i["stage"]))
+            o = s["output"]
+            output = Output(
+                o["kind"], tuple(o["senders"]), tuple(o["receivers"]), tuple(o["keys"]), o["partition_sql"]
+            )
+            stages.append(
+                Stage(
+                    id=s["id"],
+                    ranks=tuple(s["ranks"]),
+                    inputs=tuple(inputs),
+                    sql=s["sql"],
+                    output=output,
+                    columns=tuple(tuple(c) for c in s["columns"]),  # type: ignore[misc]
+                    note=s["note"],
+                )
+            )
+        return Plan(
+            sql=d["sql"],
+            world_size=d["world_size"],
+            stages=tuple(stages),
+            result_names=tuple(d["result_names"]),
+            result_types=tuple(d["result_types"]),
+            notes=tuple(d["notes"]),
+            format=d["format"],
+        )
+
+    @staticmethod
+    def from_json(text: str) -> Plan:
+        return Plan.from_dict(json.loads(text))

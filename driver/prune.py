@@ -1,0 +1,66 @@
+"""Column pruning: every node keeps only the columns someone above it reads."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from squall.driver import logical as L
+from squall.driver.logical import columns_in
+
+
+def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
+    """Drop columns nobody reads; ``required`` defaults to all of ``node``'s outputs."""
+    if required is None:
+        required = set(node.names)
+    if isinstance(node, L.Scan):
+        needed = set(required)
+        for f in node.filters:
+            needed |= columns_in(f)
+        cols = tuple(c for c in node.columns if c[1] in needed)
+        if not cols:  # keep one column so row counts survive (COUNT(*))
+            cols = (node.columns[0],)
+        return dataclasses.replace(node, columns=cols)
+    if isinstance(node, L.Values):
+        return node
+    if isinstance(node, L.Filter):
+        child = prune(node.input, required | columns_in(node.predicate))
+        return dataclasses.replace(node, input=child)
+    if isinstance(node, L.Project):
+        exprs = tuple((n, e) for n, e in node.exprs if n in required) or node.exprs[:1]
+        need: set[str] = set()
+        for _n, e in exprs:
+            need |= columns_in(e)
+        return L.Project(prune(node.input, need), exprs)
+    if isinstance(node, L.Join):
+        need = set(required)
+        for k in node.left_keys + node.right_keys:
+            need |= columns_in(k)
+        if node.residual is not None:
+            need |= columns_in(node.residual)
+        left = prune(node.left, need & set(node.left.names))
+        right = prune(node.right, need & set(node.right.names))
+        return dataclasses.replace(node, left=left, right=right)
+    if isinstance(node, L.Aggregate):
+        aggs = tuple((n, a) for n, a in node.aggs if n in required)
+        if not aggs and not node.keys:
+            aggs = node.aggs[:1]
+        need = set()
+        for _n, e in node.keys:
+            need |= columns_in(e)
+        for _n, a in aggs:
+            need |= columns_in(a.expression)
+        return L.Aggregate(prune(node.input, need), node.keys, aggs)
+    if isinstance(node, L.Sort):
+        need = set(required)
+        for k in node.keys:
+            need |= columns_in(k.expression)
+        return dataclasses.replace(node, input=prune(node.input, need))
+    if isinstance(node, L.Limit):
+        return dataclasses.replace(node, input=prune(node.input, required))
+    if isinstance(node, L.SetOp):
+        return dataclasses.replace(node, inputs=tuple(prune(c) for c in node.inputs))
+    if isinstance(node, L.Window):
+        exprs = tuple((n, e) for n, e in node.exprs if n in required) or node.exprs[:1]
+        need = (required & set(node.input.names)) | {c for _n, e in exprs for c in columns_in(e)}
+        return L.Window(prune(node.input, need), exprs, node.partition_by)
+    raise TypeError(f"cannot prune {type(node).__name__}")

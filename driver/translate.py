@@ -1,0 +1,756 @@
+"""From a qualified sqlglot AST to Squall's logical plan.
+
+sqlglot does the SQL work (qualification, star expansion, constant folding,
+normalisation); this module turns each SELECT scope into relational nodes:
+sources → join tree (conjuncts placed at the lowest node that sees their
+columns, inner joins ordered greedily by estimated size) → aggregate → window
+→ projection → DISTINCT → ORDER BY → LIMIT.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.optimizer.normalize import normalize
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.simplify import simplify
+
+from squall.driver import logical as L
+from squall.driver.catalog import Catalog
+from squall.driver.estimate import selectivity, table_column_range
+from squall.errors import BindError, NotSupportedError
+
+DIALECT = "duckdb"
+
+
+class Names:
+    """Allocates internal column names, unique in the whole plan."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+
+    def fresh(self, base: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_]", "_", base).strip("_").lower()[:40] or "c"
+        if base[0].isdigit():
+            base = "c" + base
+        name = base
+        for i in itertools.count(2):
+            if name not in self._used:
+                break
+            name = f"{base}_{i}"
+        self._used.add(name)
+        return name
+
+
+@dataclass
+class Scope:
+    """Columns visible in one SELECT: (source alias, column) → internal name."""
+
+    columns: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def add(self, alias: str, column: str, internal: str) -> None:
+        self.columns[(alias, column)] = internal
+
+    def lookup(self, table: str, name: str) -> str | None:
+        if (table, name) in self.columns:
+            return self.columns[(table, name)]
+        if not table:
+            hits = [v for (_t, c), v in self.columns.items() if c == name]
+            if len(hits) == 1:
+                return hits[0]
+        return None
+
+
+@dataclass
+class Source:
+    """One FROM item of a SELECT while its join tree is built."""
+
+    alias: str
+    node: L.Node
+    rows: float
+    width: float
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A planned (sub)query: its node and (visible name, internal name) outputs."""
+
+    node: L.Node
+    outputs: tuple[tuple[str, str], ...]
+
+
+def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    if e is None:
+        return []
+    if isinstance(e, exp.Where):
+        return conjuncts(e.this)
+    if isinstance(e, exp.Paren):
+        return conjuncts(e.this)
+    if isinstance(e, exp.And):
+        return conjuncts(e.this) + conjuncts(e.expression)
+    return [e]
+
+
+def disjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.Paren):
+        return disjuncts(e.this)
+    if isinstance(e, exp.Or):
+        return disjuncts(e.this) + disjuncts(e.expression)
+    return [e]
+
+
+def and_all(items: Iterable[exp.Expression]) -> exp.Expression | None:
+    items = list(items)
+    if not items:
+        return None
+    return exp.and_(*[i.copy() for i in items]) if len(items) > 1 else items[0].copy()
+
+
+def tables_of(e: exp.Expression) -> set[str]:
+    return {c.table for c in e.find_all(exp.Column) if c.table}
+
+
+def _has_subquery(e: exp.Expression) -> bool:
+    return any(isinstance(n, (exp.Subquery, exp.Exists, exp.Select)) for n in e.walk())
+
+
+def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
+    """Conjuncts implied by an OR: terms common to every branch, and per-source
+    filters ``OR(branch terms on that source)`` (redundant, but they let scans
+    filter early). The original OR is kept by the caller."""
+    branches = [conjuncts(b) for b in disjuncts(pred)]
+    if len(branches) < 2:
+        return []
+    texts = [{t.sql(DIALECT): t for t in b} for b in branches]
+    common = set(texts[0])
+    for t in texts[1:]:
+        common &= set(t)
+    derived = [texts[0][k] for k in sorted(common)]
+    for alias in sorted(sources):
+        parts = []
+        for b in branches:
+            local = [t for t in b if tables_of(t) == {alias} and t.sql(DIALECT) not in common]
+            if not local:
+                parts = []
+                break
+            parts.append(and_all(local))
+        if parts:
+            derived.append(exp.or_(*[exp.paren(p) for p in parts]))
+    return derived
+
+
+class Translator:
+    """Turns one bound query into a logical plan (see module doc)."""
+
+    def __init__(self, catalog: Catalog, aggregate_functions: set[str]) -> None:
+        self.catalog = catalog
+        self.aggregates = aggregate_functions
+        self.names = Names()
+
+    # --- entry -----------------------------------------------------------------------------
+
+    def translate(self, ast: exp.Expression) -> Planned:
+        schema = {}
+        for table in {t.name for t in ast.find_all(exp.Table)}:
+            if table in self.catalog:
+                info = self.catalog.table(table)
+                schema[table] = {f.name: "VARCHAR" for f in info.schema}
+        try:
+            qualified = qualify(
+                ast.copy(),
+                schema=schema,
+                dialect=DIALECT,
+                quote_identifiers=False,
+                validate_qualify_columns=True,
+            )
+        except Exception as err:  # sqlglot raises OptimizeError and friends
+            raise BindError(str(err).splitlines()[0]) from None
+        qualified = simplify(normalize(qualified, dnf=False))
+        return self.query(qualified, {})
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def query(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> Planned:
+        if isinstance(e, exp.Subquery):
+            return self.query(e.this, ctes)
+        if isinstance(e, exp.Select):
+            return self.select(e, ctes)
+        if isinstance(e, (exp.Union, exp.Intersect, exp.Except)):
+            return self.setop(e, ctes)
+        raise NotSupportedError(f"{e.key.upper()} as a query")
+
+    def _with(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> dict[str, exp.Expression]:
+        w = e.args.get("with_")
+        if not w:
+            return ctes
+        if w.args.get("recursive"):
+            raise NotSupportedError("WITH RECURSIVE")
+        out = dict(ctes)
+        for cte in w.expressions:
+            out[cte.alias_or_name] = cte.this
+        return out
+
+    def setop(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> Planned:
+        ctes = self._with(e, ctes)
+        kind = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(e)]
+        left = self.query(e.this, ctes)
+        right = self.query(e.expression, ctes)
+        if len(left.outputs) != len(right.outputs):
+            raise BindError(
+                f"{kind.upper()} inputs have {len(left.outputs)} and {len(right.outputs)} columns"
+            )
+        out = tuple(self.names.fresh(v) for v, _ in left.outputs)
+        inputs = tuple(
+            L.Project(p.node, tuple((n, L.col(i)) for n, (_v, i) in zip(out, p.outputs)))
+            for p in (left, right)
+        )
+        distinct = bool(e.args.get("distinct"))
+        node: L.Node = L.SetOp(kind, not distinct, inputs, out)
+        outputs = tuple((v, n) for (v, _), n in zip(left.outputs, out))
+        return self._order_limit(e, node, outputs, Scope(), lambda x: x)
+
+    # --- SELECT -----------------------------------------------------------------------------
+
+    def _source(self, item: exp.Expression, ctes: dict[str, exp.Expression], scope: Scope) -> Source:
+        alias = item.alias_or_name
+        if isinstance(item, exp.Table):
+            name = item.name
+            if name in ctes:
+                planned = self.query(ctes[name], {k: v for k, v in ctes.items() if k != name})
+                return self._derived(alias, planned, scope)
+            info = self.catalog.table(name)
+            columns = []
+            for f in info.schema:
+                internal = self.names.fresh(f.name)
+                columns.append((f.name, internal))
+                scope.add(alias, f.name, internal)
+            width = info.row_width([f.name for f in info.schema])
+            scan = L.Scan(info.name, tuple(columns), (), float(info.num_rows), width)
+            return Source(alias, scan, float(info.num_rows), width)
+        if isinstance(item, exp.Subquery):
+            return self._derived(alias, self.query(item.this, ctes), scope)
+        if isinstance(item, exp.Values):
+            return self._values(item, alias, scope)
+        raise NotSupportedError(f"{item.key.upper()} in FROM")
+
+    def _derived(self, alias: str, planned: Planned, scope: Scope) -> Source:
+        exprs = []
+        for visible, internal in planned.outputs:
+            fresh = self.names.fresh(visible)
+            exprs.append((fresh, L.col(internal)))
+            scope.add(alias, visible, fresh)
+        node = L.Project(planned.node, tuple(exprs))
+        rows = estimate_rows(planned.node)
+        return Source(alias, node, rows, 8.0 * len(exprs))
+
+    def _values(self, item: exp.Values, alias: str, scope: Scope) -> Source:
+        column_names = [c.name for c in item.args["alias"].columns] if item.args.get("alias") else []
+        rows = tuple(tuple(self.convert(v, Scope()) for v in row.expressions) for row in item.expressions)
+        width = len(rows[0]) if rows else 0
+        column_names += [f"col{i}" for i in range(len(column_names), width)]
+        out = tuple(self.names.fresh(n) for n in column_names)
+        for name, internal in zip(column_names, out):
+            scope.add(alias, name, internal)
+        return Source(alias, L.Values(rows, out), float(len(rows)), 8.0 * width)
+
+    def convert(self, e: exp.Expression, scope: Scope) -> exp.Expression:
+        """Rewrite column references to internal names."""
+        if _has_subquery(e):
+            raise NotSupportedError(f"subquery in an expression: {e.sql(DIALECT)[:80]}")
+
+        def fix(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                internal = scope.lookup(node.table, node.name)
+                if internal is None:
+                    raise BindError(f"unknown column {node.sql(DIALECT)}")
+                return L.col(internal)
+            return node
+
+        return e.copy().transform(fix)
+
+    def select(self, sel: exp.Select, ctes: dict[str, exp.Expression]) -> Planned:
+        ctes = self._with(sel, ctes)
+        for unsupported in ("laterals", "pivots", "connect", "qualify", "sample", "windows"):
+            if sel.args.get(unsupported):
+                raise NotSupportedError(unsupported.upper().rstrip("S"))
+        scope = Scope()
+        from_ = sel.args.get("from_")
+        sources: list[Source] = []
+        if from_ is not None:
+            sources.append(self._source(from_.this, ctes, scope))
+        joins = sel.args.get("joins") or []
+        specs = []
+        for j in joins:
+            sources.append(self._source(j.this, ctes, scope))
+            specs.append(j)
+        if not sources:
+            node: L.Node = L.Values(((),), ())
+        elif all(_is_inner(j) for j in specs):
+            on = [c for j in specs for c in conjuncts(j.args.get("on"))]
+            node = self._inner_join_tree(sources, on + conjuncts(sel.args.get("where")), scope)
+        else:
+            node = self._ordered_joins(sources, specs, conjuncts(sel.args.get("where")), scope)
+        return self._select_rest(sel, node, scope)
+
+    # --- joins ------------------------------------------------------------------------------
+
+    def _filtered(self, src: Source, preds: list[exp.Expression], scope: Scope) -> Source:
+        if not preds:
+            return src
+        converted = [self.convert(p, scope) for p in preds]
+        node = src.node
+        if isinstance(node, L.Scan):
+            info = self.catalog.table(node.table)
+            source_of = {internal: s for s, internal in node.columns}
+
+            def rng(name: str):
+                return table_column_range(info, source_of[name]) if name in source_of else None
+
+            sel = 1.0
+            for p in converted:
+                sel *= selectivity(p, rng)
+            scan = L.Scan(
+                node.table, node.columns, node.filters + tuple(converted), node.est_rows * sel, node.row_width
+            )
+            return Source(src.alias, scan, src.rows * sel, src.width)
+        sel = 1.0
+        for p in converted:
+            sel *= selectivity(p, lambda _n: None)
+        return Source(src.alias, L.Filter(node, and_all(converted)), src.rows * sel, src.width)
+
+    def _inner_join_tree(self, sources: list[Source], preds: list[exp.Expression], scope: Scope) -> L.Node:
+        aliases = {s.alias for s in sources}
+        expanded: list[exp.Expression] = []
+        for p in preds:
+            expanded.append(p)
+            if isinstance(p, exp.Or) and len(tables_of(p)) > 1:
+                expanded.extend(factor_or(p, aliases))
+        seen: set[str] = set()
+        local: dict[str, list[exp.Expression]] = {s.alias: [] for s in sources}
+        multi: list[exp.Expression] = []
+        constant: list[exp.Expression] = []
+        for p in expanded:
+            key = p.sql(DIALECT)
+            if key in seen:
+                continue
+            seen.add(key)
+            refs = tables_of(p)
+            if not refs:
+                constant.append(p)
+            elif len(refs) == 1 and next(iter(refs)) in local:
+                local[next(iter(refs))].append(p)
+            else:
+                multi.append(p)
+        by_alias = {s.alias: self._filtered(s, local[s.alias], scope) for s in sources}
+        remaining = dict(by_alias)
+        start = max(remaining.values(), key=lambda s: s.rows * s.width)
+        del remaining[start.alias]
+        current = start.node
+        have = {start.alias}
+        rows = start.rows
+        pending = list(multi)
+        while remaining:
+            connected = [
+                s for s in remaining.values() if any(_equi_between(p, have, s.alias) for p in pending)
+            ]
+            pool = connected or list(remaining.values())
+            nxt = min(pool, key=lambda s: (s.rows * s.width, s.alias))
+            del remaining[nxt.alias]
+            usable = [p for p in pending if tables_of(p) <= have | {nxt.alias}]
+            pending = [p for p in pending if p not in usable]
+            lkeys, rkeys, residual = [], [], []
+            for p in usable:
+                pair = _equi_between(p, have, nxt.alias)
+                if pair:
+                    lkeys.append(self.convert(pair[0], scope))
+                    rkeys.append(self.convert(pair[1], scope))
+                else:
+                    residual.append(self.convert(p, scope))
+            kind = "inner" if lkeys else "cross"
+            if kind == "cross" and residual:
+                kind = "inner"
+            current = L.Join(current, nxt.node, kind, tuple(lkeys), tuple(rkeys), and_all(residual))
+            rows = max(rows, nxt.rows) if lkeys else rows * nxt.rows
+            have.add(nxt.alias)
+        leftover = [self.convert(p, scope) for p in pending + constant]
+        if leftover:
+            current = L.Filter(current, and_all(leftover))
+        return current
+
+    def _ordered_joins(
+        self, sources: list[Source], specs: list[exp.Join], where: list[exp.Expression], scope: Scope
+    ) -> L.Node:
+        # Outer joins keep the written order. WHERE conjuncts on one source that is
+        # never null-supplied are pushed to it; the rest filter after the joins.
+        null_supplied: set[str] = set()
+        for i, j in enumerate(specs):
+            side = (j.side or "").lower()
+            right = sources[i + 1].alias
+            if side in ("left", "full"):
+                null_supplied.add(right)
+            if side in ("right", "full"):
+                null_supplied.update(s.alias for s in sources[: i + 1])
+        local: dict[str, list[exp.Expression]] = {s.alias: [] for s in sources}
+        post: list[exp.Expression] = []
+        for p in where:
+            refs = tables_of(p)
+            if len(refs) == 1 and next(iter(refs)) in local and not refs & null_supplied:
+                local[next(iter(refs))].append(p)
+            else:
+                post.append(p)
+        srcs = [self._filtered(s, local[s.alias], scope) for s in sources]
+        current = srcs[0].node
+        have = {srcs[0].alias}
+        for j, src in zip(specs, srcs[1:]):
+            side = (j.side or "").lower()
+            kind = (j.kind or "").lower()
+            jk = {"left": "left", "right": "right", "full": "full"}.get(side, "inner")
+            if kind in ("semi", "anti"):
+                jk = kind
+            if kind == "cross":
+                jk = "cross"
+            right_node = src.node
+            on = conjuncts(j.args.get("on"))
+            if j.args.get("using"):
+                raise NotSupportedError("JOIN … USING after qualification")
+            lkeys, rkeys, residual = [], [], []
+            for p in on:
+                pair = _equi_between(p, have, src.alias)
+                refs = tables_of(p)
+                if pair:
+                    lkeys.append(self.convert(pair[0], scope))
+                    rkeys.append(self.convert(pair[1], scope))
+                elif refs == {src.alias} and jk in ("left", "inner", "semi", "anti"):
+                    right_node = L.Filter(right_node, self.convert(p, scope))
+                else:
+                    residual.append(self.convert(p, scope))
+            if jk == "cross" and (lkeys or residual):
+                jk = "inner"
+            if jk == "inner" and not lkeys and not residual:
+                jk = "cross"
+            current = L.Join(current, right_node, jk, tuple(lkeys), tuple(rkeys), and_all(residual))
+            have.add(src.alias)
+        if post:
+            current = L.Filter(current, and_all([self.convert(p, scope) for p in post]))
+        return current
+
+    # --- aggregation, projection, order -------------------------------------------------------
+
+    def _is_agg(self, node: exp.Expression) -> bool:
+        if isinstance(node, exp.Window):
+            return False
+        if isinstance(node, exp.AggFunc):
+            return True
+        return isinstance(node, exp.Anonymous) and node.name.lower() in self.aggregates
+
+    def _find_aggs(self, e: exp.Expression) -> list[exp.Expression]:
+        found = []
+
+        def visit(node: exp.Expression, in_window: bool) -> None:
+            if isinstance(node, exp.Window):
+                # the window's function itself is not a grouping aggregate, its arguments may hold some
+                for child in node.this.iter_expressions() if node.this else []:
+                    visit(child, True)
+                for key in ("partition_by", "order"):
+                    val = node.args.get(key)
+                    for child in val if isinstance(val, list) else ([val] if val else []):
+                        visit(child, True)
+                return
+            if self._is_agg(node):
+                found.append(node)
+                return
+            for child in node.iter_expressions():
+                visit(child, in_window)
+
+        visit(e, False)
+        return found
+
+    def _select_rest(self, sel: exp.Select, node: L.Node, scope: Scope) -> Planned:
+        projections = list(sel.expressions)
+        having = sel.args.get("having")
+        group = sel.args.get("group")
+        order = sel.args.get("order")
+        agg_exprs = [a for p in projections for a in self._find_aggs(p)]
+        if having is not None:
+            agg_exprs += self._find_aggs(having.this)
+        if order is not None:
+            agg_exprs += [a for o in order.expressions for a in self._find_aggs(o)]
+        rewrite: Callable[[exp.Expression], exp.Expression]
+        if group is not None or agg_exprs:
+            node, rewrite = self._aggregate(node, group, agg_exprs, scope)
+            if having is not None:
+                node = L.Filter(node, rewrite(having.this))
+        else:
+
+            def rewrite(e: exp.Expression) -> exp.Expression:
+                return self.convert(e, scope)
+
+        windows = [w for p in projections for w in p.find_all(exp.Window)]
+        if order is not None:
+            windows += [w for o in order.expressions for w in o.find_all(exp.Window)]
+        if windows:
+            node, rewrite = self._windows(node, windows, rewrite)
+
+        exprs = []
+        outputs = []
+        for p in projections:
+            visible = p.alias_or_name
+            inner = p.this if isinstance(p, exp.Alias) else p
+            converted = rewrite(inner)
+            name = converted.name if isinstance(converted, exp.Column) else self.names.fresh(visible)
+            if any(name == n for n, _ in exprs):
+                name = self.names.fresh(visible)
+            exprs.append((name, converted))
+            outputs.append((visible, name))
+        project = L.Project(node, tuple(exprs))
+        if sel.args.get("distinct"):
+            if sel.args["distinct"].args.get("on"):
+                raise NotSupportedError("DISTINCT ON")
+            keys = tuple((n, L.col(n)) for n, _ in exprs)
+            return self._order_limit(
+                sel, L.Aggregate(project, keys, ()), tuple(outputs), scope, rewrite, True
+            )
+        return self._order_limit(sel, project, tuple(outputs), scope, rewrite)
+
+    def _order_limit(
+        self,
+        e: exp.Expression,
+        node: L.Node,
+        outputs: tuple[tuple[str, str], ...],
+        scope: Scope,
+        rewrite: Callable[[exp.Expression], exp.Expression],
+        distinct: bool = False,
+    ) -> Planned:
+        order = e.args.get("order")
+        if order is not None:
+            by_visible = {}
+            for v, i in outputs:
+                by_visible.setdefault(v, i)
+            keys = []
+            extra: list[tuple[str, exp.Expression]] = []
+            for o in order.expressions:
+                target = o.this
+                internal = None
+                if isinstance(target, exp.Literal) and not target.is_string:
+                    pos = int(target.this)
+                    if not 1 <= pos <= len(outputs):
+                        raise BindError(f"ORDER BY position {pos} is not in the select list")
+                    internal = outputs[pos - 1][1]
+                elif isinstance(target, exp.Column) and not target.table and target.name in by_visible:
+                    internal = by_visible[target.name]
+                if internal is not None:
+                    key_expr: exp.Expression = L.col(internal)
+                else:
+                    converted = rewrite(target)
+                    match = next((n for n, ex in _exprs_of(node) if ex == converted), None)
+                    if match is None and isinstance(converted, exp.Column) and converted.name in node.names:
+                        match = converted.name
+                    if match is None:
+                        if distinct or not isinstance(node, L.Project):
+                            raise NotSupportedError("ORDER BY an expression that is not selected here")
+                        name = self.names.fresh("sort")
+                        extra.append((name, converted))
+                        match = name
+                    key_expr = L.col(match)
+                nulls_first = bool(o.args.get("nulls_first"))
+                keys.append(L.SortKey(key_expr, bool(o.args.get("desc")), nulls_first))
+            if extra:
+                assert isinstance(node, L.Project)
+                node = L.Project(node.input, node.exprs + tuple(extra))
+            node = L.Sort(node, tuple(keys))
+        limit = e.args.get("limit")
+        offset = e.args.get("offset")
+        if limit is not None or offset is not None:
+            node = L.Limit(node, _int_arg(limit, "LIMIT"), _int_arg(offset, "OFFSET") or 0)
+        final = tuple(i for _v, i in outputs)
+        if node.names != final:
+            node = L.Project(node, tuple((i, L.col(i)) for i in final))
+        return Planned(node, outputs)
+
+    def _aggregate(
+        self, node: L.Node, group: exp.Group | None, aggs: list[exp.Expression], scope: Scope
+    ) -> tuple[L.Node, Callable[[exp.Expression], exp.Expression]]:
+        keys: list[tuple[str, exp.Expression]] = []
+        key_by_sql: dict[str, str] = {}
+        if group is not None:
+            for unsupported in ("grouping_sets", "cube", "rollup"):
+                if group.args.get(unsupported):
+                    raise NotSupportedError(f"GROUP BY {unsupported.replace('_', ' ').upper()}")
+            for g in group.expressions:
+                converted = self.convert(g, scope)
+                text = converted.sql(DIALECT)
+                if text in key_by_sql:
+                    continue
+                name = converted.name if isinstance(converted, exp.Column) else self.names.fresh("key")
+                keys.append((name, converted))
+                key_by_sql[text] = name
+                key_by_sql[g.sql(DIALECT)] = name
+        calls: list[tuple[str, L.AggCall]] = []
+        call_by_sql: dict[str, str] = {}
+        for a in aggs:
+            converted = self.convert(a, scope)
+            text = converted.sql(DIALECT)
+            if text in call_by_sql:
+                call_by_sql[a.sql(DIALECT)] = call_by_sql[text]
+                continue
+            name = self.names.fresh(_agg_name(converted))
+            calls.append((name, _agg_call(converted)))
+            call_by_sql[text] = name
+            call_by_sql[a.sql(DIALECT)] = name
+        agg_node = L.Aggregate(node, tuple(keys), tuple(calls))
+
+        def rewrite(e: exp.Expression) -> exp.Expression:
+            def fix(n: exp.Expression) -> exp.Expression:
+                text = n.sql(DIALECT)
+                if text in call_by_sql:
+                    return L.col(call_by_sql[text])
+                if text in key_by_sql:
+                    return L.col(key_by_sql[text])
+                if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
+                    internal = scope.lookup(n.table, n.name)
+                    if internal is not None and internal in agg_node.names:
+                        return L.col(internal)
+                    raise BindError(f"column {n.sql(DIALECT)} must appear in GROUP BY or in an aggregate")
+                return n
+
+            if _has_subquery(e):
+                raise NotSupportedError(f"subquery in an expression: {e.sql(DIALECT)[:80]}")
+            return e.copy().transform(fix)
+
+        return agg_node, rewrite
+
+    def _windows(
+        self,
+        node: L.Node,
+        windows: list[exp.Window],
+        rewrite: Callable[[exp.Expression], exp.Expression],
+    ) -> tuple[L.Node, Callable[[exp.Expression], exp.Expression]]:
+        exprs: list[tuple[str, exp.Expression]] = []
+        by_sql: dict[str, str] = {}
+        partitions: set[str] = set()
+        for w in windows:
+            text = w.sql(DIALECT)
+            if text in by_sql:
+                continue
+            converted = rewrite(w)
+            name = self.names.fresh(converted.this.key if converted.this else "win")
+            exprs.append((name, converted))
+            by_sql[text] = name
+            parts = converted.args.get("partition_by") or []
+            partitions.add("\x00".join(p.sql(DIALECT) for p in parts))
+        shared: tuple[exp.Expression, ...] = ()
+        if len(partitions) == 1:
+            first = exprs[0][1].args.get("partition_by") or []
+            shared = tuple(p.copy() for p in first)
+        win_node = L.Window(node, tuple(exprs), shared)
+
+        def rewrite_w(e: exp.Expression) -> exp.Expression:
+            def pre(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, exp.Window) and n.sql(DIALECT) in by_sql:
+                    return exp.column(f"__w{list(by_sql).index(n.sql(DIALECT))}")
+                return n
+
+            placeholder = e.copy().transform(pre)
+            converted = rewrite(placeholder) if not _only_placeholders(placeholder) else placeholder
+
+            def post(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, exp.Column) and n.name.startswith("__w") and n.name[3:].isdigit():
+                    return L.col(list(by_sql.values())[int(n.name[3:])])
+                return n
+
+            return converted.transform(post)
+
+        return win_node, rewrite_w
+
+
+def _only_placeholders(e: exp.Expression) -> bool:
+    return isinstance(e, exp.Column) and e.name.startswith("__w")
+
+
+def _exprs_of(node: L.Node) -> list[tuple[str, exp.Expression]]:
+    if isinstance(node, L.Project):
+        return list(node.exprs)
+    return []
+
+
+def _is_inner(j: exp.Join) -> bool:
+    return not j.side and (j.kind or "").lower() in ("", "inner", "cross")
+
+
+def _equi_between(
+    p: exp.Expression, have: set[str], alias: str
+) -> tuple[exp.Expression, exp.Expression] | None:
+    """For ``a = b`` with one side only on ``have`` and the other only on ``alias``: (that side, other side)."""
+    if not isinstance(p, exp.EQ):
+        return None
+    lt, rt = tables_of(p.this), tables_of(p.expression)
+    if lt and rt and lt <= have and rt == {alias}:
+        return p.this, p.expression
+    if lt and rt and rt <= have and lt == {alias}:
+        return p.expression, p.this
+    return None
+
+
+def _int_arg(node: exp.Expression | None, what: str) -> int | None:
+    if node is None:
+        return None
+    value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+    if isinstance(value, exp.Literal) and not value.is_string:
+        try:
+            return int(value.this)
+        except ValueError:
+            pass
+    raise NotSupportedError(f"{what} must be a whole number literal")
+
+
+def _agg_name(e: exp.Expression) -> str:
+    return (e.name if isinstance(e, exp.Anonymous) else e.key) or "agg"
+
+
+def _agg_call(e: exp.Expression) -> L.AggCall:
+    func = (e.name if isinstance(e, exp.Anonymous) else e.sql_name()).lower()
+    distinct = False
+    args: list[exp.Expression] = []
+    inner = e.this if not isinstance(e, exp.Anonymous) else None
+    if isinstance(inner, exp.Distinct):
+        distinct = True
+        args = list(inner.expressions)
+    elif isinstance(e, exp.Anonymous):
+        args = list(e.expressions)
+    else:
+        args = [a for a in e.iter_expressions()]
+    if isinstance(e, exp.Count) and (inner is None or isinstance(inner, exp.Star)):
+        func, args = "count_star", []
+    return L.AggCall(func, tuple(args), distinct, e.copy())
+
+
+def estimate_rows(node: L.Node) -> float:
+    """A rough output cardinality of a logical subtree."""
+    if isinstance(node, L.Scan):
+        return node.est_rows
+    if isinstance(node, L.Values):
+        return float(len(node.rows))
+    if isinstance(node, L.Filter):
+        return estimate_rows(node.input) * 0.5
+    if isinstance(node, L.Join):
+        left, right = estimate_rows(node.left), estimate_rows(node.right)
+        if node.kind in ("semi", "anti"):
+            return left * 0.5
+        if node.kind == "cross":
+            return left * right
+        return max(left, right)
+    if isinstance(node, L.Aggregate):
+        if not node.keys:
+            return 1.0
+        return max(1.0, estimate_rows(node.input) * 0.1)
+    if isinstance(node, L.Limit) and node.limit is not None:
+        return min(float(node.limit), estimate_rows(node.input))
+    if isinstance(node, L.SetOp):
+        return sum(estimate_rows(c) for c in node.inputs)
+    if node.children:
+        return estimate_rows(node.children[0])
+    return 1.0

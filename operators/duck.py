@@ -1,0 +1,109 @@
+"""A sandboxed DuckDB session: it sees only the Arrow inputs Squall registers.
+
+External access (files, network), extension installing and loading are off
+and the configuration is locked before any user-derived SQL runs, on workers
+and on the driver alike.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+_LOCKDOWN = (
+    "SET enable_external_access = false",
+    "SET autoinstall_known_extensions = false",
+    "SET autoload_known_extensions = false",
+    "SET allow_community_extensions = false",
+    "SET lock_configuration = true",
+)
+
+
+@dataclass(frozen=True)
+class ParquetView:
+    """Rows [start, end) of local Parquet files, read by DuckDB itself, as a named view.
+
+    ``columns`` are (column in the file, name in the view); ``parts`` are
+    (path, row ranges) — an empty range list means the whole file.
+    """
+
+    columns: tuple[tuple[str, str], ...]
+    parts: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+
+    def sql(self) -> str:
+        select = ", ".join(f"{_ident(src)} AS {_ident(name)}" for src, name in self.columns)
+        selects = []
+        for path, ranges in self.parts:
+            text = f"SELECT {select} FROM read_parquet({_literal(path)})"
+            if ranges:
+                text += " WHERE " + " OR ".join(
+                    f"(file_row_number >= {a} AND file_row_number < {b})" for a, b in ranges
+                )
+            selects.append(text)
+        return "\nUNION ALL\n".join(selects)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class Sandbox:
+    """One DuckDB connection with registered Arrow inputs and a locked configuration.
+
+    Usage: ``with Sandbox(inputs, threads=2) as db: table = db.query(sql)``.
+    Inputs must be registered at construction: after the lock nothing can be
+    attached, read from disk or reconfigured. ``parquet`` views read local
+    Parquet files natively; exactly those files become DuckDB's
+    ``allowed_paths``, nothing else on disk is reachable.
+    """
+
+    def __init__(
+        self,
+        inputs: Mapping[str, pa.Table] | None = None,
+        *,
+        parquet: Mapping[str, ParquetView] | None = None,
+        threads: int | None = None,
+        memory_limit: str | None = None,
+        temp_directory: str | None = None,
+    ) -> None:
+        config: dict[str, str | int | bool] = {"threads": threads or os.cpu_count() or 1}
+        if memory_limit:
+            config["memory_limit"] = memory_limit
+        if temp_directory:
+            config["temp_directory"] = temp_directory
+            config["home_directory"] = temp_directory
+        self.con = duckdb.connect(":memory:", config=config)
+        for name, table in (inputs or {}).items():
+            self.con.register(name, table)
+        views = parquet or {}
+        paths: Sequence[str] = sorted({p for v in views.values() for p, _r in v.parts})
+        if paths:
+            self.con.execute(f"SET allowed_paths = [{', '.join(_literal(p) for p in paths)}]")
+        for name, view in views.items():
+            self.con.execute(f"CREATE TEMP VIEW {_ident(name)} AS {view.sql()}")
+        for statement in _LOCKDOWN:
+            self.con.execute(statement)
+
+    def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
+        return self.con.sql(sql)
+
+    def query(self, sql: str) -> pa.Table:
+        """Run ``sql`` and return the whole result as an Arrow table."""
+        return self.con.sql(sql).to_arrow_table()
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

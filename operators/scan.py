@@ -1,0 +1,31 @@
+"""Parquet scan operator: reads one rank's share of a table (its row groups, needed columns)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from squall.driver.plan import ScanInput
+from squall.operators.storage import Storage
+
+
+def scan_schema(spec: ScanInput) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(spec.schema_b64)))
+
+
+def read_scan(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) -> pa.Table:
+    """Rows of ``spec`` for ``rank``, with columns renamed to the stage's names."""
+    schema = scan_schema(spec)
+    sources = [source for source, _name in spec.columns]
+    tables = []
+    for split in spec.splits_for(rank):
+        storage = storage_of(split.path)
+        table = storage.read_row_groups(split.path, split.row_groups, sources)
+        tables.append(table.select(sources).rename_columns(schema.names))
+    if not tables:
+        return schema.empty_table()
+    if len(tables) == 1:
+        return tables[0].cast(schema) if tables[0].schema != schema else tables[0]
+    return pa.concat_tables([t.cast(schema) if t.schema != schema else t for t in tables])

@@ -1,0 +1,212 @@
+"""The worker: runs every stage of a plan for one rank (SPMD).
+
+Lifecycle of one query on one rank: open the exchange endpoint from the
+driver's config → for each stage in plan order: if this rank runs the stage,
+read its inputs (scan splits, received exchange data), run the stage's DuckDB
+SQL in a sandbox, partition the output and send it; then, if this rank
+receives that stage's output, receive it now (bulk-synchronous, see
+``squall.exchange.base``) → rank 0 returns the result of the last stage →
+close the endpoint. Per-stage counters come back in :class:`WorkerReport`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from squall.driver.plan import ExchangeInput, Plan, ScanInput, Stage
+from squall.errors import QueryRuntimeError
+from squall.exchange.base import Exchange, ExchangeSpec
+from squall.operators.duck import ParquetView, Sandbox
+from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.scan import read_scan
+from squall.operators.storage import Storage, scheme_of, storage_for
+
+# DuckDB errors caused by the data or the query's own logic: the user's to fix.
+_USER_RUNTIME = (
+    duckdb.ConversionException,
+    duckdb.OutOfRangeException,
+    duckdb.InvalidInputException,
+    duckdb.BinderException,
+    duckdb.NotImplementedException,
+    duckdb.TypeMismatchException,
+    duckdb.OutOfMemoryException,
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_rows(path: str) -> int:
+    return pq.read_metadata(path.removeprefix("file://")).num_rows
+
+
+@dataclass
+class StageReport:
+    stage: int
+    rows_scanned: int = 0
+    bytes_scanned: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_out: int = 0
+    scan_s: float = 0.0
+    compute_s: float = 0.0
+    send_s: float = 0.0
+    receive_s: float = 0.0
+    rows_received: int = 0
+    bytes_received: int = 0
+
+    @property
+    def time_s(self) -> float:
+        return self.scan_s + self.compute_s + self.send_s + self.receive_s
+
+
+@dataclass
+class WorkerReport:
+    rank: int
+    stages: list[StageReport] = field(default_factory=list)
+    storage_requests: dict[str, int] = field(default_factory=dict)
+    exchange: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "elapsed_s": self.elapsed_s,
+            "storage_requests": self.storage_requests,
+            "exchange": self.exchange,
+            "stages": [dict(vars(s), time_s=s.time_s) for s in self.stages],
+        }
+
+
+def exchange_spec(query_id: str, stage: Stage) -> ExchangeSpec:
+    kind = stage.output.kind
+    return ExchangeSpec(query_id, stage.id, stage.output.senders, stage.output.receivers, kind)
+
+
+class Worker:
+    """Runs a plan for one rank (see module doc)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        rank: int,
+        exchange: Exchange,
+        query_id: str,
+        *,
+        threads: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        on_stage: Callable[[int], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.rank = rank
+        self.exchange = exchange
+        self.query_id = query_id
+        self.threads = threads or max(1, (os.cpu_count() or 1) // max(plan.world_size, 1))
+        self.storage_options = storage_options or {}
+        self.on_stage = on_stage
+        self.native_scans = bool(self.storage_options.get("native_scans", True))
+        self._storages: dict[str, Storage] = {}
+
+    def _storage(self, path: str) -> Storage:
+        scheme = scheme_of(path)
+        if scheme not in self._storages:
+            self._storages[scheme] = storage_for(path, self.storage_options)
+        return self._storages[scheme]
+
+    def run(self) -> tuple[pa.Table | None, WorkerReport]:
+        """Run every stage; returns (result on rank 0 else None, report)."""
+        start = time.perf_counter()
+        report = WorkerReport(self.rank)
+        received: dict[int, pa.Table] = {}
+        result: pa.Table | None = None
+        for stage in self.plan.stages:
+            sr = StageReport(stage.id)
+            report.stages.append(sr)
+            if self.rank in stage.ranks:
+                table = self._run_stage(stage, received, sr)
+                if stage.output.kind == "result":
+                    result = table
+            if stage.output.kind != "result" and self.rank in stage.output.receivers:
+                t0 = time.perf_counter()
+                got = self.exchange.receive(exchange_spec(self.query_id, stage))
+                sr.receive_s += time.perf_counter() - t0
+                sr.rows_received = got.num_rows
+                sr.bytes_received = got.nbytes
+                received[stage.id] = got
+            if self.on_stage is not None:
+                self.on_stage(stage.id)
+        report.elapsed_s = time.perf_counter() - start
+        for storage in self._storages.values():
+            for kind, n in storage.requests().items():
+                report.storage_requests[kind] = report.storage_requests.get(kind, 0) + n
+        report.exchange = self.exchange.stats().to_dict()
+        return result, report
+
+    def _native(self, inp: ScanInput) -> ParquetView | None:
+        """A DuckDB-native view for local Parquet splits (fast path), else None."""
+        splits = inp.splits_for(self.rank)
+        if not self.native_scans or not splits or any(scheme_of(s.path) != "file" for s in splits):
+            return None
+        parts = []
+        for s in splits:
+            whole = (
+                len(s.row_ranges) == 1
+                and s.row_ranges[0][0] == 0
+                and s.row_ranges[0][1] >= _file_rows(s.path)
+            )
+            parts.append((os.path.abspath(s.path.removeprefix("file://")), () if whole else s.row_ranges))
+        return ParquetView(inp.columns, tuple(parts))
+
+    def _run_stage(self, stage: Stage, received: dict[int, pa.Table], sr: StageReport) -> pa.Table | None:
+        inputs: dict[str, pa.Table] = {}
+        views: dict[str, ParquetView] = {}
+        t0 = time.perf_counter()
+        for inp in stage.inputs:
+            if isinstance(inp, ScanInput) and (view := self._native(inp)) is not None:
+                views[inp.name] = view
+                splits = inp.splits_for(self.rank)
+                sr.rows_scanned += sum(s.rows for s in splits)
+                sr.bytes_scanned += sum(s.nbytes for s in splits)
+                continue
+            if isinstance(inp, ScanInput):
+                before = sum(s.bytes_read for s in self._storages.values())
+                table = read_scan(inp, self.rank, self._storage)
+                sr.bytes_scanned += sum(s.bytes_read for s in self._storages.values()) - before
+                sr.rows_scanned += table.num_rows
+            else:
+                assert isinstance(inp, ExchangeInput)
+                table = received.pop(inp.stage)
+            sr.rows_in += table.num_rows
+            inputs[inp.name] = table
+        t1 = time.perf_counter()
+        sr.scan_s += t1 - t0
+        output = stage.output
+        try:
+            with Sandbox(inputs, parquet=views, threads=self.threads) as db:
+                if output.kind == "hash":
+                    sql = f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN} FROM ({stage.sql}) AS t"
+                    table = db.query(sql)
+                else:
+                    table = db.query(stage.sql)
+        except _USER_RUNTIME as err:
+            raise QueryRuntimeError(str(err).splitlines()[0]) from None
+        t2 = time.perf_counter()
+        sr.compute_s += t2 - t1
+        sr.rows_out = table.num_rows
+        sr.bytes_out = table.nbytes
+        if output.kind != "result" and self.rank in output.senders:
+            if output.kind == "hash":
+                parts = split_by_partition(table, len(output.receivers))
+                addressed = {r: parts[i] for i, r in enumerate(output.receivers)}
+            else:
+                addressed = {r: table for r in output.receivers}
+            self.exchange.send(exchange_spec(self.query_id, stage), addressed)
+        sr.send_s += time.perf_counter() - t2
+        return table

@@ -1,0 +1,180 @@
+"""The embedded engine's public API: ``connect()`` → :class:`Connection` → :class:`Result`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from squall.driver.catalog import Catalog
+from squall.driver.compile import compile_sql
+from squall.driver.explain import explain_plan
+from squall.driver.plan import Plan
+from squall.driver.planner import PlannerOptions
+from squall.driver.platform import Platform, Progress, platform_class
+from squall.driver.stats import summarize
+from squall.errors import OptionError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Result:
+    """A finished query: the rows (Arrow) and the statistics of the run."""
+
+    def __init__(self, table: pa.Table, stats: dict[str, Any], plan: Plan | None = None) -> None:
+        self._table = table
+        self.stats = stats
+        self.plan = plan
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._table.column_names)
+
+    @property
+    def num_rows(self) -> int:
+        return self._table.num_rows
+
+    def to_arrow(self) -> pa.Table:
+        """The result as a ``pyarrow.Table`` (column names as the query wrote them)."""
+        return self._table
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The result as a pandas DataFrame (needs pandas installed)."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            raise OptionError("to_pandas() needs pandas: pip install 'squall[pandas]'") from None
+        return self._table.to_pandas()
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        """Rows as Python tuples."""
+        columns = [c.to_pylist() for c in self._table.columns]
+        return list(zip(*columns)) if columns else []
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __repr__(self) -> str:
+        return f"<squall.Result {self._table.num_rows} rows x {self._table.num_columns} columns>"
+
+
+class Connection:
+    """A catalog of tables plus a platform to run queries on.
+
+    ``Connection(data="data/sf1", workers=4)`` registers every table found in
+    the folder and runs queries on a warm pool of 4 local worker processes.
+    Use it as a context manager or call :meth:`close` to stop the workers.
+    """
+
+    def __init__(
+        self,
+        data: str | None = None,
+        *,
+        workers: int | None = None,
+        platform: str | Platform = "local",
+        exchange: str | None = None,
+        exchange_options: dict[str, Any] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        planner_options: PlannerOptions | None = None,
+    ) -> None:
+        self.catalog = Catalog(storage_options)
+        if data is not None:
+            self.catalog.register_folder(str(data))
+        if isinstance(platform, Platform):
+            self.platform = platform
+        else:
+            cls = platform_class(platform)
+            kwargs: dict[str, Any] = {"workers": workers, "storage_options": storage_options}
+            if exchange is not None:
+                kwargs["exchange"] = _exchange_name(exchange, exchange_options)
+                kwargs["exchange_options"] = _exchange_options(exchange, exchange_options)
+            self.platform = cls(**kwargs)
+        self.planner_options = planner_options
+        self._closed = False
+
+    @property
+    def workers(self) -> int:
+        return self.platform.world_size
+
+    def register(self, name: str, location: str) -> None:
+        """Make the Parquet file, folder or glob at ``location`` queryable as ``name``."""
+        self.catalog.register(name, str(location))
+
+    def tables(self) -> list[str]:
+        return self.catalog.names()
+
+    def plan(self, sql: str) -> Plan:
+        """The distributed plan of ``sql`` (nothing runs)."""
+        return compile_sql(self.catalog, sql, self.platform.world_size, self.planner_options)
+
+    def explain(self, sql: str) -> str:
+        """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL."""
+        return explain_plan(self.plan(sql))
+
+    def sql(self, sql: str, *, progress: Callable[[Progress], None] | None = None) -> Result:
+        """Run one read-only query and return its result."""
+        if self._closed:
+            raise OptionError("connection is closed")
+        start = time.perf_counter()
+        plan = self.plan(sql)
+        planned = time.perf_counter()
+        query_id = f"q{uuid.uuid4().hex[:16]}"
+        execution = self.platform.execute(plan, query_id, progress)
+        done = time.perf_counter()
+        table = execution.table.rename_columns(list(plan.result_names))
+        stats = summarize(
+            plan,
+            execution.reports,
+            table,
+            query_id=query_id,
+            platform=self.platform.name,
+            elapsed_s=done - start,
+            planning_s=planned - start,
+            execution_s=done - planned,
+        )
+        stats.update(execution.details)
+        return Result(table, stats, plan)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.platform.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _exchange_name(exchange: str, options: dict[str, Any] | None) -> str:
+    return exchange.split("://", 1)[0] if "://" in exchange else exchange
+
+
+def _exchange_options(exchange: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    opts = dict(options or {})
+    if exchange.startswith("s3://"):
+        opts.setdefault("bucket_url", exchange)
+    return opts
+
+
+def connect(data: str | None = None, *, workers: int | None = None, **options: Any) -> Connection:
+    """Open an embedded Squall connection.
+
+    ``data`` is a folder whose Parquet files (``<table>.parquet``) and
+    sub-folders (``<table>/*.parquet``) become tables. ``workers`` defaults to
+    the number of cores. Further options: ``platform``, ``exchange`` (name or
+    ``s3://bucket/prefix``), ``exchange_options``, ``storage_options``,
+    ``planner_options``.
+    """
+    return Connection(data, workers=workers, **options)
