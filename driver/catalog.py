@@ -109,6 +109,23 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
     return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups))
 
 
+def _table_range(info: TableInfo, column: str) -> float | None:
+    lows, highs = [], []
+    for rg in info.row_groups:
+        st = rg.columns.get(column)
+        if st is None or st.min is None or st.max is None:
+            return None
+        lows.append(st.min)
+        highs.append(st.max)
+    lo, hi = min(lows), max(highs)
+    if hasattr(lo, "toordinal"):
+        lo, hi = lo.toordinal(), hi.toordinal()
+    try:
+        return float(hi - lo + 1)
+    except TypeError:
+        return None
+
+
 class Catalog:
     """Named tables. Names are case-insensitive, like SQL identifiers."""
 
@@ -185,8 +202,10 @@ class Catalog:
     def ndv(self, table: str, column: str) -> int:
         """Estimated number of distinct values of a column, from a sample row group (cached).
 
-        Low-cardinality columns show all their values in one row group; for
-        the others the sample's distinct ratio scales to the whole table.
+        Integer and date columns: the sample's density (distinct ÷ its value
+        range) times the table's range from the footers — robust to clustered
+        data. Other columns: the sample's distinct count when it is small
+        (low cardinality), else scaled to the table's row count.
         """
         key = (table.lower(), column)
         with self._lock:
@@ -196,17 +215,21 @@ class Catalog:
         if not info.row_groups:
             return 1
         sample = info.row_groups[0]
-        data = self.storage(info.location).read_row_groups(sample.path, [sample.index], [column])
-        column = data.column(0)
-        if pa.types.is_string_view(column.type) or pa.types.is_binary_view(column.type):
-            column = column.cast(
-                pa.large_string() if pa.types.is_string_view(column.type) else pa.large_binary()
-            )
-        distinct = pc.count_distinct(column).as_py()
+        data = self.storage(info.location).read_row_groups(sample.path, [sample.index], [column]).column(0)
+        if pa.types.is_string_view(data.type) or pa.types.is_binary_view(data.type):
+            data = data.cast(pa.large_string() if pa.types.is_string_view(data.type) else pa.large_binary())
+        distinct = max(pc.count_distinct(data).as_py(), 1)
         rows = max(sample.num_rows, 1)
-        estimate = distinct if distinct < rows * 0.5 else int(distinct / rows * info.num_rows)
+        estimate = float(distinct if distinct < rows * 0.05 else distinct / rows * info.num_rows)
+        if pa.types.is_integer(data.type) or pa.types.is_date(data.type):
+            lo_hi = pc.min_max(data.cast(pa.int64()) if pa.types.is_date(data.type) else data).as_py()
+            table_range = _table_range(info, column)
+            if lo_hi["min"] is not None and table_range is not None:
+                density = distinct / (lo_hi["max"] - lo_hi["min"] + 1)
+                estimate = density * table_range
+        estimate = min(max(estimate, 1.0), float(max(info.num_rows, 1)))
         with self._lock:
-            self._ndv[key] = max(int(estimate), 1)
+            self._ndv[key] = int(estimate)
         return self._ndv[key]
 
     def table(self, name: str) -> TableInfo:

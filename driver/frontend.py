@@ -39,7 +39,7 @@ _FORBIDDEN_FUNCTION = re.compile(
     r"enable_\w+|disable_\w+|json_execute_serialized_sql|json_serialize_sql|json_deserialize_sql|"
     r"json_serialize_plan|read_blob|read_text|write_\w+|copy_\w+|system|shell|sqlite_\w+|"
     r"postgres_\w+|mysql_\w+|from_substrait\w*|get_substrait\w*|arrow_scan\w*|seq_scan|"
-    r"nextval|currval)$",
+    r"nextval|currval|current_version|current_user|current_role|current_catalog)$",
     re.IGNORECASE,
 )
 
@@ -101,8 +101,10 @@ def check_safe(ast: exp.Expression) -> None:
                 raise UnsafeQueryError(f"qualified table names are not allowed: {_where(node)}")
             if "/" in node.name or "." in node.name or "\\" in node.name:
                 raise UnsafeQueryError(f"file paths are not allowed as tables: {node.name!r}")
-        if isinstance(node, (exp.Func,)):
+        if isinstance(node, exp.Func):
             name = node.sql_name() if not isinstance(node, exp.Anonymous) else node.name
+            if isinstance(node, (exp.CurrentUser, exp.CurrentSchema)):
+                raise UnsafeQueryError(f"function not allowed: {name}")
             lower = name.lower()
             in_from = isinstance(node.parent, exp.Table) or (
                 isinstance(node.parent, (exp.From, exp.Join, exp.Lateral)) and node.arg_key == "this"

@@ -26,6 +26,7 @@ from squall.driver.plan import ExchangeInput, Plan, ScanInput, Stage
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
+from squall.operators.faults import before_stage, faults_from_env
 from squall.operators.partition import PART_COLUMN, split_by_partition
 from squall.operators.scan import read_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
@@ -112,6 +113,7 @@ class Worker:
         self.storage_options = storage_options or {}
         self.on_stage = on_stage
         self.native_scans = bool(self.storage_options.get("native_scans", True))
+        self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
 
     def _storage(self, path: str) -> Storage:
@@ -129,6 +131,8 @@ class Worker:
         for stage in self.plan.stages:
             sr = StageReport(stage.id)
             report.stages.append(sr)
+            if self.faults:
+                before_stage(self.faults, self.rank, stage.id)
             if self.rank in stage.ranks:
                 table = self._run_stage(stage, received, sr)
                 if stage.output.kind == "result":

@@ -1,0 +1,191 @@
+"""TPC-H on Squall's local platform against a single DuckDB process, on the same Parquet files in the same run.
+
+    python benchmarks/tpch.py --sf 1 --data data/sf1 --workers 4 --queries 1,3,5 --repeat 3
+
+Each query runs once on both engines as a warm-up (file cache) whose results are checked with
+``squall.testing.compare_results``; then ``--repeat`` timed runs on each, of which the best counts. The time
+is the wall clock around ``sql → Arrow table`` on both sides. Prints one line per query and, last, the
+geometric mean of the squall/duckdb ratios over the queries that ran on both. Exits 1 if any result differs
+or any query fails, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import duckdb
+import pyarrow as pa
+
+import squall
+import squall.tpch as tpch
+from squall.errors import DataError, SquallError
+from squall.testing import compare_results
+
+
+def _parse_queries(text: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--queries wants numbers like 1,3,5, got {text!r}") from None
+    bad = [n for n in numbers if not 1 <= n <= 22]
+    if bad or not numbers:
+        raise argparse.ArgumentTypeError(f"TPC-H queries are 1..22, got {text!r}")
+    return numbers
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of the benchmark."""
+    parser = argparse.ArgumentParser(prog="benchmarks/tpch.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sf", type=_positive_float, default=1.0, help="scale factor (default 1)")
+    parser.add_argument(
+        "--data", type=Path, help="TPC-H Parquet folder (default data/sf<SF>; made if missing)"
+    )
+    parser.add_argument("--workers", type=_positive_int, help="Squall workers (default: Squall's choice)")
+    parser.add_argument(
+        "--queries", type=_parse_queries, default=list(tpch.QUERY_NUMBERS), help="e.g. 1,3,5 (default all 22)"
+    )
+    parser.add_argument("--repeat", type=_positive_int, default=1, help="timed runs per query; best counts")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="use TPC-H random substitution parameters from this seed (default: validation)",
+    )
+    return parser
+
+
+def duckdb_peer(data: Path) -> duckdb.DuckDBPyConnection:
+    """A plain DuckDB connection (all cores) with one view per TPC-H table over the Parquet files."""
+    con = duckdb.connect()
+    for table, files in tpch.dataset_files(data).items():
+        paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        con.execute(f"create view {table} as select * from read_parquet([{paths}])")
+    return con
+
+
+def _timed(run: Callable[[], pa.Table]) -> tuple[pa.Table, float]:
+    start = time.perf_counter()
+    table = run()
+    return table, time.perf_counter() - start
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the benchmark; return the exit status (0 all results agree, 1 a difference or failure)."""
+    out = out or sys.stdout
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    data: Path = args.data or Path("data") / f"sf{args.sf:g}"
+    try:
+        tpch.dataset_files(data)
+    except DataError:
+        print(f"generating TPC-H SF {args.sf:g} into {data} ...", file=out, flush=True)
+        try:
+            tpch.generate(args.sf, data)
+        except SquallError as exc:
+            print(f"error: {exc}", file=out)
+            return 1
+
+    peer = duckdb_peer(data)
+    connect_kwargs: dict[str, Any] = {"data": str(data)}
+    if args.workers is not None:
+        connect_kwargs["workers"] = args.workers
+    try:
+        con = squall.connect(**connect_kwargs)
+    except Exception as exc:
+        print(f"error: squall.connect failed: {_one_line(exc)}", file=out)
+        return 1
+
+    def run_squall(sql: str) -> pa.Table:
+        return con.sql(sql).to_arrow()
+
+    def run_duckdb(sql: str) -> pa.Table:
+        return peer.sql(sql).to_arrow_table()
+
+    failed = False
+    ratios: list[float] = []
+    try:
+        for n in args.queries:
+            params = (
+                tpch.random_params(n, args.seed, sf=args.sf)
+                if args.seed is not None
+                else tpch.validation_params(n, sf=args.sf)
+            )
+            sql = tpch.query(n, params, sf=args.sf)
+            label = f"Q{n:02d}"
+            try:
+                expected, _ = _timed(lambda sql=sql: run_duckdb(sql))
+                best_duck = min(_timed(lambda sql=sql: run_duckdb(sql))[1] for _ in range(args.repeat))
+            except Exception as exc:
+                print(f"{label}  duckdb FAILED: {_one_line(exc)}", file=out, flush=True)
+                failed = True
+                continue
+            try:
+                actual, _ = _timed(lambda sql=sql: run_squall(sql))
+                best_squall = min(_timed(lambda sql=sql: run_squall(sql))[1] for _ in range(args.repeat))
+            except Exception as exc:
+                print(
+                    f"{label}  squall FAILED: {_one_line(exc)}  duckdb {best_duck:.3f}s", file=out, flush=True
+                )
+                failed = True
+                continue
+            problem = compare_results(actual, expected, sql)
+            ratio = best_squall / best_duck if best_duck > 0 else math.inf
+            if math.isfinite(ratio) and ratio > 0:
+                ratios.append(ratio)
+            verdict = "ok" if problem is None else "DIFFERS"
+            print(
+                f"{label}  squall {best_squall:.3f}s  duckdb {best_duck:.3f}s  ratio {ratio:.2f}  {verdict}",
+                file=out,
+                flush=True,
+            )
+            if problem is not None:
+                print(f"     {problem}", file=out, flush=True)
+                failed = True
+    finally:
+        close = getattr(con, "close", None)
+        if callable(close):
+            close()
+        peer.close()
+
+    if ratios:
+        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"geomean ratio squall/duckdb: {geomean:.2f}", file=out)
+    else:
+        print("geomean ratio squall/duckdb: n/a", file=out)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The ``squall`` command line.
+
+    squall query SQL | -f FILE --data DIR [--workers W] [--format table|csv|json|parquet]
+                 [--output FILE] [--stats-json FILE]
+    squall explain SQL | -f FILE --data DIR [--workers W]
+    squall gen-tpch --sf SF --out DIR [--parts N]
+
+A user error prints one line ``error: …`` on stderr and exits 1; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import decimal
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import IO, Any, NoReturn
+
+import pyarrow as pa
+
+from squall.errors import OptionError, SquallError, UserError
+
+TABLE_ROWS = 40
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise OptionError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="squall", description="SQL over Parquet, distributed over W workers.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def sql_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("sql", nargs="?", help="the query text (or use -f)")
+        sp.add_argument("-f", "--file", help="read the query from FILE ('-' for stdin)")
+        sp.add_argument("--data", required=True, help="folder of <table>.parquet files or <table>/ folders")
+        sp.add_argument("--workers", type=int, default=None, help="number of workers (default: cores)")
+
+    q = sub.add_parser("query", help="run a query and print or write its result")
+    sql_args(q)
+    q.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
+    q.add_argument("--output", help="write the result to FILE instead of stdout")
+    q.add_argument("--stats-json", help="write the query statistics as JSON to FILE")
+    q.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+    e = sub.add_parser("explain", help="print the distributed plan")
+    sql_args(e)
+
+    g = sub.add_parser("gen-tpch", help="write TPC-H tables as Parquet (tpchgen-cli)")
+    g.add_argument("--sf", type=float, required=True, help="scale factor, e.g. 0.1, 1, 10")
+    g.add_argument("--out", required=True, help="output folder")
+    g.add_argument(
+        "--parts", type=int, default=None, help="split each table into N files (<table>/*.parquet)"
+    )
+    return p
+
+
+def _read_sql(args: argparse.Namespace) -> str:
+    if args.sql and args.file:
+        raise OptionError("give the query as an argument or with -f, not both")
+    if args.file:
+        if args.file == "-":
+            return sys.stdin.read()
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                return fh.read()
+        except OSError as err:
+            raise OptionError(f"cannot read {args.file}: {err.strerror}") from None
+    if not args.sql:
+        raise OptionError("no query: pass SQL as an argument or use -f FILE")
+    return args.sql
+
+
+def _check_workers(workers: int | None) -> None:
+    if workers is not None and not 1 <= workers <= 1024:
+        raise OptionError(f"--workers must be between 1 and 1024, got {workers}")
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[Any]:
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]query"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        transient=True, console=None,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("planning", total=1.0)
+
+        def update(state: Any) -> None:
+            done = sum(1 for n in state.done.values() if n >= state.world_size)
+            bar.update(task, completed=state.fraction, description=f"stage {done}/{state.stages}")
+
+        yield update
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, (dt.date, dt.datetime, dt.time)):
+        return v.isoformat()
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, bytes):
+        return v.hex()
+    return v
+
+
+def _format_table(table: pa.Table, out: IO[str]) -> None:
+    names = table.column_names
+    shown = table.slice(0, TABLE_ROWS)
+    cols = [[("NULL" if v is None else str(v)) for v in c.to_pylist()] for c in shown.columns]
+    widths = [max([len(n)] + [len(v) for v in col]) for n, col in zip(names, cols)]
+    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
+               for f in table.schema]  # fmt: skip
+
+    def line(values: Sequence[str]) -> str:
+        cells = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return " | ".join(cells).rstrip()
+
+    out.write(line(names) + "\n")
+    out.write("-+-".join("-" * w for w in widths) + "\n")
+    for i in range(shown.num_rows):
+        out.write(line([c[i] for c in cols]) + "\n")
+    more = table.num_rows - shown.num_rows
+    suffix = f", {more} not shown (use --format csv or --output)" if more > 0 else ""
+    out.write(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''}{suffix})\n")
+
+
+def _write_result(table: pa.Table, fmt: str, output: str | None) -> None:
+    if fmt == "parquet":
+        if not output:
+            raise OptionError("--format parquet needs --output FILE")
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, output)
+        return
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        if output:
+            pcsv.write_csv(table, output)
+        else:
+            sink = pa.BufferOutputStream()
+            pcsv.write_csv(table, sink)
+            sys.stdout.write(sink.getvalue().to_pybytes().decode())
+        return
+    handle = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    try:
+        if fmt == "json":
+            rows = [{k: _json_value(v) for k, v in row.items()} for row in table.to_pylist()]
+            json.dump(rows, handle, indent=None)
+            handle.write("\n")
+        else:
+            _format_table(table, handle)
+    finally:
+        if output:
+            handle.close()
+
+
+def _query(args: argparse.Namespace) -> int:
+    import squall
+
+    sql = _read_sql(args)
+    _check_workers(args.workers)
+    if args.output and os.path.isdir(args.output):
+        raise OptionError(f"--output {args.output} is a folder")
+    show = not args.no_progress and sys.stderr.isatty()
+    with squall.connect(data=args.data, workers=args.workers) as con, _progress(show) as progress:
+        result = con.sql(sql, progress=progress)
+    _write_result(result.to_arrow(), args.format, args.output)
+    if args.stats_json:
+        try:
+            with open(args.stats_json, "w", encoding="utf-8") as fh:
+                json.dump(result.stats, fh, indent=2, default=str)
+        except OSError as err:
+            raise OptionError(f"cannot write {args.stats_json}: {err.strerror}") from None
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    import squall
+
+    sql = _read_sql(args)
+    _check_workers(args.workers)
+    con = squall.Connection(data=args.data, workers=args.workers)
+    try:
+        print(con.explain(sql))
+    finally:
+        con.close()
+    return 0
+
+
+def _gen_tpch(args: argparse.Namespace) -> int:
+    from squall import tpch
+
+    files = tpch.generate(args.sf, args.out, args.parts)
+    print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``squall`` console script."""
+    try:
+        args = _parser().parse_args(argv)
+        handler = {"query": _query, "explain": _explain, "gen-tpch": _gen_tpch}[args.command]
+        return handler(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except SquallError as err:
+        print(f"error: {err}", file=sys.stderr)
+        if os.environ.get("SQUALL_DEBUG"):
+            raise
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Shared fixtures: TPC-H datasets (generated once per session) and warm connections per worker count."""
+
+from __future__ import annotations
+
+import pytest
+
+import squall
+
+from .tpch_data import duckdb_over, tpch_dataset
+
+
+@pytest.fixture(scope="session")
+def sf1(tmp_path_factory):
+    """TPC-H SF1, one file per table."""
+    return tpch_dataset(1, tmp_path_factory=tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def sf001(tmp_path_factory):
+    """TPC-H SF0.01, one file per table."""
+    return tpch_dataset(0.01, tmp_path_factory=tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def sf001_parts(tmp_path_factory):
+    """TPC-H SF0.01 with tables split into 3 files each (``<table>/*.parquet``)."""
+    return tpch_dataset(0.01, parts=3, tmp_path_factory=tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def reference_sf1(sf1):
+    con = duckdb_over(sf1)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="session")
+def reference_sf001(sf001):
+    con = duckdb_over(sf001)
+    yield con
+    con.close()
+
+
+class Connections:
+    """One warm connection per (dataset, workers), closed at session end."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, int], squall.Connection] = {}
+
+    def get(self, data, workers: int) -> squall.Connection:
+        key = (str(data), workers)
+        if key not in self._open:
+            self._open[key] = squall.connect(data=str(data), workers=workers)
+        return self._open[key]
+
+    def close(self) -> None:
+        for con in self._open.values():
+            con.close()
+
+
+@pytest.fixture(scope="session")
+def connections():
+    pool = Connections()
+    yield pool
+    pool.close()

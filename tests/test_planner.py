@@ -1,0 +1,96 @@
+"""Planner decisions: exchanges only where needed, broadcast vs partitioned joins, partial/final aggregates."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import squall
+from squall import tpch
+from squall.driver.plan import ExchangeInput, Plan, ScanInput
+
+
+@pytest.fixture(scope="module")
+def con4(sf1):
+    con = squall.Connection(data=str(sf1), workers=4)
+    yield con
+    con.close()
+
+
+def _outputs(plan: Plan) -> list[str]:
+    return [s.output.kind for s in plan.stages]
+
+
+def test_single_worker_runs_one_stage(sf1):
+    con = squall.Connection(data=str(sf1), workers=1)
+    for n in (1, 3, 5):
+        plan = con.plan(tpch.query(n))
+        assert _outputs(plan) == ["result"], n
+    con.close()
+
+
+def test_q1_partial_final_aggregation_gathers_few_groups(con4):
+    plan = con4.plan(tpch.query(1))
+    assert _outputs(plan) == ["gather", "result"]
+    partial, final = plan.stages
+    assert "GROUP BY" in partial.sql and "COUNT(" in partial.sql and "AVG(" not in partial.sql
+    assert "AVG(" not in final.sql and "SUM(" in final.sql
+    assert final.ranks == (0,) and partial.ranks == (0, 1, 2, 3)
+
+
+def test_q3_broadcast_small_side_partition_big_join_and_top_k(con4):
+    plan = con4.plan(tpch.query(3))
+    kinds = _outputs(plan)
+    assert kinds.count("hash") == 2 and kinds[-2:] == ["gather", "result"], kinds
+    hashed = [s for s in plan.stages if s.output.kind == "hash"]
+    keys = sorted(k for s in hashed for k in s.output.keys)
+    assert keys == ['"l_orderkey"', '"o_orderkey"']
+    assert all("CAST(" in s.output.partition_sql and "AS DOUBLE" in s.output.partition_sql for s in hashed)
+    # customer is small: every rank reads it itself instead of a shuffle
+    customer = [
+        i for s in plan.stages for i in s.inputs if isinstance(i, ScanInput) and i.table == "customer"
+    ]
+    assert customer and customer[0].replicated
+    # grouped by the partition key: aggregated in place, then a local top-10 before the gather
+    topk = plan.stages[-2]
+    assert "GROUP BY" in topk.sql and "LIMIT 10" in topk.sql
+    assert "LIMIT 10" in plan.stages[-1].sql
+
+
+def test_scans_split_row_groups_and_prune_by_min_max(con4, sf1):
+    plan = con4.plan("SELECT count(*) FROM lineitem WHERE l_orderkey < 1000")
+    scan = next(i for s in plan.stages for i in s.inputs if isinstance(i, ScanInput))
+    groups = [rg for per in scan.splits for sp in per for rg in sp.row_groups]
+    assert groups == [0]  # only the first row group holds orderkeys below 1000
+    full = con4.plan("SELECT count(*) FROM lineitem")
+    scan = next(i for s in full.stages for i in s.inputs if isinstance(i, ScanInput))
+    per_rank = [sum(sp.rows for sp in per) for per in scan.splits]
+    total = pq.read_metadata(str(sf1 / "lineitem.parquet")).num_rows
+    assert sum(per_rank) == total and max(per_rank) - min(per_rank) < total / 4 / 2
+
+
+def test_group_by_high_cardinality_key_shuffles_partials(con4):
+    plan = con4.plan("SELECT l_orderkey, sum(l_quantity) FROM lineitem GROUP BY l_orderkey")
+    assert _outputs(plan) == ["hash", "gather", "result"]
+    assert plan.stages[0].output.keys == ('"l_orderkey"',)
+
+
+def test_exchange_inputs_reference_earlier_stages(con4):
+    for n in (1, 3, 5, 10, 12):
+        plan = con4.plan(tpch.query(n))
+        seen = set()
+        for stage in plan.stages:
+            for inp in stage.inputs:
+                if isinstance(inp, ExchangeInput):
+                    assert inp.stage in seen
+            seen.add(stage.id)
+
+
+def test_result_types_match_duckdb(tmp_path):
+    pq.write_table(pa.table({"k": [1, 2, 2], "v": pa.array([1, 2, 3], pa.int32())}), tmp_path / "t.parquet")
+    with squall.connect(data=str(tmp_path), workers=2) as con:
+        result = con.sql("SELECT k, sum(v) AS s, avg(v) AS a, count(*) AS n FROM t GROUP BY k ORDER BY k")
+        assert [str(t) for t in result.plan.result_types] == ["BIGINT", "HUGEINT", "DOUBLE", "BIGINT"]
+        assert result.to_arrow().schema.field("n").type == pa.int64()
+        assert result.to_arrow().to_pydict()["a"] == [1.0, 2.5]

@@ -1,0 +1,108 @@
+"""Hostile and malformed input: rejected before execution with one line; nothing read, nothing written."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import squall
+
+SECRET = "/etc/hostname"
+
+HOSTILE = [
+    "DROP TABLE nation",
+    "DELETE FROM nation",
+    "INSERT INTO nation VALUES (1, 'x', 1, 'y')",
+    "UPDATE nation SET n_name = 'x'",
+    "CREATE TABLE t AS SELECT 1",
+    "COPY nation TO '/tmp/squall-pwned.csv'",
+    "COPY (SELECT 1) TO '/tmp/squall-pwned.csv'",
+    "ATTACH '/tmp/squall-pwned.db' AS x",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "PRAGMA database_list",
+    "CALL pragma_version()",
+    "SELECT 1; DROP TABLE nation",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_csv_auto('/etc/passwd')",
+    "SELECT * FROM read_text('/etc/hostname')",
+    "SELECT * FROM read_blob('/etc/hostname')",
+    "SELECT * FROM read_parquet('/tmp/x.parquet')",
+    "SELECT * FROM read_json('/etc/x.json')",
+    "SELECT * FROM '/etc/passwd'",
+    "SELECT * FROM 'data/lineitem.parquet'",
+    'SELECT * FROM "/etc/passwd"',
+    "SELECT * FROM glob('/etc/*')",
+    "SELECT * FROM duckdb_settings()",
+    "SELECT current_setting('threads')",
+    "SELECT getenv('HOME')",
+    "SELECT * FROM query('SELECT 1')",
+    "SELECT * FROM query_table('nation')",
+    "SELECT * FROM sniff_csv('/etc/passwd')",
+    "SELECT * FROM parquet_metadata('/tmp/x.parquet')",
+    "SELECT * FROM system.main.nation",
+    "SELECT * FROM main.nation",
+    "SELECT * INTO newtable FROM nation",
+    "EXPORT DATABASE '/tmp/squall-export'",
+    "SELECT (SELECT content FROM read_text('/etc/hostname'))",
+    "WITH x AS (SELECT * FROM read_csv('/etc/passwd')) SELECT * FROM x",
+    "SELECT * FROM nation WHERE n_name IN (SELECT * FROM read_text('/etc/hostname'))",
+    "SELECT version()",
+    "SELECT * FROM duckdb_tables()",
+]
+
+MALFORMED = [
+    ("", "empty query"),
+    ("   ", "empty query"),
+    ("SELEC 1", "syntax error at line 1"),
+    ("SELECT * FROM nation WHERE", "syntax error"),
+    ("SELECT n_name FROM nation WHERE n_nationkey = 'abc' +", "syntax error"),
+    ("SELECT n_nam FROM nation", 'Candidate bindings: "n_name"'),
+    ("SELECT * FROM natoin", "did you mean nation"),
+    ("SELECT nosuchfunc(n_name) FROM nation", "nosuchfunc"),
+    ("SELECT n_name FROM nation GROUP BY n_regionkey", "GROUP BY"),
+    ("SELECT 'unterminated FROM nation", "syntax error"),
+]
+
+
+@pytest.fixture(scope="module")
+def con(sf001):
+    c = squall.connect(data=str(sf001), workers=2)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("sql", HOSTILE)
+def test_hostile_rejected_before_execution(con, sql, tmp_path):
+    before = set(os.listdir("/tmp"))
+    with pytest.raises(squall.UserError) as info:
+        con.sql(sql)
+    message = str(info.value)
+    assert "\n" not in message and message
+    assert "Traceback" not in message
+    assert not any(name.startswith("squall-pwned") or name == "squall-export" for name in os.listdir("/tmp"))
+    assert set(os.listdir("/tmp")) - before <= {n for n in os.listdir("/tmp") if n.startswith("pytest")}
+
+
+@pytest.mark.parametrize(("sql", "fragment"), MALFORMED)
+def test_malformed_gets_one_clear_line(con, sql, fragment):
+    with pytest.raises(squall.UserError) as info:
+        con.sql(sql)
+    message = str(info.value)
+    assert fragment in message, message
+    assert "\n" not in message
+
+
+def test_sandbox_blocks_files_even_if_sql_reaches_duckdb():
+    """Defence in depth: the worker sandbox itself refuses file access and settings."""
+    import duckdb
+
+    from squall.operators.duck import Sandbox
+
+    with Sandbox() as db:
+        with pytest.raises(duckdb.Error, match="disabled"):
+            db.query(f"SELECT * FROM read_text('{SECRET}')")
+        with pytest.raises(duckdb.Error, match="locked"):
+            db.query("SET enable_external_access = true")
