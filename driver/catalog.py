@@ -221,8 +221,8 @@ class Catalog:
         distinct = max(pc.count_distinct(data).as_py(), 1)
         rows = max(sample.num_rows, 1)
         estimate = float(distinct if distinct < rows * 0.05 else distinct / rows * info.num_rows)
-        if pa.types.is_integer(data.type) or pa.types.is_date(data.type):
-            lo_hi = pc.min_max(data.cast(pa.int64()) if pa.types.is_date(data.type) else data).as_py()
+        if pa.types.is_integer(data.type) or pa.types.is_date32(data.type):
+            lo_hi = pc.min_max(data.cast(pa.int32()) if pa.types.is_date32(data.type) else data).as_py()
             table_range = _table_range(info, column)
             if lo_hi["min"] is not None and table_range is not None:
                 density = distinct / (lo_hi["max"] - lo_hi["min"] + 1)

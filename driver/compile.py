@@ -12,6 +12,7 @@ from squall.driver.plan import Plan
 from squall.driver.planner import Planner, PlannerOptions
 from squall.driver.prune import prune
 from squall.driver.translate import Planned, Translator
+from squall.operators.duck import Sandbox
 
 
 @functools.cache
@@ -27,10 +28,19 @@ def aggregate_function_names() -> frozenset[str]:
         con.close()
 
 
-def compile_sql(catalog: Catalog, sql: str, world_size: int, options: PlannerOptions | None = None) -> Plan:
-    """Plan ``sql`` for ``world_size`` workers; raises UserError subclasses for bad input."""
-    bound = Binder(catalog).bind(sql)
+def compile_sql(
+    catalog: Catalog,
+    sql: str,
+    world_size: int,
+    options: PlannerOptions | None = None,
+    db: Sandbox | None = None,
+) -> Plan:
+    """Plan ``sql`` for ``world_size`` workers; raises UserError subclasses for bad input.
+
+    ``db`` is a driver-side sandbox to reuse across queries (one is made per call otherwise).
+    """
+    bound = Binder(catalog, db).bind(sql)
     translator = Translator(catalog, set(aggregate_function_names()))
     planned = translator.translate(bound.ast)
     pruned = Planned(prune(planned.node), planned.outputs)
-    return Planner(catalog, world_size, options).plan(bound, pruned, translator.names)
+    return Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)

@@ -143,8 +143,9 @@ def _one_line(message: str) -> str:
 class Binder:
     """Binds queries with a sandboxed DuckDB over empty tables of the catalog's schemas."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, db: Sandbox | None = None) -> None:
         self.catalog = catalog
+        self.db = db
         self._lock = threading.Lock()
 
     def bind(self, sql: str) -> BoundQuery:
@@ -158,10 +159,18 @@ class Binder:
                 hint = f" (did you mean {', '.join(close)}?)" if close else ""
                 available = "" if close else f" (tables: {', '.join(known) or 'none registered'})"
                 raise BindError(f"unknown table {name}{hint}{available}")
-        empties = {name: self.catalog.table(name).schema.empty_table() for name in tables}
-        with self._lock, Sandbox(empties, threads=1) as db:
+        own = self.db is None
+        db = Sandbox(threads=1) if own else self.db
+        assert db is not None
+        with self._lock:
             try:
+                for name in tables:
+                    db.register(name, self.catalog.table(name).schema.empty_table())
                 rel = db.relation(sql)
+                if rel is None:
+                    raise UnsafeQueryError("only SELECT queries are allowed")
+                names = tuple(rel.columns)
+                types = tuple(str(t) for t in rel.types)
             except duckdb.ParserException as err:
                 raise SqlSyntaxError(_one_line(str(err)).removeprefix("Parser Error: ")) from None
             except (duckdb.BinderException, duckdb.CatalogException) as err:
@@ -170,10 +179,11 @@ class Binder:
                 raise UnsafeQueryError(_one_line(str(err))) from None
             except duckdb.Error as err:
                 raise QueryRuntimeError(_one_line(str(err))) from None
-            if rel is None:
-                raise UnsafeQueryError("only SELECT queries are allowed")
-            names = tuple(rel.columns)
-            types = tuple(str(t) for t in rel.types)
+            finally:
+                for name in tables:
+                    db.unregister(name)
+                if own:
+                    db.close()
         return BoundQuery(sql, ast, tuple(tables), names, types)
 
 

@@ -51,12 +51,13 @@ class PlannerOptions:
     #: broadcast a join side when it is at most this big …
     broadcast_limit: float = 256e6
     #: … and its W copies cost less than shuffling the other side
-    broadcast_factor: float = 0.5
+    broadcast_factor: float = 1.0
     #: finish an aggregation on rank 0 when it has at most this many groups
     gather_groups: float = 200_000
-    #: replicated scans (every rank reads a small table itself) instead of broadcasting it,
-    #: when the tables read are at most this big (uncompressed, projected columns)
-    replicated_scan_limit: float = 64e6
+    #: replicated scans (every rank reads a small table itself, no exchange) instead of a
+    #: broadcast, when the tables read hold at most this many rows in all (before filters:
+    #: every rank pays for the whole scan)
+    replicated_scan_rows: float = 250_000
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,13 @@ _IDEMPOTENT = {"min", "max", "bool_and", "bool_or", "bit_and", "bit_or"}
 class Planner:
     """Builds a :class:`Plan` for one bound query and a world size."""
 
-    def __init__(self, catalog: Catalog, world_size: int, options: PlannerOptions | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        world_size: int,
+        options: PlannerOptions | None = None,
+        db: Sandbox | None = None,
+    ) -> None:
         self.catalog = catalog
         self.world = world_size
         self.options = options or PlannerOptions()
@@ -102,7 +109,8 @@ class Planner:
         self.notes: list[str] = []
         self._names: Names | None = None
         self._counter = 0
-        self._db = Sandbox(threads=1)
+        self._own_db = db is None
+        self._db = db if db is not None else Sandbox(threads=1)
 
     # --- public -------------------------------------------------------------------------------
 
@@ -114,7 +122,8 @@ class Planner:
                 node = self._gather(node, dist, "result to rank 0")
             final = self._result_stage(node, bound)
         finally:
-            self._db.close()
+            if self._own_db:
+                self._db.close()
         self.stages.append(final)
         self._fix_receivers()
         return Plan(
@@ -343,7 +352,8 @@ class Planner:
             left, dl = self.build(node.left)
             right, dr = self.build(node.right)
             return dataclasses.replace(node, left=left, right=right), RANDOM
-        choice = self._broadcast_choice(node)
+        # NOT IN needs the whole right side on every rank (its NULLs and emptiness are global)
+        choice = "right" if node.null_aware else self._broadcast_choice(node)
         if choice in ("left", "right"):
             small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
             big_node, big_dist = self.build(big)
@@ -426,14 +436,13 @@ class Planner:
             return self._pure(node.left) and self._pure(node.right)
         return False
 
-    def _scan_bytes(self, node: L.Node) -> float:
+    def _scan_rows(self, node: L.Node) -> float:
         if isinstance(node, L.Scan):
-            info = self.catalog.table(node.table)
-            return float(sum(info.column_bytes(source) for source, _i in node.columns))
-        return sum(self._scan_bytes(c) for c in node.children)
+            return float(self.catalog.table(node.table).num_rows)
+        return sum(self._scan_rows(c) for c in node.children)
 
     def _broadcast(self, small: L.Node) -> L.Node:
-        if self._pure(small) and self._scan_bytes(small) <= self.options.replicated_scan_limit:
+        if self._pure(small) and self._scan_rows(small) <= self.options.replicated_scan_rows:
             node, _ = self.build(small, replicate=True)
             return node
         node, dist = self.build(small)

@@ -118,16 +118,20 @@ def render(node: L.Node) -> str:
 def _join(node: L.Join) -> str:
     conds = [f"{sql_of(a)} = {sql_of(b)}" for a, b in zip(node.left_keys, node.right_keys)]
     if node.residual is not None:
-        conds.append(sql_of(node.residual))
+        conds.append(f"({sql_of(node.residual)})")
     on = " AND ".join(conds) if conds else "TRUE"
     if node.kind == "cross":
         return f"SELECT *\nFROM {_sub(node.left)} AS l\nCROSS JOIN {_sub(node.right)} AS r"
     if node.kind == "anti" and node.null_aware:
-        # NOT IN: empty if the right side holds a NULL key, else a plain anti join
-        right_keys = " OR ".join(f"{sql_of(k)} IS NULL" for k in node.right_keys) or "FALSE"
+        # x NOT IN (subquery): false if the subquery holds a NULL; a NULL x passes only an empty subquery.
+        # Both facts are global: the planner replicates the right side.
+        right = _sub(node.right)
+        right_null = " OR ".join(f"{sql_of(k)} IS NULL" for k in node.right_keys)
+        left_null = " OR ".join(f"{sql_of(k)} IS NULL" for k in node.left_keys)
         return (
-            f"SELECT *\nFROM {_sub(node.left)} AS l\nANTI JOIN {_sub(node.right)} AS r ON {on}\n"
-            f"WHERE NOT EXISTS (SELECT 1 FROM {_sub(node.right)} AS r2 WHERE {right_keys})"
+            f"SELECT *\nFROM {_sub(node.left)} AS l\nANTI JOIN {right} AS r ON {on}\n"
+            f"WHERE NOT EXISTS (SELECT 1 FROM {right} AS r2 WHERE {right_null})\n"
+            f"  AND (NOT ({left_null}) OR NOT EXISTS (SELECT 1 FROM {right} AS r3))"
         )
     kind = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "full": "FULL JOIN"}.get(
         node.kind, node.kind.upper() + " JOIN"

@@ -22,6 +22,7 @@ from sqlglot.optimizer.simplify import simplify
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.estimate import selectivity, table_column_range
+from squall.driver.subqueries import INTERNAL, SubqueryMixin
 from squall.errors import BindError, NotSupportedError
 
 DIALECT = "duckdb"
@@ -143,7 +144,7 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
     return derived
 
 
-class Translator:
+class Translator(SubqueryMixin):
     """Turns one bound query into a logical plan (see module doc)."""
 
     def __init__(self, catalog: Catalog, aggregate_functions: set[str]) -> None:
@@ -154,18 +155,19 @@ class Translator:
     # --- entry -----------------------------------------------------------------------------
 
     def translate(self, ast: exp.Expression) -> Planned:
+        # DuckDB resolves identifiers case-insensitively, quoted or not: so does Squall. Result
+        # names come from DuckDB's own binding, so lower-casing here changes no visible name.
+        ast = ast.copy()
+        for ident in ast.find_all(exp.Identifier):
+            ident.set("this", ident.this.lower())
         schema = {}
         for table in {t.name for t in ast.find_all(exp.Table)}:
             if table in self.catalog:
                 info = self.catalog.table(table)
-                schema[table] = {f.name: "VARCHAR" for f in info.schema}
+                schema[table] = {f.name.lower(): "VARCHAR" for f in info.schema}
         try:
             qualified = qualify(
-                ast.copy(),
-                schema=schema,
-                dialect=DIALECT,
-                quote_identifiers=False,
-                validate_qualify_columns=True,
+                ast, schema=schema, dialect=DIALECT, quote_identifiers=False, validate_qualify_columns=True
             )
         except Exception as err:  # sqlglot raises OptimizeError and friends
             raise BindError(str(err).splitlines()[0]) from None
@@ -227,7 +229,7 @@ class Translator:
             for f in info.schema:
                 internal = self.names.fresh(f.name)
                 columns.append((f.name, internal))
-                scope.add(alias, f.name, internal)
+                scope.add(alias, f.name.lower(), internal)
             width = info.row_width([f.name for f in info.schema])
             scan = L.Scan(info.name, tuple(columns), (), float(info.num_rows), width)
             return Source(alias, scan, float(info.num_rows), width)
@@ -263,6 +265,8 @@ class Translator:
             raise NotSupportedError(f"subquery in an expression: {e.sql(DIALECT)[:80]}")
 
         def fix(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and node.table == INTERNAL:
+                return L.col(node.name)
             if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
                 internal = scope.lookup(node.table, node.name)
                 if internal is None:
@@ -287,14 +291,21 @@ class Translator:
         for j in joins:
             sources.append(self._source(j.this, ctes, scope))
             specs.append(j)
+        where = conjuncts(sel.args.get("where"))
+        plain = [c for c in where if not _has_subquery(c)]
+        with_subquery = [c for c in where if _has_subquery(c)]
+        if any(_has_subquery(j.args["on"]) for j in specs if j.args.get("on") is not None):
+            raise NotSupportedError("subquery in a JOIN … ON condition")
         if not sources:
             node: L.Node = L.Values(((),), ())
         elif all(_is_inner(j) for j in specs):
             on = [c for j in specs for c in conjuncts(j.args.get("on"))]
-            node = self._inner_join_tree(sources, on + conjuncts(sel.args.get("where")), scope)
+            node = self._inner_join_tree(sources, on + plain, scope)
         else:
-            node = self._ordered_joins(sources, specs, conjuncts(sel.args.get("where")), scope)
-        return self._select_rest(sel, node, scope)
+            node = self._ordered_joins(sources, specs, plain, scope)
+        for c in with_subquery:
+            node = self.apply_subquery_conjunct(node, c, scope, ctes)
+        return self._select_rest(sel, node, scope, ctes)
 
     # --- joins ------------------------------------------------------------------------------
 
@@ -451,6 +462,8 @@ class Translator:
         found = []
 
         def visit(node: exp.Expression, in_window: bool) -> None:
+            if isinstance(node, (exp.Subquery, exp.Exists, exp.Select)):
+                return  # a subquery's aggregates are its own
             if isinstance(node, exp.Window):
                 # the window's function itself is not a grouping aggregate, its arguments may hold some
                 for child in node.this.iter_expressions() if node.this else []:
@@ -469,7 +482,9 @@ class Translator:
         visit(e, False)
         return found
 
-    def _select_rest(self, sel: exp.Select, node: L.Node, scope: Scope) -> Planned:
+    def _select_rest(
+        self, sel: exp.Select, node: L.Node, scope: Scope, ctes: dict[str, exp.Expression]
+    ) -> Planned:
         projections = list(sel.expressions)
         having = sel.args.get("having")
         group = sel.args.get("group")
@@ -480,14 +495,28 @@ class Translator:
         if order is not None:
             agg_exprs += [a for o in order.expressions for a in self._find_aggs(o)]
         rewrite: Callable[[exp.Expression], exp.Expression]
-        if group is not None or agg_exprs:
+        aggregated = group is not None or bool(agg_exprs)
+        if aggregated:
             node, rewrite = self._aggregate(node, group, agg_exprs, scope)
             if having is not None:
-                node = L.Filter(node, rewrite(having.this))
+                having_expr = having.this
+                if _has_subquery(having_expr):
+                    node, having_expr = self.attach_scalars(node, having_expr, Scope(), ctes)
+                node = L.Filter(node, rewrite(having_expr))
         else:
+            if having is not None:
+                raise NotSupportedError("HAVING without GROUP BY or aggregates")
 
             def rewrite(e: exp.Expression) -> exp.Expression:
                 return self.convert(e, scope)
+
+        if any(_has_subquery(p) for p in projections):
+            attached = []
+            for p in projections:
+                if _has_subquery(p):
+                    node, p = self.attach_scalars(node, p, Scope() if aggregated else scope, ctes)
+                attached.append(p)
+            projections = attached
 
         windows = [w for p in projections for w in p.find_all(exp.Window)]
         if order is not None:
@@ -605,6 +634,8 @@ class Translator:
 
         def rewrite(e: exp.Expression) -> exp.Expression:
             def fix(n: exp.Expression) -> exp.Expression:
+                if isinstance(n, exp.Column) and n.table == INTERNAL:
+                    return L.col(n.name)
                 text = n.sql(DIALECT)
                 if text in call_by_sql:
                     return L.col(call_by_sql[text])

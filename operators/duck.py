@@ -15,6 +15,9 @@ import duckdb
 import pyarrow as pa
 
 _LOCKDOWN = (
+    # DuckDB 2.0's late materialization fails with an INTERNAL error on top-N over our
+    # file_row_number-filtered Parquet views; the stage plans do not need it
+    "SET disabled_optimizers = 'late_materialization'",
     "SET enable_external_access = false",
     "SET autoinstall_known_extensions = false",
     "SET autoload_known_extensions = false",
@@ -91,6 +94,13 @@ class Sandbox:
             self.con.execute(f"CREATE TEMP VIEW {_ident(name)} AS {view.sql()}")
         for statement in _LOCKDOWN:
             self.con.execute(statement)
+
+    def register(self, name: str, table: pa.Table) -> None:
+        """Expose an Arrow table under ``name`` (allowed after the lock: it is not a file)."""
+        self.con.register(name, table)
+
+    def unregister(self, name: str) -> None:
+        self.con.unregister(name)
 
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         return self.con.sql(sql)

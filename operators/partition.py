@@ -13,7 +13,9 @@ def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLU
 
     One stable counting sort (numpy radix sort on small ints) and zero-copy slices.
     """
-    ids = table.column(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    ids = table.column(column).to_numpy(zero_copy_only=False)
+    # small unsigned ids: numpy's stable argsort is then a linear-time radix sort
+    ids = ids.astype(np.uint16 if partitions <= 65536 else np.int64, copy=False)
     data = table.drop_columns([column])
     if partitions == 1:
         return [data]

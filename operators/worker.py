@@ -128,15 +128,37 @@ class Worker:
         report = WorkerReport(self.rank)
         received: dict[int, pa.Table] = {}
         result: pa.Table | None = None
+        # one sandbox for the whole query: its allowed files are exactly this rank's scan files
+        views = {
+            inp.name: view
+            for stage in self.plan.stages
+            if self.rank in stage.ranks
+            for inp in stage.inputs
+            if isinstance(inp, ScanInput) and (view := self._native(inp)) is not None
+        }
+        with Sandbox(parquet=views, threads=self.threads) as db:
+            self._run_stages(db, views, received, report)
+            result = self._result
+        report.elapsed_s = time.perf_counter() - start
+        for storage in self._storages.values():
+            for kind, n in storage.requests().items():
+                report.storage_requests[kind] = report.storage_requests.get(kind, 0) + n
+        report.exchange = self.exchange.stats().to_dict()
+        return result, report
+
+    def _run_stages(
+        self, db: Sandbox, views: dict[str, ParquetView], received: dict[int, pa.Table], report: WorkerReport
+    ) -> None:
+        self._result = None
         for stage in self.plan.stages:
             sr = StageReport(stage.id)
             report.stages.append(sr)
             if self.faults:
                 before_stage(self.faults, self.rank, stage.id)
             if self.rank in stage.ranks:
-                table = self._run_stage(stage, received, sr)
+                table = self._run_stage(stage, db, views, received, sr)
                 if stage.output.kind == "result":
-                    result = table
+                    self._result = table
             if stage.output.kind != "result" and self.rank in stage.output.receivers:
                 t0 = time.perf_counter()
                 got = self.exchange.receive(exchange_spec(self.query_id, stage))
@@ -146,12 +168,6 @@ class Worker:
                 received[stage.id] = got
             if self.on_stage is not None:
                 self.on_stage(stage.id)
-        report.elapsed_s = time.perf_counter() - start
-        for storage in self._storages.values():
-            for kind, n in storage.requests().items():
-                report.storage_requests[kind] = report.storage_requests.get(kind, 0) + n
-        report.exchange = self.exchange.stats().to_dict()
-        return result, report
 
     def _native(self, inp: ScanInput) -> ParquetView | None:
         """A DuckDB-native view for local Parquet splits (fast path), else None."""
@@ -168,13 +184,19 @@ class Worker:
             parts.append((os.path.abspath(s.path.removeprefix("file://")), () if whole else s.row_ranges))
         return ParquetView(inp.columns, tuple(parts))
 
-    def _run_stage(self, stage: Stage, received: dict[int, pa.Table], sr: StageReport) -> pa.Table | None:
+    def _run_stage(
+        self,
+        stage: Stage,
+        db: Sandbox,
+        views: dict[str, ParquetView],
+        received: dict[int, pa.Table],
+        sr: StageReport,
+    ) -> pa.Table | None:
         inputs: dict[str, pa.Table] = {}
-        views: dict[str, ParquetView] = {}
         t0 = time.perf_counter()
         for inp in stage.inputs:
-            if isinstance(inp, ScanInput) and (view := self._native(inp)) is not None:
-                views[inp.name] = view
+            if inp.name in views:
+                assert isinstance(inp, ScanInput)
                 splits = inp.splits_for(self.rank)
                 sr.rows_scanned += sum(s.rows for s in splits)
                 sr.bytes_scanned += sum(s.nbytes for s in splits)
@@ -192,15 +214,20 @@ class Worker:
         t1 = time.perf_counter()
         sr.scan_s += t1 - t0
         output = stage.output
+        for name, table in inputs.items():
+            db.register(name, table)
         try:
-            with Sandbox(inputs, parquet=views, threads=self.threads) as db:
-                if output.kind == "hash":
-                    sql = f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN} FROM ({stage.sql}) AS t"
-                    table = db.query(sql)
-                else:
-                    table = db.query(stage.sql)
+            if output.kind == "hash":
+                table = db.query(
+                    f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN} FROM ({stage.sql}) AS t"
+                )
+            else:
+                table = db.query(stage.sql)
         except _USER_RUNTIME as err:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
+        finally:
+            for name in inputs:
+                db.unregister(name)
         t2 = time.perf_counter()
         sr.compute_s += t2 - t1
         sr.rows_out = table.num_rows

@@ -4,6 +4,11 @@
                  [--output FILE] [--stats-json FILE]
     squall explain SQL | -f FILE --data DIR [--workers W]
     squall gen-tpch --sf SF --out DIR [--parts N]
+    squall tables --data DIR | --endpoint URL
+    squall serve --data DIR|s3://… [--port P] [--token T] [--workers W] [--state DIR|s3://…]
+
+``query``, ``explain`` and ``tables`` run embedded with ``--data`` or against a service with
+``--endpoint URL [--token T | --auth iam]`` (the token defaults to ``$SQUALL_TOKEN``).
 
 A user error prints one line ``error: …`` on stderr and exits 1; never a traceback.
 """
@@ -39,8 +44,18 @@ def _parser() -> argparse.ArgumentParser:
     def sql_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("sql", nargs="?", help="the query text (or use -f)")
         sp.add_argument("-f", "--file", help="read the query from FILE ('-' for stdin)")
-        sp.add_argument("--data", required=True, help="folder of <table>.parquet files or <table>/ folders")
+        sp.add_argument("--data", help="folder of <table>.parquet files or <table>/ folders")
         sp.add_argument("--workers", type=int, default=None, help="number of workers (default: cores)")
+        endpoint_args(sp)
+
+    def endpoint_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--endpoint", help="URL of a Squall service (squall serve, API Gateway) instead of --data"
+        )
+        sp.add_argument("--token", default=None, help="bearer token for --endpoint (default: $SQUALL_TOKEN)")
+        sp.add_argument(
+            "--auth", choices=["token", "iam"], default=None, help="iam: sign requests with SigV4"
+        )
 
     q = sub.add_parser("query", help="run a query and print or write its result")
     sql_args(q)
@@ -58,6 +73,26 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--parts", type=int, default=None, help="split each table into N files (<table>/*.parquet)"
     )
+    # --- service: tables, serve ---
+    t = sub.add_parser("tables", help="list the tables and their columns")
+    t.add_argument("--data", help="folder of <table>.parquet files or <table>/ folders")
+    endpoint_args(t)
+    t.add_argument("--format", choices=["table", "json"], default="table")
+
+    s = sub.add_parser("serve", help="run the REST API locally (same API as the deployed service)")
+    s.add_argument("--data", required=True, help="folder or s3://bucket/prefix with the tables")
+    s.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    s.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
+    s.add_argument("--token", default=None, help="require 'Authorization: Bearer T' (default: $SQUALL_TOKEN)")
+    s.add_argument("--platform", default="local", help="where queries run (default: local)")
+    s.add_argument("--workers", type=int, default=None, help="workers per query (default: cores)")
+    s.add_argument(
+        "--state", default=None, help="query state: a folder or s3://bucket/prefix (default: temp)"
+    )
+    s.add_argument("--inline-limit", type=int, default=None, help="results up to this many bytes go inline")
+    s.add_argument("--access-log", action="store_true", help="log every request on stderr")
     return p
 
 
@@ -167,14 +202,12 @@ def _write_result(table: pa.Table, fmt: str, output: str | None) -> None:
 
 
 def _query(args: argparse.Namespace) -> int:
-    import squall
-
     sql = _read_sql(args)
     _check_workers(args.workers)
     if args.output and os.path.isdir(args.output):
         raise OptionError(f"--output {args.output} is a folder")
     show = not args.no_progress and sys.stderr.isatty()
-    with squall.connect(data=args.data, workers=args.workers) as con, _progress(show) as progress:
+    with _connect(args) as con, _progress(show) as progress:
         result = con.sql(sql, progress=progress)
     _write_result(result.to_arrow(), args.format, args.output)
     if args.stats_json:
@@ -191,6 +224,11 @@ def _explain(args: argparse.Namespace) -> int:
 
     sql = _read_sql(args)
     _check_workers(args.workers)
+    if args.endpoint:
+        with _connect(args) as remote:
+            print(remote.explain(sql))
+        return 0
+    _need_data(args)
     con = squall.Connection(data=args.data, workers=args.workers)
     try:
         print(con.explain(sql))
@@ -207,11 +245,77 @@ def _gen_tpch(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- service: remote connections, tables, serve ---
+
+
+def _need_data(args: argparse.Namespace) -> None:
+    if args.data and args.endpoint:
+        raise OptionError("give --data (embedded) or --endpoint (remote), not both")
+    if not args.data and not args.endpoint:
+        raise OptionError("give --data DIR (embedded) or --endpoint URL (a Squall service)")
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    """An embedded Connection for --data, or a RemoteConnection for --endpoint."""
+    import squall
+
+    _need_data(args)
+    if args.endpoint:
+        if not args.endpoint.lower().startswith(("http://", "https://")):
+            raise OptionError(f"--endpoint must be an http(s):// URL, got {args.endpoint!r}")
+        return squall.connect(args.endpoint, token=args.token, auth=args.auth, workers=args.workers)
+    return squall.connect(data=args.data, workers=getattr(args, "workers", None))
+
+
+def _tables(args: argparse.Namespace) -> int:
+    from squall.service.backend import describe_tables
+
+    args.workers = None
+    with _connect(args) as con:
+        tables = con.describe() if args.endpoint else describe_tables(con)
+    if args.format == "json":
+        json.dump(tables, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    for t in tables:
+        rows = "?" if t.get("rows") is None else f"{t['rows']:,}"
+        print(f"{t['name']} ({rows} rows)" + (f"  error: {t['error']}" if t.get("error") else ""))
+        for c in t["columns"]:
+            print(f"  {c['name']:<24} {c['type']}{'' if c['nullable'] else ' not null'}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    _check_workers(args.workers)
+    if not 0 <= args.port <= 65535:
+        raise OptionError(f"--port must be between 0 and 65535, got {args.port}")
+    try:
+        from squall.service.server import serve
+        from squall.service.service import DEFAULT_INLINE_LIMIT
+    except ImportError as err:
+        raise OptionError(f"squall serve needs the aws extra (pip install 'squall[aws]'): {err}") from None
+    if args.inline_limit is not None and args.inline_limit < 0:
+        raise OptionError("--inline-limit must be >= 0")
+    serve(
+        data=args.data,
+        host=args.host,
+        port=args.port,
+        token=args.token or os.environ.get("SQUALL_TOKEN") or None,
+        platform=args.platform,
+        workers=args.workers,
+        state=args.state,
+        inline_limit=DEFAULT_INLINE_LIMIT if args.inline_limit is None else args.inline_limit,
+        access_log=args.access_log,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``squall`` console script."""
     try:
         args = _parser().parse_args(argv)
-        handler = {"query": _query, "explain": _explain, "gen-tpch": _gen_tpch}[args.command]
+        handler = {"query": _query, "explain": _explain, "gen-tpch": _gen_tpch, "tables": _tables,
+                   "serve": _serve}[args.command]  # fmt: skip
         return handler(args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

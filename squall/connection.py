@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -17,9 +18,12 @@ from squall.driver.planner import PlannerOptions
 from squall.driver.platform import Platform, Progress, platform_class
 from squall.driver.stats import summarize
 from squall.errors import OptionError
+from squall.operators.duck import Sandbox
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from squall.client import RemoteConnection
 
 
 class Result:
@@ -94,6 +98,8 @@ class Connection:
                 kwargs["exchange_options"] = _exchange_options(exchange, exchange_options)
             self.platform = cls(**kwargs)
         self.planner_options = planner_options
+        self._db: Sandbox | None = None
+        self._plan_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -109,7 +115,10 @@ class Connection:
 
     def plan(self, sql: str) -> Plan:
         """The distributed plan of ``sql`` (nothing runs)."""
-        return compile_sql(self.catalog, sql, self.platform.world_size, self.planner_options)
+        with self._plan_lock:
+            if self._db is None:
+                self._db = Sandbox(threads=1)
+            return compile_sql(self.catalog, sql, self.platform.world_size, self.planner_options, self._db)
 
     def explain(self, sql: str) -> str:
         """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL."""
@@ -143,6 +152,8 @@ class Connection:
         if not self._closed:
             self._closed = True
             self.platform.close()
+            if self._db is not None:
+                self._db.close()
 
     def __enter__(self) -> Connection:
         return self
@@ -168,13 +179,25 @@ def _exchange_options(exchange: str, options: dict[str, Any] | None) -> dict[str
     return opts
 
 
-def connect(data: str | None = None, *, workers: int | None = None, **options: Any) -> Connection:
-    """Open an embedded Squall connection.
+def connect(
+    data: str | None = None, *, workers: int | None = None, **options: Any
+) -> Connection | RemoteConnection:
+    """Open an embedded Squall connection, or a remote one when ``data`` is an ``http(s)://`` endpoint.
 
     ``data`` is a folder whose Parquet files (``<table>.parquet``) and
     sub-folders (``<table>/*.parquet``) become tables. ``workers`` defaults to
     the number of cores. Further options: ``platform``, ``exchange`` (name or
     ``s3://bucket/prefix``), ``exchange_options``, ``storage_options``,
     ``planner_options``.
+
+    Remote (``squall.connect("http://127.0.0.1:8080", token=…)`` or
+    ``connect(endpoint, auth="iam")``): a :class:`squall.client.RemoteConnection`
+    with the same ``sql()``, ``explain()``, ``tables()``, ``close()``; options
+    ``token``, ``auth``, ``region``, ``timeout_s``.
     """
+    # --- remote endpoints (squall.client) ---
+    if isinstance(data, str) and data.lower().startswith(("http://", "https://")):
+        from squall.client import RemoteConnection
+
+        return RemoteConnection(data, workers=workers, **options)
     return Connection(data, workers=workers, **options)

@@ -1,0 +1,289 @@
+"""Subquery decorrelation: subqueries become joins that distribute like any other.
+
+- ``EXISTS`` / ``NOT EXISTS`` → semi / anti join; correlated equalities are the
+  join keys, other correlated predicates the join's residual (TPC-H Q21's
+  ``l2.l_suppkey <> l1.l_suppkey``), not per-key arrays;
+- ``x IN (SELECT …)`` → semi join on ``x``; ``NOT IN`` → a null-aware anti join
+  (no row survives a NULL in the subquery; a NULL ``x`` survives only an empty
+  subquery), its right side replicated because both facts are global;
+- scalar subqueries, uncorrelated → ``LEFT JOIN … ON TRUE`` with their single
+  row; correlated on equalities → grouped by the correlation keys and
+  ``LEFT JOIN``ed on them (an absent group yields NULL, as SQL wants).
+
+Each rewrite works on the sqlglot AST: the correlated conjuncts are taken out
+of the subquery, its select list becomes the join keys and values, and the
+now uncorrelated subquery is planned like any query. What cannot be rewritten
+this way (COUNT in a correlated scalar subquery, correlation below an
+aggregate, subqueries inside OR, …) is refused with "not supported".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from squall.driver import logical as L
+from squall.errors import NotSupportedError
+
+DIALECT = "duckdb"
+#: table qualifier of a column that already holds an internal name (a decorrelated subquery's value)
+INTERNAL = "__squall_internal"
+
+
+def internal_ref(name: str) -> exp.Column:
+    return exp.column(name, table=INTERNAL)
+
+
+def _unwrap(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
+
+
+def _query_of(e: exp.Expression) -> exp.Expression:
+    e = _unwrap(e)
+    return e.this if isinstance(e, exp.Subquery) else e
+
+
+def _tables(e: exp.Expression) -> set[str]:
+    return {c.table for c in e.find_all(exp.Column) if c.table and c.table != INTERNAL}
+
+
+def _defined_aliases(q: exp.Expression) -> set[str]:
+    """Every source alias and CTE name defined anywhere inside ``q``."""
+    names = {t.alias_or_name for t in q.find_all(exp.Table)}
+    names |= {s.alias for s in q.find_all(exp.Subquery) if s.alias}
+    names |= {c.alias_or_name for c in q.find_all(exp.CTE)}
+    return names
+
+
+def _direct_aliases(sel: exp.Select) -> set[str]:
+    items = []
+    if sel.args.get("from_") is not None:
+        items.append(sel.args["from_"].this)
+    items += [j.this for j in sel.args.get("joins") or []]
+    return {i.alias_or_name for i in items}
+
+
+def _has_agg(e: exp.Expression) -> bool:
+    return any(isinstance(n, exp.AggFunc) for n in e.walk())
+
+
+class Correlation:
+    """A subquery split into its uncorrelated body and the conjuncts that referenced the outside."""
+
+    def __init__(self, body: exp.Select, pairs: list[tuple[exp.Expression, exp.Expression]], residual: list):
+        self.body = body  # the subquery without its correlated conjuncts
+        self.pairs = pairs  # (inner expression, outer expression) equalities
+        self.residual = residual  # other correlated conjuncts
+
+    @property
+    def correlated(self) -> bool:
+        return bool(self.pairs or self.residual)
+
+
+def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
+    """Take the correlated conjuncts out of a subquery's WHERE (see module doc)."""
+    from squall.driver.translate import conjuncts
+
+    if not isinstance(sub, exp.Select):
+        if _tables(sub) - _defined_aliases(sub):
+            raise NotSupportedError("correlated set operation in a subquery")
+        return Correlation(sub, [], [])  # type: ignore[arg-type]
+    inner_all = _defined_aliases(sub)
+    direct = _direct_aliases(sub)
+    body = sub.copy()
+    keep, pairs, residual = [], [], []
+    for c in conjuncts(body.args.get("where")):
+        outside = _tables(c) - inner_all
+        if not outside:
+            keep.append(c)
+            continue
+        if not outside <= outer_aliases:
+            raise NotSupportedError("subquery correlated with a query more than one level up")
+        if any(isinstance(n, (exp.Subquery, exp.Exists)) for n in c.walk()):
+            raise NotSupportedError("nested subquery in a correlated predicate")
+        cu = _unwrap(c)
+        if isinstance(cu, exp.EQ):
+            lt, rt = _tables(cu.this), _tables(cu.expression)
+            if lt and lt <= direct and rt and rt <= outer_aliases and not rt & inner_all:
+                pairs.append((cu.this, cu.expression))
+                continue
+            if rt and rt <= direct and lt and lt <= outer_aliases and not lt & inner_all:
+                pairs.append((cu.expression, cu.this))
+                continue
+        residual.append(c)
+    body.set("where", exp.Where(this=exp.and_(*keep)) if keep else None)
+    leftover = _tables(body) - inner_all
+    if leftover:
+        raise NotSupportedError(f"correlated reference outside WHERE: {', '.join(sorted(leftover))}")
+    return Correlation(body, pairs, residual)
+
+
+class SubqueryMixin:
+    """Decorrelation for the Translator (uses its ``query``, ``convert`` and ``names``)."""
+
+    query: Callable
+    convert: Callable
+
+    def _scope_aliases(self, scope) -> set[str]:
+        return {alias for alias, _c in scope.columns}
+
+    def apply_subquery_conjunct(self, node: L.Node, conj: exp.Expression, scope, ctes) -> L.Node:
+        """Apply one WHERE conjunct that holds a subquery on top of ``node``."""
+        c = _unwrap(conj)
+        negated = isinstance(c, exp.Not)
+        target = _unwrap(c.this) if negated else c
+        if isinstance(target, exp.Exists):
+            return self._exists(node, _query_of(target.this), scope, ctes, negated)
+        if isinstance(target, exp.In) and target.args.get("query") is not None:
+            return self._in(node, target.this, _query_of(target.args["query"]), scope, ctes, negated)
+        if any(isinstance(n, (exp.Exists,)) for n in conj.walk()) or any(
+            isinstance(n, exp.In) and n.args.get("query") is not None for n in conj.walk()
+        ):
+            raise NotSupportedError("EXISTS or IN (subquery) inside OR/CASE; write it as a join")
+        node, rewritten = self.attach_scalars(node, conj, scope, ctes)
+        return L.Filter(node, self.convert(rewritten, scope))
+
+    def attach_scalars(self, node: L.Node, e: exp.Expression, scope, ctes) -> tuple[L.Node, exp.Expression]:
+        """Join every scalar subquery of ``e`` onto ``node``; return ``e`` with them replaced by columns."""
+        e = e.copy()
+        subs = [s for s in e.find_all(exp.Subquery) if not isinstance(s.parent, (exp.Exists, exp.In))]
+        for sub in subs:
+            if sub.find_ancestor(exp.Subquery) is not None:
+                continue  # nested inside another subquery: planned with that one
+            node, name = self._scalar(node, sub.this, scope, ctes)
+            sub.replace(internal_ref(name))
+        return node, e
+
+    def _plan_with_select(self, body: exp.Select, exprs: list[exp.Expression], ctes) -> dict[str, str]:
+        body = body.copy()
+        body.set("expressions", exprs)
+        planned = self.query(body, ctes)
+        self._last_planned = planned
+        return dict(planned.outputs)
+
+    def _residual_scope(self, scope, outputs: dict[str, str], cols: list[exp.Column]):
+        from squall.driver.translate import Scope
+
+        merged = Scope(dict(scope.columns))
+        for i, c in enumerate(cols):
+            merged.add(c.table, c.name, outputs[f"__r{i}"])
+        return merged
+
+    def _exists(self, node: L.Node, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
+        corr = correlate(sub, self._scope_aliases(scope))
+        body = corr.body
+        if isinstance(body, exp.Select) and (
+            body.args.get("group") or body.args.get("having") or any(_has_agg(p) for p in body.expressions)
+        ):
+            raise NotSupportedError("EXISTS over an aggregating subquery")
+        resid_cols = _unique_columns(corr.residual, _defined_aliases(sub))
+        exprs: list[exp.Expression] = [
+            inner.copy().as_(f"__k{i}") for i, (inner, _o) in enumerate(corr.pairs)
+        ]
+        exprs += [c.copy().as_(f"__r{i}") for i, c in enumerate(resid_cols)]
+        if not exprs:
+            exprs = [exp.Literal.number(1).as_("__one")]
+            if isinstance(body, exp.Select):
+                body = body.copy()
+                body.set("limit", exp.Limit(expression=exp.Literal.number(1)))
+        outputs = self._plan_with_select(body, exprs, ctes)
+        right = self._last_planned.node
+        left_keys = tuple(self.convert(o, scope) for _i, o in corr.pairs)
+        right_keys = tuple(L.col(outputs[f"__k{i}"]) for i in range(len(corr.pairs)))
+        residual = None
+        if corr.residual:
+            merged = self._residual_scope(scope, outputs, resid_cols)
+            residual = L_and([self.convert(r, merged) for r in corr.residual])
+        return L.Join(node, right, "anti" if anti else "semi", left_keys, right_keys, residual)
+
+    def _in(self, node: L.Node, lhs: exp.Expression, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
+        if isinstance(_unwrap(lhs), exp.Tuple):
+            raise NotSupportedError("multi-column IN (subquery)")
+        if not isinstance(sub, exp.Select):
+            # set operation: plan it as is, its single column is the key
+            planned = self.query(sub, ctes)
+            if len(planned.outputs) != 1:
+                raise NotSupportedError("IN (subquery) with more than one column")
+            right_key = L.col(planned.outputs[0][1])
+            return L.Join(node, planned.node, "anti" if anti else "semi", (self.convert(lhs, scope),),
+                          (right_key,), None, null_aware=anti)  # fmt: skip
+        if len(sub.expressions) != 1:
+            raise NotSupportedError("IN (subquery) with more than one column")
+        corr = correlate(sub, self._scope_aliases(scope))
+        if corr.correlated and anti:
+            raise NotSupportedError("correlated NOT IN (subquery); use NOT EXISTS")
+        body = corr.body
+        if corr.correlated and (body.args.get("group") or any(_has_agg(p) for p in body.expressions)):
+            raise NotSupportedError("correlated IN over an aggregating subquery")
+        value = body.expressions[0]
+        value = value.this if isinstance(value, exp.Alias) else value
+        resid_cols = _unique_columns(corr.residual, _defined_aliases(sub))
+        exprs = [value.copy().as_("__v")]
+        exprs += [inner.copy().as_(f"__k{i}") for i, (inner, _o) in enumerate(corr.pairs)]
+        exprs += [c.copy().as_(f"__r{i}") for i, c in enumerate(resid_cols)]
+        outputs = self._plan_with_select(body, exprs, ctes)
+        right = self._last_planned.node
+        left_keys = (self.convert(lhs, scope),) + tuple(self.convert(o, scope) for _i, o in corr.pairs)
+        right_keys = (L.col(outputs["__v"]),) + tuple(
+            L.col(outputs[f"__k{i}"]) for i in range(len(corr.pairs))
+        )
+        residual = None
+        if corr.residual:
+            merged = self._residual_scope(scope, outputs, resid_cols)
+            residual = L_and([self.convert(r, merged) for r in corr.residual])
+        kind = "anti" if anti else "semi"
+        return L.Join(node, right, kind, left_keys, right_keys, residual, null_aware=anti)
+
+    def _scalar(self, node: L.Node, sub: exp.Expression, scope, ctes) -> tuple[L.Node, str]:
+        if not isinstance(sub, exp.Select) or len(sub.expressions) != 1:
+            raise NotSupportedError("scalar subquery that is not a one-column SELECT")
+        corr = correlate(sub, self._scope_aliases(scope))
+        body = corr.body
+        value = body.expressions[0]
+        value = value.this if isinstance(value, exp.Alias) else value
+        if corr.residual:
+            raise NotSupportedError("scalar subquery correlated by a non-equality")
+        if not corr.pairs:
+            limit = body.args.get("limit")
+            one_row = (not body.args.get("group") and _has_agg(value)) or (
+                limit is not None and limit.expression.sql() == "1"
+            )
+            if not one_row:
+                raise NotSupportedError("scalar subquery that may return more than one row")
+            outputs = self._plan_with_select(body, [value.copy().as_("__v")], ctes)
+            join = L.Join(node, self._last_planned.node, "left", (), (), None)
+            return join, outputs["__v"]
+        for unsupported in ("group", "having", "limit", "distinct", "order"):
+            if body.args.get(unsupported):
+                raise NotSupportedError(f"correlated scalar subquery with {unsupported.upper()}")
+        if not _has_agg(value):
+            raise NotSupportedError("correlated scalar subquery without an aggregate")
+        if any(isinstance(n, exp.Count) for n in value.walk()):
+            raise NotSupportedError("COUNT in a correlated scalar subquery")
+        keys = [inner.copy() for inner, _o in corr.pairs]
+        body = body.copy()
+        body.set("group", exp.Group(expressions=[k.copy() for k in keys]))
+        exprs = [k.as_(f"__k{i}") for i, k in enumerate(keys)] + [value.copy().as_("__v")]
+        outputs = self._plan_with_select(body, exprs, ctes)
+        left_keys = tuple(self.convert(o, scope) for _i, o in corr.pairs)
+        right_keys = tuple(L.col(outputs[f"__k{i}"]) for i in range(len(keys)))
+        join = L.Join(node, self._last_planned.node, "left", left_keys, right_keys, None)
+        return join, outputs["__v"]
+
+
+def L_and(items: list[exp.Expression]) -> exp.Expression | None:
+    if not items:
+        return None
+    return exp.and_(*items) if len(items) > 1 else items[0]
+
+
+def _unique_columns(exprs: list[exp.Expression], inner: set[str]) -> list[exp.Column]:
+    seen: dict[str, exp.Column] = {}
+    for e in exprs:
+        for c in e.find_all(exp.Column):
+            if c.table in inner:
+                seen.setdefault(f"{c.table}.{c.name}", c)
+    return list(seen.values())

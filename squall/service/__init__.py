@@ -1,0 +1,17 @@
+"""The query service: REST API (Powertools resolver), state stores, query runner and ``squall serve``.
+
+Modules, bottom up:
+
+- :mod:`~squall.service.state` — where query state lives (``StateStore``: local folder or S3), by URL scheme;
+- :mod:`~squall.service.formats` — result encodings (Arrow IPC stream, Parquet, CSV, JSON);
+- :mod:`~squall.service.runner` — runs one stored query on a Connection and records status, progress, result;
+- :mod:`~squall.service.backend` — where queries run: an embedded Connection on a thread (``squall serve``)
+  or the driver Lambda function (deployed API);
+- :mod:`~squall.service.service` — the operations behind the endpoints (submit, status, result, cancel, …);
+- :mod:`~squall.service.api` — the Powertools ``APIGatewayRestResolver`` and pydantic models' routes;
+- :mod:`~squall.service.server` — ``squall serve``: stdlib HTTP server that feeds API Gateway proxy events to
+  the same resolver.
+
+Importing this package needs nothing beyond Squall's core dependencies; :mod:`~squall.service.api` and
+:mod:`~squall.service.server` need the ``aws`` extra (``aws-lambda-powertools``, ``pydantic``).
+"""

@@ -1,0 +1,290 @@
+"""The REST API: a Powertools ``APIGatewayRestResolver`` (validation on, pydantic models) over a Service.
+
+Endpoints (all JSON unless noted; errors are ``{"error", "detail"}``):
+
+=======  ===============================  ===================================================================
+POST     ``/v1/queries``                  ``{sql, workers?, format?, timeout_s?}`` → 202 ``{query_id, status}``
+                                          with ``Location``; ``Idempotency-Key`` header: same key, same query
+GET      ``/v1/queries/{id}``             status, progress, error, stats
+GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json``: the bytes when small; when large
+                                          303 to a presigned URL (S3 state), or streamed by ``squall serve``
+DELETE   ``/v1/queries/{id}``             cancel → 202 with the status
+GET      ``/v1/tables``                   the catalog with schemas
+POST     ``/v1/explain``                  ``{sql, workers?}`` → the distributed plan
+GET      ``/v1/openapi.json``             this API's OpenAPI 3.1 document (no token needed)
+=======  ===============================  ===================================================================
+
+Status codes: squall.errors.UserError subclasses → 400 (``error`` is the class name), bad token → 401,
+unknown id or route → 404, result not ready / query failed / reused Idempotency-Key → 409, malformed body or
+parameter → 422, full queue → 429. :func:`make_handler` adds the bearer-token check in front of the
+resolver, so an unauthenticated request gets 401 before any validation.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
+from aws_lambda_powertools.event_handler.openapi.params import Header, Query
+
+import squall
+from squall.errors import SquallError, UserError
+from squall.service.errors import ServiceError, Unauthorized
+from squall.service.formats import TEXT_FORMATS
+from squall.service.models import (
+    ErrorBody,
+    ExplainRequest,
+    ExplainResponse,
+    QueryAccepted,
+    QueryRequest,
+    QueryStatus,
+    ResultFormat,
+    ResultLink,
+    TablesResponse,
+)
+from squall.service.service import Service
+
+log = logging.getLogger("squall.service")
+
+#: Response header by which the resolver asks ``squall serve`` to stream a local file (never sent out).
+FILE_HEADER = "X-Squall-Internal-File"
+OPENAPI_PATH = "/v1/openapi.json"
+
+Event = dict[str, Any]
+Handler = Callable[[Event, Any], dict[str, Any]]
+
+
+def _error(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> Response:
+    body = {"error": error, "detail": detail}
+    return Response(status, content_types.APPLICATION_JSON, body, headers=headers)
+
+
+def _errors(*codes: int) -> dict[int, Any]:
+    text = {400: "bad SQL or option", 401: "missing or wrong token", 404: "unknown query",
+            409: "conflict: not ready, failed, or Idempotency-Key reuse", 422: "malformed request",
+            429: "queue full"}  # fmt: skip
+    return {c: {"description": text[c], "content": {"application/json": {"model": ErrorBody}}} for c in codes}
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        where = ".".join(str(p) for p in e.get("loc", ()))
+        parts.append(f"{where}: {e.get('msg', e.get('type', 'invalid'))}")
+    return "; ".join(parts)[:1000] or "invalid request"
+
+
+def _location(app: APIGatewayRestResolver, path: str) -> str:
+    stage = (app.current_event.get("requestContext") or {}).get("stage")
+    return f"/{stage}{path}" if stage and stage != "$default" else path
+
+
+def create_app(service: Service) -> APIGatewayRestResolver:
+    """The resolver with every route of the API bound to ``service``."""
+    app = APIGatewayRestResolver(enable_validation=True)
+    openapi: dict[str, str] = {}
+
+    @app.post(
+        "/v1/queries",
+        status_code=202,
+        summary="Submit a query",
+        responses={
+            202: {"description": "accepted", "content": {"application/json": {"model": QueryAccepted}}},
+            **_errors(400, 401, 409, 422, 429),
+        },
+    )
+    def submit_query(
+        body: QueryRequest,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+    ) -> Response[QueryAccepted]:
+        status, replayed = service.submit(
+            body.sql, workers=body.workers, fmt=body.format, timeout_s=body.timeout_s,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
+        headers = {"Location": _location(app, f"/v1/queries/{status['query_id']}")}
+        if replayed:
+            headers["Idempotent-Replayed"] = "true"
+        accepted = QueryAccepted(query_id=status["query_id"], status=status["status"])
+        return Response(202, content_types.APPLICATION_JSON, accepted, headers=headers)
+
+    @app.get(
+        "/v1/queries/<query_id>",
+        summary="Status, progress, error and statistics of a query",
+        responses={
+            200: {"description": "the status", "content": {"application/json": {"model": QueryStatus}}},
+            **_errors(401, 404),
+        },
+    )
+    def get_query(query_id: str) -> Response[QueryStatus]:
+        doc = QueryStatus.model_validate(service.status(query_id))
+        return Response(200, content_types.APPLICATION_JSON, doc)
+
+    @app.delete(
+        "/v1/queries/<query_id>",
+        summary="Cancel a query",
+        responses={
+            202: {"description": "cancelling", "content": {"application/json": {"model": QueryStatus}}},
+            **_errors(401, 404, 409),
+        },
+    )
+    def cancel_query(query_id: str) -> Response[QueryStatus]:
+        doc = QueryStatus.model_validate(service.cancel(query_id))
+        return Response(202, content_types.APPLICATION_JSON, doc)
+
+    @app.get(
+        "/v1/queries/<query_id>/result",
+        summary="The result of a finished query",
+        responses={
+            200: {
+                "description": "the result (Arrow IPC stream, Parquet, CSV or JSON rows)",
+                "content": {
+                    "application/vnd.apache.arrow.stream": {"schema": {"type": "string", "format": "binary"}},
+                    "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
+                    "text/csv": {"schema": {"type": "string"}},
+                    "application/json": {"schema": {"type": "array", "items": {"type": "object"}}},
+                },
+            },
+            303: {
+                "description": "large result: presigned URL",
+                "content": {"application/json": {"model": ResultLink}},
+            },
+            **_errors(401, 404, 409, 422),
+        },
+    )
+    # no return annotation: Powertools would serialize (and UTF-8 decode) the bytes through pydantic
+    def get_result(query_id: str, format: Annotated[ResultFormat | None, Query()] = None):
+        body = service.result(query_id, format)
+        headers = {"Content-Disposition": f'attachment; filename="{body.filename}"'}
+        if body.data is not None:
+            data: bytes | str = body.data.decode() if body.format in TEXT_FORMATS else body.data
+            return Response(200, body.content_type, data, headers=headers)
+        assert body.link is not None
+        if body.link.url is not None:
+            link = ResultLink(
+                url=body.link.url, expires_in=service.link_expires_s, format=body.format, bytes=body.size
+            )
+            return Response(303, content_types.APPLICATION_JSON, link, headers={"Location": body.link.url})
+        headers[FILE_HEADER] = str(body.link.path)
+        return Response(200, body.content_type, b"", headers=headers)
+
+    @app.get(
+        "/v1/tables",
+        summary="The catalog: tables and their schemas",
+        responses={
+            200: {"description": "the tables", "content": {"application/json": {"model": TablesResponse}}},
+            **_errors(401),
+        },
+    )
+    def list_tables() -> Response[TablesResponse]:
+        doc = TablesResponse.model_validate({"tables": service.tables()})
+        return Response(200, content_types.APPLICATION_JSON, doc)
+
+    @app.post(
+        "/v1/explain",
+        summary="The distributed plan of a query (nothing runs)",
+        responses={
+            200: {"description": "the plan", "content": {"application/json": {"model": ExplainResponse}}},
+            **_errors(400, 401, 422),
+        },
+    )
+    def explain(body: ExplainRequest) -> Response[ExplainResponse]:
+        doc = ExplainResponse.model_validate(service.explain(body.sql, body.workers))
+        return Response(200, content_types.APPLICATION_JSON, doc)
+
+    @app.get(OPENAPI_PATH, include_in_schema=False)
+    def openapi_document():  # returns Response; unannotated like get_result
+        if "doc" not in openapi:
+            openapi["doc"] = openapi_json(app, secured=service.token is not None)
+        return Response(200, content_types.APPLICATION_JSON, openapi["doc"])
+
+    @app.exception_handler(ServiceError)
+    def service_error(exc: ServiceError) -> Response:
+        return _error(exc.status, exc.error, exc.detail)
+
+    @app.exception_handler(UserError)
+    def user_error(exc: UserError) -> Response:
+        return _error(400, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    @app.exception_handler(SquallError)
+    def engine_error(exc: SquallError) -> Response:
+        log.warning("engine error: %s", exc)
+        return _error(502, type(exc).__name__, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    def validation_error(exc: RequestValidationError) -> Response:
+        return _error(422, "ValidationError", _validation_detail(exc))
+
+    @app.exception_handler(UnicodeDecodeError)
+    def not_utf8(exc: UnicodeDecodeError) -> Response:
+        return _error(422, "ValidationError", "body: not UTF-8 text")
+
+    @app.exception_handler(NotFoundError)
+    def not_found(exc: NotFoundError) -> Response:
+        event = app.current_event
+        return _error(404, "NotFound", f"no route {event.http_method} {event.path}")
+
+    @app.exception_handler(Exception)
+    def internal_error(exc: Exception) -> Response:
+        log.exception("internal error")
+        return _error(500, "InternalError", "internal error (see the server log)")
+
+    return app
+
+
+def openapi_json(app: APIGatewayRestResolver, *, secured: bool) -> str:
+    """The OpenAPI 3.1 document of ``app`` (bearer auth declared when ``secured``)."""
+    return app.get_openapi_json_schema(
+        title="Squall",
+        version=squall.__version__,
+        description="Serverless SQL over Parquet: submit a query, poll its status, fetch its result.",
+        security_schemes={"bearer": HTTPBearer()} if secured else None,
+        security=[{"bearer": []}] if secured else None,
+    )
+
+
+def _header(event: Event, name: str) -> str | None:
+    for key, value in (event.get("headers") or {}).items():
+        if key.lower() == name:
+            return value
+    for key, values in (event.get("multiValueHeaders") or {}).items():
+        if key.lower() == name and values:
+            return values[-1]
+    return None
+
+
+def _unauthorized(detail: str) -> dict[str, Any]:
+    return {
+        "statusCode": 401,
+        "multiValueHeaders": {
+            "Content-Type": ["application/json"],
+            "WWW-Authenticate": ['Bearer realm="squall"'],
+        },
+        "body": json.dumps({"error": Unauthorized.error, "detail": detail}),
+        "isBase64Encoded": False,
+    }
+
+
+def make_handler(service: Service, app: APIGatewayRestResolver | None = None) -> Handler:
+    """A Lambda-style ``handler(event, context)``: bearer-token check (when the service has a token), then
+    the resolver. ``GET /v1/openapi.json`` needs no token."""
+    resolver = app or create_app(service)
+    token = service.token
+
+    def handler(event: Event, context: Any) -> dict[str, Any]:
+        if token is not None and event.get("path") != OPENAPI_PATH:
+            given = _header(event, "authorization") or ""
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() != "bearer" or not value:
+                return _unauthorized("this server needs a bearer token (Authorization: Bearer <token>)")
+            if not hmac.compare_digest(value.strip().encode(), token.encode()):
+                return _unauthorized("wrong token")
+        return resolver.resolve(event, context)
+
+    return handler

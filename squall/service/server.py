@@ -1,0 +1,240 @@
+"""``squall serve``: the REST API on a local HTTP server, with the very same resolver as the Lambda function.
+
+Each HTTP request becomes an API Gateway REST proxy event (``httpMethod``, ``path``, headers, query string,
+body — base64 when it is not UTF-8), goes through :func:`squall.service.api.make_handler` (token check, then
+the Powertools resolver) and the proxy response is written back. Stdlib only: ``ThreadingHTTPServer``, one
+thread per connection, so status polls and downloads are answered while a query runs.
+
+Queries run on a :class:`~squall.service.backend.LocalBackend`: one background thread, one query at a time,
+a FIFO queue of at most 32 waiting queries (then 429). State (status, results) goes to ``--state``: a folder
+(default: a temporary folder removed on exit) or ``s3://bucket/prefix``. With a folder there are no
+presigned URLs: results larger than the inline limit are streamed from their file by this server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from squall.errors import OptionError
+from squall.service.api import FILE_HEADER, Handler, make_handler
+from squall.service.backend import LocalBackend
+from squall.service.service import DEFAULT_INLINE_LIMIT, Service
+from squall.service.state import state_store
+
+log = logging.getLogger("squall.service")
+
+#: API Gateway's payload limit; larger request bodies get 413.
+MAX_BODY = 10 * 1024 * 1024
+_COPY_CHUNK = 1024 * 1024
+
+
+def to_event(
+    method: str, target: str, headers: list[tuple[str, str]], body: bytes, client: str
+) -> dict[str, Any]:
+    """An API Gateway REST (v1) proxy event for one HTTP request."""
+    parts = urlsplit(target)
+    path = unquote(parts.path) or "/"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    multi_query: dict[str, list[str]] = {}
+    for key, value in query:
+        multi_query.setdefault(key, []).append(value)
+    multi_headers: dict[str, list[str]] = {}
+    for key, value in headers:
+        multi_headers.setdefault(key, []).append(value)
+    try:
+        text, encoded = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode(), True
+    request_id = uuid.uuid4().hex
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": {k: v[-1] for k, v in multi_headers.items()},
+        "multiValueHeaders": multi_headers,
+        "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": "/{proxy+}",
+            "httpMethod": method,
+            "path": path,
+            "stage": "$default",
+            "requestId": request_id,
+            "identity": {"sourceIp": client},
+        },
+        "body": text if body else None,
+        "isBase64Encoded": encoded,
+    }
+
+
+def _response_headers(response: dict[str, Any]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for key, values in (response.get("multiValueHeaders") or {}).items():
+        out.extend((key, str(v)) for v in values)
+    seen = {k.lower() for k, _ in out}
+    for key, value in (response.get("headers") or {}).items():
+        if key.lower() not in seen:
+            out.append((key, str(value)))
+    return out
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: ApiServer
+    protocol_version = "HTTP/1.1"
+    server_version = "squall"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.access_log:
+            sys.stderr.write(f"{self.address_string()} - {format % args}\n")
+
+    def _json(self, status: int, error: str, detail: str) -> None:
+        body = json.dumps({"error": error, "detail": detail}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _dispatch(self) -> None:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            self.close_connection = True
+            self._json(411, "LengthRequired", "send the body with a Content-Length")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            self.close_connection = True
+            self._json(400, "BadRequest", "invalid Content-Length")
+            return
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._json(413, "PayloadTooLarge", f"request bodies are limited to {MAX_BODY} bytes")
+            return
+        body = self.rfile.read(length) if length else b""
+        event = to_event(self.command, self.path, list(self.headers.items()), body, self.client_address[0])
+        try:
+            response = self.server.handler(event, None)
+        except Exception:
+            log.exception("unhandled error for %s %s", self.command, self.path)
+            self._json(500, "InternalError", "internal error (see the server log)")
+            return
+        self._respond(response)
+
+    def _respond(self, response: dict[str, Any]) -> None:
+        headers = _response_headers(response)
+        stream = next((v for k, v in headers if k.lower() == FILE_HEADER.lower()), None)
+        headers = [(k, v) for k, v in headers if k.lower() not in (FILE_HEADER.lower(), "content-length")]
+        if stream is not None:
+            self._send_file(int(response["statusCode"]), headers, stream)
+            return
+        raw = response.get("body") or ""
+        data = base64.b64decode(raw) if response.get("isBase64Encoded") else raw.encode()
+        self.send_response(int(response["statusCode"]))
+        for key, value in headers:
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _send_file(self, status: int, headers: list[tuple[str, str]], path: str) -> None:
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError:
+            self._json(404, "NotFound", "the result file is gone")
+            return
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            self.send_response(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if self.command != "HEAD":
+                shutil.copyfileobj(fh, self.wfile, _COPY_CHUNK)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _dispatch
+
+
+class ApiServer(ThreadingHTTPServer):
+    """A threading HTTP server that feeds every request to a Lambda-style ``handler(event, context)``."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], handler: Handler, *, access_log: bool = False) -> None:
+        super().__init__(address, _RequestHandler)
+        self.handler = handler
+        self.access_log = access_log
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+def serve(
+    *,
+    data: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    token: str | None = None,
+    platform: str = "local",
+    workers: int | None = None,
+    state: str | None = None,
+    inline_limit: int = DEFAULT_INLINE_LIMIT,
+    access_log: bool = False,
+    ready: threading.Event | None = None,
+) -> None:
+    """Run the API until SIGINT/SIGTERM. Prints ``serving on http://HOST:PORT`` on stderr when ready."""
+    temp_state = None
+    if state is None:
+        temp_state = tempfile.mkdtemp(prefix="squall-state-")
+        state = temp_state
+    store = state_store(state)
+    backend = LocalBackend(data, workers=workers, platform=platform)
+    service = Service(store, backend, inline_limit=inline_limit, token=token)
+    try:
+        try:
+            server = ApiServer((host, port), make_handler(service), access_log=access_log)
+        except OSError as err:
+            raise OptionError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+        stop = threading.Event()
+
+        def _terminate(signum: int, frame: Any) -> None:
+            if not stop.is_set():
+                stop.set()
+                threading.Thread(target=server.shutdown, daemon=True).start()
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminate)
+            signal.signal(signal.SIGINT, _terminate)
+        auth = "bearer token required" if token else "no token"
+        print(
+            f"serving on {server.url} (data {data}, state {store.url}, {auth})", file=sys.stderr, flush=True
+        )
+        if ready is not None:
+            ready.set()
+        with server:
+            server.serve_forever(poll_interval=0.2)
+    finally:
+        service.close()
+        if temp_state is not None:
+            shutil.rmtree(temp_state, ignore_errors=True)

@@ -1,0 +1,274 @@
+"""State stores: where the service keeps queries (request, status, cancel marker, results) by key.
+
+A store is a flat key → bytes map under one root URL, found by scheme with :func:`state_store`:
+
+- ``s3://bucket/prefix`` — :class:`S3StateStore` (the deployed service; ``SQUALL_BUCKET``);
+- a folder path (or ``file://…``) — :class:`LocalStateStore` (``squall serve`` without S3).
+
+Both offer the same operations, and both make ``put(create_only=True)`` atomic: S3 with a conditional
+``PutObject`` (``If-None-Match: *``), the folder with ``os.link`` of a fully written temporary file (fails
+with ``EEXIST`` like ``O_EXCL``, but a reader never sees a half-written file). The service uses that for
+Idempotency-Key objects and to submit a query exactly once.
+
+Large results leave through :meth:`StateStore.link`: a presigned GET URL on S3; a local folder has no URLs,
+so its link is the file path and ``squall serve`` streams the file through the HTTP server itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from squall.errors import OptionError
+
+_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*$")
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where a client can fetch an object without going through the API: a URL, or a local file path."""
+
+    url: str | None = None
+    path: str | None = None
+
+
+def check_key(key: str) -> str:
+    """``key`` if it is a safe relative key (no ``..``, no leading ``/`` or ``.``), else OptionError."""
+    if not _KEY.match(key) or ".." in key.split("/"):
+        raise OptionError(f"invalid state key {key!r}")
+    return key
+
+
+class StateStore(ABC):
+    """A key → bytes map under :attr:`url`. Every method is safe to call from several threads."""
+
+    scheme: ClassVar[str]
+    #: True when :meth:`link` returns URLs that clients can fetch directly (presigned).
+    presigns: ClassVar[bool] = False
+
+    url: str
+
+    @abstractmethod
+    def put(
+        self, key: str, data: bytes, *, create_only: bool = False, content_type: str | None = None
+    ) -> bool:
+        """Write ``data`` at ``key``. With ``create_only`` write only if ``key`` does not exist yet (atomic)
+        and return False if it did; otherwise always True."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """The object at ``key``, or None if there is none."""
+
+    @abstractmethod
+    def size(self, key: str) -> int | None:
+        """Size in bytes of the object at ``key``, or None if there is none."""
+
+    @abstractmethod
+    def link(self, key: str, *, expires_s: int, content_type: str, filename: str) -> Link:
+        """A way to fetch ``key`` without the API (presigned URL, or a local path)."""
+
+    def put_json(self, key: str, value: Any, *, create_only: bool = False) -> bool:
+        """Write ``value`` as JSON (see :meth:`put`)."""
+        data = json.dumps(value, separators=(",", ":"), default=str).encode()
+        return self.put(key, data, create_only=create_only, content_type="application/json")
+
+    def get_json(self, key: str) -> Any:
+        """The JSON value at ``key``, or None if there is none."""
+        data = self.get(key)
+        return None if data is None else json.loads(data)
+
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release clients and connections."""
+
+
+class LocalStateStore(StateStore):
+    """A folder on this machine; keys are relative paths under it."""
+
+    scheme = "file"
+
+    def __init__(self, url: str, **_options: Any) -> None:
+        self.root = Path(url.removeprefix("file://")).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = str(self.root)
+
+    def path(self, key: str) -> Path:
+        """The file that holds ``key``."""
+        return self.root / check_key(key)
+
+    def put(
+        self, key: str, data: bytes, *, create_only: bool = False, content_type: str | None = None
+    ) -> bool:
+        target = self.path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        try:
+            if create_only:
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    return False
+            else:
+                os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self.path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def size(self, key: str) -> int | None:
+        try:
+            return self.path(key).stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def link(self, key: str, *, expires_s: int, content_type: str, filename: str) -> Link:
+        return Link(path=str(self.path(key)))
+
+
+class S3StateStore(StateStore):
+    """Objects under ``s3://bucket/prefix/``. Options: ``endpoint_url``, ``region``, ``client`` (a boto3 S3
+    client to use). The endpoint defaults to boto3's own configuration (``AWS_ENDPOINT_URL`` included)."""
+
+    scheme = "s3"
+    presigns = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        client: Any = None,
+        **_options: Any,
+    ) -> None:
+        rest = url.split("://", 1)[1]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise OptionError(f"state store URL needs a bucket: {url}")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.url = f"s3://{bucket}/{self.prefix}"
+        self._endpoint_url = endpoint_url
+        self._region = region
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            self._client = boto3.session.Session().client(
+                "s3",
+                endpoint_url=self._endpoint_url,
+                region_name=self._region,
+                config=Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=16),
+            )
+        return self._client
+
+    def _key(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def put(
+        self, key: str, data: bytes, *, create_only: bool = False, content_type: str | None = None
+    ) -> bool:
+        from botocore.exceptions import ClientError
+
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key), "Body": data}
+        if content_type:
+            kwargs["ContentType"] = content_type
+        if create_only:
+            kwargs["IfNoneMatch"] = "*"
+        try:
+            self.client.put_object(**kwargs)
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code", "")
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if create_only and (
+                code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 412
+            ):
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _missing(err: Exception) -> bool:
+        response = getattr(err, "response", {}) or {}
+        code = response.get("Error", {}).get("Code", "")
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return code in ("NoSuchKey", "404", "NotFound") or status == 404
+
+    def get(self, key: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as err:
+            if self._missing(err):
+                return None
+            raise
+        return response["Body"].read()
+
+    def size(self, key: str) -> int | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as err:
+            if self._missing(err):
+                return None
+            raise
+        return int(response["ContentLength"])
+
+    def link(self, key: str, *, expires_s: int, content_type: str, filename: str) -> Link:
+        url = self.client.generate_presigned_url(
+            "get_object",
+            Params={
+                "Bucket": self.bucket,
+                "Key": self._key(key),
+                "ResponseContentType": content_type,
+                "ResponseContentDisposition": f'attachment; filename="{filename}"',
+            },
+            ExpiresIn=expires_s,
+        )
+        return Link(url=url)
+
+
+_REGISTRY: dict[str, str] = {
+    "file": "squall.service.state:LocalStateStore",
+    "s3": "squall.service.state:S3StateStore",
+}
+
+
+def register_state_store(scheme: str, target: str) -> None:
+    """Make ``scheme://…`` URLs open ``target`` (``"module:Class"``)."""
+    _REGISTRY[scheme] = target
+
+
+def state_store(url: str, **options: Any) -> StateStore:
+    """Open the state store at ``url`` (``s3://bucket/prefix``, a folder, or another registered scheme)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
+    try:
+        module_name, cls_name = _REGISTRY[scheme].split(":")
+    except KeyError:
+        raise OptionError(
+            f"unknown state store scheme {scheme!r} in {url!r} (choose one of: {', '.join(sorted(_REGISTRY))})"
+        ) from None
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(url, **options)

@@ -1,0 +1,184 @@
+"""The SQL analysts write, distributed, checked against DuckDB on the same files (W = 1, 2, 4).
+
+Tables have NULL-heavy columns, a quoted mixed-case column, several row
+groups (so scans really split) and an empty twin. Every query either returns
+exactly DuckDB's answer or fails with a clear "not supported" (listed in
+``NOT_SUPPORTED`` so the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import random
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import squall
+from squall.testing import assert_same_result
+
+QUERIES = {
+    # joins
+    "inner_join": "SELECT a.id, b.score FROM t1 a JOIN t2 b ON a.id = b.t1_id",
+    "left_join": "SELECT a.id, b.score FROM t1 a LEFT JOIN t2 b ON a.id = b.t1_id AND b.score > 10",
+    "right_join": "SELECT a.grp, b.id FROM t1 a RIGHT JOIN t2 b ON a.id = b.t1_id",
+    "full_join": "SELECT a.id AS aid, b.id AS bid FROM t1 a FULL OUTER JOIN t2 b ON a.id = b.t1_id",
+    "join_residual": "SELECT a.id, b.id FROM t1 a JOIN t2 b ON a.id = b.t1_id AND a.val < b.score",
+    "three_way": "SELECT a.grp, c.name, count(*) AS n FROM t1 a JOIN t2 b ON a.id = b.t1_id "
+    "JOIN t3 c ON b.cat = c.cat GROUP BY 1, 2",
+    "cross_join_small": "SELECT c.cat, d.cat AS cat2 FROM t3 c CROSS JOIN t3 d WHERE c.cat < d.cat",
+    "self_join": "SELECT x.id, y.id AS other FROM t1 x JOIN t1 y ON x.grp = y.grp AND x.id + 1 = y.id",
+    "join_on_expression": "SELECT a.id, b.id FROM t1 a JOIN t2 b ON a.id % 97 = b.t1_id % 97 AND a.id < 50",
+    "using_join": "SELECT * FROM t3 JOIN t3b USING (cat)",
+    # semi / anti joins with NULLs
+    "exists": "SELECT id FROM t1 a WHERE EXISTS (SELECT 1 FROM t2 b WHERE b.t1_id = a.id)",
+    "not_exists": "SELECT id FROM t1 a WHERE NOT EXISTS (SELECT 1 FROM t2 b WHERE b.t1_id = a.id)",
+    "exists_residual": "SELECT id FROM t1 a WHERE EXISTS (SELECT 1 FROM t2 b WHERE b.t1_id = a.id AND b.score > a.val)",
+    "in_subquery": "SELECT id, grp FROM t1 WHERE grp IN (SELECT cat FROM t3)",
+    "not_in_with_nulls": "SELECT id FROM t1 WHERE id NOT IN (SELECT t1_id FROM t2)",
+    "not_in_without_nulls": "SELECT id FROM t1 WHERE id NOT IN (SELECT t1_id FROM t2 WHERE t1_id IS NOT NULL)",
+    "not_in_empty": "SELECT count(*) FROM t1 WHERE grp NOT IN (SELECT cat FROM t2_empty)",
+    "in_list": "SELECT id FROM t1 WHERE grp IN ('g1', 'g2') AND id NOT IN (1, 2, 3)",
+    "uncorrelated_exists": "SELECT count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE score > 40)",
+    # scalar subqueries
+    "scalar_where": "SELECT id, val FROM t1 WHERE val > (SELECT avg(val) FROM t1)",
+    "scalar_correlated": "SELECT id FROM t1 a WHERE a.val > (SELECT avg(b.score) FROM t2 b WHERE b.t1_id = a.id)",
+    "scalar_select_list": "SELECT id, (SELECT max(score) FROM t2) AS top FROM t1 WHERE id < 20",
+    "scalar_select_correlated": "SELECT id, (SELECT sum(b.score) FROM t2 b WHERE b.t1_id = a.id) AS s FROM t1 a",
+    "scalar_empty": "SELECT id, (SELECT max(score) FROM t2_empty) AS m FROM t1 WHERE id < 5",
+    "scalar_in_having": "SELECT grp, sum(val) AS s FROM t1 GROUP BY grp HAVING sum(val) > (SELECT avg(val) FROM t1)",
+    # CTEs and derived tables
+    "cte_twice": "WITH s AS (SELECT grp, sum(val) AS v FROM t1 GROUP BY grp) "
+    "SELECT a.grp, a.v, b.v AS w FROM s a JOIN s b ON a.grp = b.grp",
+    "cte_chain": "WITH a AS (SELECT * FROM t1 WHERE id < 500), b AS (SELECT grp, count(*) AS n FROM a GROUP BY grp) "
+    "SELECT * FROM b WHERE n > 5",
+    "derived_table": "SELECT g, avg(v) FROM (SELECT grp AS g, val * 2 AS v FROM t1) AS x GROUP BY g",
+    # set operations
+    "union_all": "SELECT grp FROM t1 UNION ALL SELECT cat FROM t2",
+    "union": "SELECT grp FROM t1 UNION SELECT cat FROM t2",
+    "intersect": "SELECT grp FROM t1 INTERSECT SELECT cat FROM t2",
+    "except": "SELECT grp FROM t1 EXCEPT SELECT cat FROM t3",
+    "union_order_limit": "SELECT id FROM t1 UNION ALL SELECT id FROM t2 ORDER BY id DESC LIMIT 7",
+    # aggregates
+    "distinct": "SELECT DISTINCT grp, flag FROM t1",
+    "count_distinct": "SELECT grp, count(DISTINCT flag) AS f, count(DISTINCT name) AS n FROM t1 GROUP BY grp",
+    "count_distinct_global": "SELECT count(DISTINCT grp), count(DISTINCT name), count(*) FROM t1",
+    "mixed_distinct": "SELECT grp, count(DISTINCT name), sum(val) FROM t1 GROUP BY grp",
+    "having": "SELECT grp, count(*) AS n FROM t1 GROUP BY grp HAVING count(*) > 100 AND min(id) < 50",
+    "stddev_variance": "SELECT grp, stddev(val), variance(val), stddev_pop(val), var_pop(val) FROM t1 GROUP BY grp",
+    "global_aggs": "SELECT count(*), count(val), sum(amount), avg(amount), min(d), max(name) FROM t1",
+    "aggs_on_empty": "SELECT count(*), sum(score), avg(score), max(cat) FROM t2_empty",
+    "group_on_empty": "SELECT cat, count(*) FROM t2_empty GROUP BY cat",
+    "group_by_expression": "SELECT id % 7 AS k, sum(val) FROM t1 GROUP BY id % 7",
+    "group_by_high_card": "SELECT id, count(*) FROM t2 GROUP BY id",
+    "bool_aggs": "SELECT grp, bool_and(flag), bool_or(flag) FROM t1 GROUP BY grp",
+    "string_agg_holistic": "SELECT grp, median(val) AS m FROM t1 GROUP BY grp",
+    # ordering and limits
+    "order_nulls_first": "SELECT id, val FROM t1 ORDER BY val NULLS FIRST, id LIMIT 30",
+    "order_nulls_last_desc": "SELECT id, val FROM t1 ORDER BY val DESC NULLS LAST, id LIMIT 30",
+    "limit_offset": "SELECT id FROM t1 ORDER BY id LIMIT 10 OFFSET 25",
+    "order_by_position_and_alias": "SELECT grp AS g, count(*) AS c FROM t1 GROUP BY 1 ORDER BY c DESC, g",
+    "order_by_unselected": "SELECT name FROM t1 ORDER BY id DESC LIMIT 5",
+    "limit_without_order": "SELECT count(*) FROM (SELECT id FROM t1 LIMIT 13) AS x",
+    # windows
+    "row_number": "SELECT id, grp, row_number() OVER (PARTITION BY grp ORDER BY id) AS rn FROM t1",
+    "rank": "SELECT id, rank() OVER (PARTITION BY grp ORDER BY flag) AS r FROM t1",
+    "running_sum": "SELECT id, sum(val) OVER (PARTITION BY grp ORDER BY id) AS run FROM t1",
+    "window_global": "SELECT id, sum(val) OVER () AS total, row_number() OVER (ORDER BY id) AS rn FROM t1",
+    # expressions
+    "case_like": "SELECT id, CASE WHEN name LIKE 'a%' THEN 'A' WHEN name LIKE '%z' THEN 'Z' ELSE 'other' END FROM t1",
+    "string_functions": "SELECT upper(name), length(name), substr(name, 2, 3), name || '-' || grp, "
+    "replace(name, 'a', 'b'), trim('  x  ') FROM t1 WHERE id < 100",
+    "date_functions": "SELECT extract(year FROM d) AS y, date_trunc('month', d) AS m, count(*) FROM t1 "
+    "WHERE d >= DATE '2020-03-01' AND d < DATE '2021-01-01' + INTERVAL 1 MONTH GROUP BY 1, 2",
+    "casts": "SELECT CAST(id AS VARCHAR) AS s, CAST(amount AS DOUBLE) AS f, CAST(val AS INTEGER) AS i, "
+    "CAST(d AS VARCHAR) AS ds FROM t1 WHERE id < 50",
+    "coalesce_nullif": "SELECT coalesce(val, -1), nullif(grp, 'g1'), val IS NULL FROM t1",
+    "quoted_mixed_case": 'SELECT "MixedCase", count(*) FROM t1 GROUP BY "MixedCase"',
+    "arithmetic_decimal": "SELECT sum(amount * 2 - 1), sum(amount) / count(*) FROM t1",
+    "between_not": "SELECT count(*) FROM t1 WHERE val NOT BETWEEN 10 AND 20",
+    "or_predicates": "SELECT count(*) FROM t1 a JOIN t2 b ON a.id = b.t1_id WHERE a.grp = 'g1' OR b.score > 30",
+    # degenerate
+    "select_without_from": "SELECT 1 AS one, 'x' AS s, 2.5 * 2 AS f",
+    "select_from_values": "SELECT * FROM (VALUES (1, 'a'), (2, 'b')) AS v(k, s)",
+    "empty_join": "SELECT t1.id FROM t1 JOIN t2_empty e ON t1.id = e.t1_id",
+    "empty_result": "SELECT * FROM t1 WHERE id < 0",
+    "all_null_column": "SELECT sum(nothing), count(nothing), max(nothing) FROM t1",
+}
+
+NOT_SUPPORTED: set[str] = set()
+
+
+def _random_tables(seed: int = 7) -> dict[str, pa.Table]:
+    rng = random.Random(seed)
+    n1, n2 = 3000, 4000
+    groups = ["g1", "g2", "g3", "g4", "g5", None, None]
+    names = ["alpha", "beta", "gamma", "delta", "az", "bz", "a", "zz", None]
+    t1 = pa.table(
+        {
+            "id": pa.array(range(1, n1 + 1), pa.int64()),
+            "grp": [rng.choice(groups) for _ in range(n1)],
+            "val": [None if rng.random() < 0.2 else round(rng.uniform(0, 50), 3) for _ in range(n1)],
+            "amount": pa.array(
+                [decimal.Decimal(rng.randint(0, 100000)) / 100 for _ in range(n1)], pa.decimal128(12, 2)
+            ),
+            "d": [dt.date(2020, 1, 1) + dt.timedelta(days=rng.randint(0, 700)) for _ in range(n1)],
+            "flag": [None if rng.random() < 0.1 else rng.random() < 0.5 for _ in range(n1)],
+            "MixedCase": [rng.choice(["Up", "down", None]) for _ in range(n1)],
+            "name": [rng.choice(names) for _ in range(n1)],
+            "nothing": pa.array([None] * n1, pa.int32()),
+        }
+    )
+    t2 = pa.table(
+        {
+            "id": pa.array(range(1, n2 + 1), pa.int64()),
+            "t1_id": [None if rng.random() < 0.05 else rng.randint(1, n1 + 500) for _ in range(n2)],
+            "score": pa.array(
+                [None if rng.random() < 0.3 else rng.randint(0, 50) for _ in range(n2)], pa.int32()
+            ),
+            "cat": [rng.choice(["g1", "g2", "g9", "h", None]) for _ in range(n2)],
+        }
+    )
+    t3 = pa.table({"cat": ["g1", "g2", "g3", "h", "x"], "name": ["one", "two", "three", "aitch", "ex"]})
+    t3b = pa.table({"cat": ["g1", "h", "y"], "weight": [1.5, 2.5, 3.5]})
+    return {"t1": t1, "t2": t2, "t3": t3, "t3b": t3b, "t2_empty": t2.schema.empty_table()}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sqlcov")
+    for name, table in _random_tables().items():
+        pq.write_table(table, folder / f"{name}.parquet", row_group_size=500)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(data):
+    con = duckdb.connect()
+    for f in data.glob("*.parquet"):
+        con.execute(f"CREATE VIEW {f.stem} AS SELECT * FROM read_parquet('{f}')")
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module", params=[1, 2, 4], ids=lambda w: f"w{w}")
+def engine(request, data):
+    con = squall.connect(data=str(data), workers=request.param)
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_sql_matches_duckdb(engine, reference, name):
+    sql = QUERIES[name]
+    if name in NOT_SUPPORTED:
+        with pytest.raises(squall.NotSupportedError, match=r"^not supported: "):
+            engine.sql(sql)
+        return
+    expected = reference.sql(sql).to_arrow_table()
+    result = engine.sql(sql)
+    assert_same_result(result.to_arrow(), expected, sql)
+    assert result.to_arrow().column_names == expected.column_names
