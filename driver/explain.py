@@ -31,7 +31,8 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
         return f"{inp.name}: exchange from stage {inp.stage}"
     groups = {(s.path, rg) for per in inp.splits for s in per for rg in s.row_groups}
     mode = "every rank reads all" if inp.replicated else "split by row group"
-    text = f"{inp.name}: scan {inp.table} [{', '.join(c for c, _n in inp.columns)}] {len(groups)} row groups, {mode}"
+    cols = ", ".join(c if c == n else f"{c}→{n}" for c, n in inp.columns)
+    text = f"{inp.name}: scan {inp.table} [{cols}] {len(groups)} row groups, {mode}"
     if inp.filters:
         text += f"; filter {' AND '.join(inp.filters)}"
     return text
