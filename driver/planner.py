@@ -362,6 +362,14 @@ class Planner:
             return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
         left, dl = self.build(node.left)
         right, dr = self.build(node.right)
+        if (
+            kind in ("semi", "anti")
+            and node.residual is None
+            and not node.null_aware
+            and all(isinstance(k, exp.Column) for k in node.right_keys)
+        ):
+            # only the right side's distinct keys matter: dedupe them locally before they move
+            right = L.Aggregate(right, tuple((k.name, k) for k in node.right_keys), ())
         if choice == "gather":
             if dl.kind != "single":
                 left = self._gather(left, dl, f"{kind} join without equality keys on rank 0")
