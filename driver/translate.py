@@ -606,9 +606,13 @@ class Translator(SubqueryMixin):
         keys: list[tuple[str, exp.Expression]] = []
         key_by_sql: dict[str, str] = {}
         if group is not None:
-            for unsupported in ("grouping_sets", "cube", "rollup"):
-                if group.args.get(unsupported):
-                    raise NotSupportedError(f"GROUP BY {unsupported.replace('_', ' ').upper()}")
+            for kind, label in (
+                (exp.GroupingSets, "GROUPING SETS"),
+                (exp.Rollup, "ROLLUP"),
+                (exp.Cube, "CUBE"),
+            ):
+                if group.find(kind) is not None:
+                    raise NotSupportedError(f"GROUP BY {label}")
             for g in group.expressions:
                 converted = self.convert(g, scope)
                 text = converted.sql(DIALECT)
