@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 import squall
+import squall.connection
+from squall.driver.plan import Plan
 
 from .tpch_data import duckdb_over, tpch_dataset
 
@@ -63,3 +65,21 @@ def connections():
     pool = Connections()
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_plan_round_trips_json():
+    """Every plan any test compiles must survive JSON (plans travel in Lambda events)."""
+    original = squall.connection.compile_sql
+
+    def checked(*args, **kwargs):
+        plan = original(*args, **kwargs)
+        again = Plan.from_json(plan.to_json())
+        assert again == plan, "plan changed through JSON"
+        assert again.to_json() == plan.to_json()
+        return plan
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(squall.connection, "compile_sql", checked)
+    yield
+    patch.undo()
