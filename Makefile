@@ -6,13 +6,18 @@ PY := $(VENV)/bin/python
 SF ?= 1
 DATA ?= data/sf$(SF)
 WORKERS ?=
+ARCH ?= arm64
+CONTEXT ?=
+CDK_ARGS ?=
+CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
+CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test bench venv data lint fmt clean
+.PHONY: run test bench venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,pandas]'
+	$(PY) -m pip install -q -e '.[test,pandas,infra,aws]'
 	touch $@
 
 venv: $(VENV)/.stamp
@@ -23,7 +28,7 @@ data: venv
 run: data
 	$(PY) -m squall.demo --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
 
-test: venv
+test: venv checkov-venv native
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -q
@@ -37,6 +42,46 @@ lint: venv
 fmt: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# --- deploy into your own AWS account (infra/README.md) ---------------------------------------------
+# checkov pins old boto3/networkx/packaging: it gets its own venv, used by tests/infra via subprocess.
+$(CHECKOV_VENV)/.stamp:
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q --disable-pip-version-check 'checkov==3.3.30'
+	touch $@
+
+checkov-venv: $(CHECKOV_VENV)/.stamp
+
+layer: venv
+	$(PY) infra/layer/build_layer.py $(foreach a,$(ARCH),--arch $(a))
+
+build/layer-%.zip: pyproject.toml infra/layer/build_layer.py | venv
+	$(PY) infra/layer/build_layer.py --arch $*
+
+stage: venv
+	$(PY) infra/cdk/squall_infra/staging.py build/function-code
+
+synth: venv
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 $(PY) infra/cdk/app.py -c architecture=$(ARCH) \
+		$(if $(wildcard build/layer-$(ARCH).zip build/layer-$(ARCH)),,-c layerPath=placeholder) $(CONTEXT)
+
+bootstrap: venv
+	$(CDK) bootstrap $(CDK_ARGS)
+
+deploy: venv build/layer-$(ARCH).zip
+	$(CDK) deploy -c architecture=$(ARCH) $(CONTEXT) $(CDK_ARGS)
+
+# --- fabric exchange: native libfabric core (rdma-backend/) -----------------------------------------
+# `native` apt-installs libfabric-dev when missing (root), then builds squall_fabric._native into the
+# venv; without root/apt it prints what to install and the fabric tests skip.
+.PHONY: native bench-fabric
+native: venv
+	$(PY) rdma-backend/build_ffi.py --apt
+
+# all-to-all throughput vs mpi4py Alltoallv (Open MPI over libfabric tcp) and a memcpy bound;
+# installs openmpi-bin, libopenmpi-dev (apt) and mpi4py (pip) on first use
+bench-fabric: native
+	$(PY) benchmarks/exchange_fabric.py --setup $(if $(WORKERS),--ranks $(WORKERS),)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

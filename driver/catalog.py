@@ -12,7 +12,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -23,6 +23,8 @@ from squall.errors import DataError, OptionError
 from squall.operators.storage import Storage, scheme_of, storage_for
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FORMATS = ("parquet", "csv", "json")
+SCANS = ("parquet", "s3select")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,12 @@ class TableInfo:
     files: tuple[str, ...]
     schema: pa.Schema
     row_groups: tuple[RowGroup, ...]
+    #: the footer of every file, read once when the table is loaded (reused for samples)
+    footers: Mapping[str, pq.FileMetaData] = field(default_factory=dict, compare=False, repr=False)
+    #: how workers scan it: "parquet" (the Storage's projected row-group reads) or "s3select"
+    scan: str = "parquet"
+    #: options of the scan operator (e.g. format=csv for s3select), as sorted (key, value) pairs
+    scan_options: tuple[tuple[str, str], ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -89,8 +97,9 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
     files = storage.list_files(location)
     schema: pa.Schema | None = None
     groups: list[RowGroup] = []
+    footers: dict[str, pq.FileMetaData] = {}
     for path in files:
-        md = storage.read_metadata(path)
+        md = footers[path] = storage.read_metadata(path)
         file_schema = md.schema.to_arrow_schema()
         if schema is None:
             schema = file_schema
@@ -106,7 +115,7 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
             groups.append(RowGroup(path, i, rg.num_rows, cols, first_row))
             first_row += rg.num_rows
     assert schema is not None
-    return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups))
+    return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups), footers)
 
 
 def _table_range(info: TableInfo, column: str) -> float | None:
@@ -129,8 +138,12 @@ def _table_range(info: TableInfo, column: str) -> float | None:
 class Catalog:
     """Named tables. Names are case-insensitive, like SQL identifiers."""
 
-    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
-        self._locations: dict[str, tuple[str, str]] = {}  # lower name -> (name, location)
+    def __init__(self, storage_options: Mapping[str, Any] | None = None, scan: str = "parquet") -> None:
+        if scan not in SCANS:
+            raise OptionError(f"scan must be one of {', '.join(SCANS)}, not {scan!r}")
+        self.default_scan = scan
+        # lower name -> (name, location, format, scan)
+        self._locations: dict[str, tuple[str, str, str, str]] = {}
         self._tables: dict[str, TableInfo] = {}
         self._storages: dict[str, Storage] = {}
         self._storage_options = dict(storage_options or {})
@@ -144,15 +157,39 @@ class Catalog:
                 self._storages[scheme] = storage_for(location, self._storage_options)
             return self._storages[scheme]
 
-    def register(self, name: str, location: str) -> None:
-        """Register (or replace) table ``name`` at ``location``. Footers are read on first use."""
+    def requests(self) -> dict[str, int]:
+        """Storage requests the driver issued so far (listing, footers, samples), by type."""
+        with self._lock:
+            storages = list(self._storages.values())
+        out: dict[str, int] = {}
+        for storage in storages:
+            for kind, n in storage.requests().items():
+                out[kind] = out.get(kind, 0) + n
+        return out
+
+    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+        """Register (or replace) table ``name`` at ``location``. Footers are read on first use.
+
+        ``format`` is ``parquet`` (default), ``csv`` or ``json`` (JSON lines); ``scan`` is
+        ``parquet`` (projected row-group reads) or ``s3select`` (S3 Select, S3 objects only;
+        the only scan for csv/json). Default: the catalog's ``scan``.
+        """
         if not _NAME.match(name):
             raise OptionError(f"invalid table name {name!r}: use letters, digits and _")
+        if format not in FORMATS:
+            raise OptionError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
+        scan = scan or ("s3select" if format != "parquet" else self.default_scan)
+        if scan not in SCANS:
+            raise OptionError(f"scan must be one of {', '.join(SCANS)}, not {scan!r}")
+        if scan == "parquet" and format != "parquet":
+            raise OptionError(f"table {name}: {format} objects can only be scanned with scan='s3select'")
+        if scan == "s3select" and scheme_of(location) != "s3":
+            raise OptionError(f"table {name}: scan='s3select' needs an s3:// location, not {location}")
         is_glob = any(ch in location for ch in "*?[")
         if scheme_of(location) == "file" and not is_glob and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
         with self._lock:
-            self._locations[name.lower()] = (name, location)
+            self._locations[name.lower()] = (name, location, format, scan)
             self._tables.pop(name.lower(), None)
 
     def register_folder(self, folder: str) -> list[str]:
@@ -190,7 +227,7 @@ class Catalog:
 
     def names(self) -> list[str]:
         with self._lock:
-            return sorted(name for name, _loc in self._locations.values())
+            return sorted(entry[0] for entry in self._locations.values())
 
     def location(self, name: str) -> str | None:
         entry = self._locations.get(name.lower())
@@ -214,8 +251,14 @@ class Catalog:
         info = self.table(table)
         if not info.row_groups:
             return 1
+        if info.scan != "parquet":  # no cheap sample: a guess of one distinct value per 10 rows
+            return max(1, info.num_rows // 10)
         sample = info.row_groups[0]
-        data = self.storage(info.location).read_row_groups(sample.path, [sample.index], [column]).column(0)
+        data = (
+            self.storage(info.location)
+            .read_row_groups(sample.path, [sample.index], [column], info.footers.get(sample.path))
+            .column(0)
+        )
         if pa.types.is_string_view(data.type) or pa.types.is_binary_view(data.type):
             data = data.cast(pa.large_string() if pa.types.is_string_view(data.type) else pa.large_binary())
         distinct = max(pc.count_distinct(data).as_py(), 1)
@@ -241,8 +284,13 @@ class Catalog:
             return cached
         if entry is None:
             raise DataError(f"unknown table {name}")
-        real_name, location = entry
-        info = load_table(real_name, location, self.storage(location))
+        real_name, location, fmt, scan = entry
+        if scan == "s3select":
+            from squall.operators.s3select import load_s3select_table
+
+            info = load_s3select_table(real_name, location, self.storage(location), fmt)
+        else:
+            info = load_table(real_name, location, self.storage(location))
         with self._lock:
             self._tables[key] = info
         return info

@@ -41,6 +41,7 @@ class LocalPlatform(Platform):
         exchange_options: dict[str, Any] | None = None,
         storage_options: dict[str, Any] | None = None,
         threads_per_worker: int | None = None,
+        worker_env: dict[str, str] | None = None,
     ) -> None:
         cores = os.cpu_count() or 1
         self.world_size = int(workers or cores)
@@ -53,7 +54,8 @@ class LocalPlatform(Platform):
         )
         self.storage_options = dict(storage_options or {})
         self.threads = threads_per_worker or max(1, cores // self.world_size)
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self.worker_env = dict(worker_env or {})
+        self._procs: list[subprocess.Popen[bytes] | None] = []
         self._conns: list[Connection] = []
         self._authkey = secrets.token_bytes(16)
         self._listener: Listener | None = None
@@ -61,36 +63,60 @@ class LocalPlatform(Platform):
 
     # --- pool ---------------------------------------------------------------------------------
 
-    def _spawn(self, rank: int) -> subprocess.Popen[bytes]:
+    def _get_listener(self) -> Listener:
         if self._listener is None:
             self._listener = Listener(family="AF_UNIX", authkey=self._authkey)
+        return self._listener
+
+    def _spawn(self, rank: int) -> subprocess.Popen[bytes] | None:
+        """Start rank ``rank``'s process; it connects back to the listener and says its rank."""
         logs = default_root() / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, SQUALL_WORKER_AUTHKEY=self._authkey.hex())
+        env = dict(os.environ, SQUALL_WORKER_AUTHKEY=self._authkey.hex(), **self.worker_env)
+        address = str(self._get_listener().address)
         with open(logs / f"worker-{os.getpid()}-{rank}.log", "ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "squall.driver.worker_process", str(self._listener.address), str(rank),
-                 str(self.threads)],
+                [sys.executable, "-m", "squall.driver.worker_process", address, str(rank), str(self.threads)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
             )  # fmt: skip
 
+    def _alive(self, rank: int) -> bool:
+        proc, conn = self._procs[rank], self._conns[rank]
+        if conn is None or conn.closed:
+            return False
+        return proc is None or proc.poll() is None
+
+    def _exit_code(self, rank: int) -> int | None:
+        proc = self._procs[rank]
+        if proc is None:
+            return None
+        try:
+            return proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
     def _ensure_pool(self) -> None:
-        """Start missing or dead workers; each connects back and says its rank."""
+        """Start missing or dead workers and wait until each has connected back."""
         while len(self._procs) < self.world_size:
-            self._procs.append(None)  # type: ignore[arg-type]
+            self._procs.append(None)
             self._conns.append(None)  # type: ignore[arg-type]
-        starting = {}
-        for rank, proc in enumerate(self._procs):
-            if proc is None or proc.poll() is not None:
-                starting[rank] = self._spawn(rank)
-        assert self._listener is not None or not starting
-        for _ in starting:
-            conn = self._listener.accept()  # type: ignore[union-attr]
+        missing = [rank for rank in range(self.world_size) if not self._alive(rank)]
+        if not missing:
+            return
+        listener = self._get_listener()
+        started = {rank: self._spawn(rank) for rank in missing}
+        for _ in missing:
+            conn = listener.accept()
             rank = conn.recv()
-            self._procs[rank], self._conns[rank] = starting[rank], conn
+            if not isinstance(rank, int) or not 0 <= rank < self.world_size:
+                conn.close()
+                raise WorkerError(f"a worker connected with rank {rank!r}, expected 0..{self.world_size - 1}")
+            self._procs[rank], self._conns[rank] = started.get(rank), conn
 
     def close(self) -> None:
         for conn in self._conns:
+            if conn is None:
+                continue
             try:
                 conn.send(None)
             except (OSError, BrokenPipeError):
@@ -157,9 +183,9 @@ class LocalPlatform(Platform):
             ready = wait(list(pending.values()), timeout=1.0)
             if not ready:
                 for rank in list(pending):
-                    if self._procs[rank].poll() is not None:
-                        code = self._procs[rank].returncode
-                        failures.append((rank, "error", f"worker process exited with code {code}", ""))
+                    if not self._alive(rank):
+                        code = self._exit_code(rank)
+                        failures.append((rank, "error", _lost(code), ""))
                         self.factory.abort(config, f"rank {rank} died")
                         del pending[rank]
                 continue
@@ -168,8 +194,9 @@ class LocalPlatform(Platform):
                 try:
                     msg = conn.recv()
                 except (EOFError, OSError):
-                    code = self._procs[rank].wait()
-                    failures.append((rank, "error", f"worker process exited with code {code}", ""))
+                    conn.close()
+                    code = self._exit_code(rank)
+                    failures.append((rank, "error", _lost(code), ""))
                     self.factory.abort(config, f"rank {rank} died")
                     del pending[rank]
                     continue
@@ -189,6 +216,10 @@ class LocalPlatform(Platform):
         if failures:
             raise _first_failure(failures)
         return [reports[r] for r in sorted(reports)]
+
+
+def _lost(code: int | None) -> str:
+    return f"worker process exited with code {code}" if code is not None else "worker connection lost"
 
 
 def _first_failure(failures: list[tuple[int, str, str, str]]) -> SquallError:

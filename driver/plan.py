@@ -46,6 +46,10 @@ class ScanInput:
     #: Arrow schema of the scan's output (IPC-serialized, base64): empty splits keep their types
     schema_b64: str = ""
     kind: str = "scan"
+    #: the scan operator: "parquet" (Storage row-group reads) or "s3select" (operators/s3select.py)
+    scan: str = "parquet"
+    #: the operator's options as (key, value) pairs, e.g. (("format", "csv"),)
+    scan_options: tuple[tuple[str, str], ...] = ()
 
     def splits_for(self, rank: int) -> tuple[Split, ...]:
         if self.replicated:
@@ -147,6 +151,8 @@ class Plan:
                             replicated=i["replicated"],
                             filters=tuple(i["filters"]),
                             schema_b64=i["schema_b64"],
+                            scan=i.get("scan", "parquet"),
+                            scan_options=tuple(tuple(o) for o in i.get("scan_options", ())),  # type: ignore[misc]
                         )
                     )
                 else:

@@ -283,6 +283,8 @@ class Planner:
             replicated=replicated and self.world > 1,
             filters=tuple(L.sql_of(f) for f in node.filters),
             schema_b64=base64.b64encode(schema.serialize().to_pybytes()).decode(),
+            scan=info.scan,
+            scan_options=info.scan_options,
         )
         self.inputs[name] = spec
         out: L.Node = InputRef(name, node.names)

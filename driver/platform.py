@@ -64,6 +64,9 @@ class Platform(ABC):
 
 _REGISTRY: dict[str, str] = {
     "local": "squall.driver.local:LocalPlatform",
+    "fabric": "squall.driver.fabric_platform:FabricPlatform",
+    "lambda": "squall.driver.lambda_platform:LambdaPlatform",
+    "lambda-local": "squall.driver.lambda_platform:LocalLambdaPlatform",
 }
 
 

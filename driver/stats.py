@@ -81,7 +81,9 @@ def summarize(
         }
         for e in entries:
             for k, v in e.items():
-                if isinstance(v, (int, float)) and k not in ("exchange_id", "senders", "receivers"):
+                if k == "levels":  # the same on every rank (S3 exchange: 1 or 2), not a counter
+                    merged[k] = max(merged.get(k, 0), v)
+                elif isinstance(v, (int, float)) and k not in ("exchange_id", "senders", "receivers"):
                     merged[k] = merged.get(k, 0) + v
                 elif k not in merged and k not in ("exchange_id",):
                     merged[k] = v

@@ -48,11 +48,15 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from squall.errors import SquallError
+from squall.errors import OptionError, SquallError
 
 
 class ExchangeError(SquallError):
     """An exchange could not deliver data."""
+
+
+class ExchangeConfigError(ExchangeError, OptionError):
+    """The exchange cannot be set up as configured (missing bucket, no access, bad option): the user's to fix."""
 
 
 class ExchangeTimeout(ExchangeError):
@@ -134,6 +138,10 @@ class Exchange(ABC):
     @abstractmethod
     def receive(self, spec: ExchangeSpec) -> pa.Table:
         """Return every row the senders of ``spec`` addressed to this rank."""
+
+    def aborted(self) -> bool:
+        """True when the query was aborted (cheap; workers ask once per stage). Default: never."""
+        return False
 
     def stats(self) -> ExchangeStats:
         """Counters of this endpoint since it was opened."""

@@ -68,6 +68,10 @@ class LocalExchange(Exchange):
         self.folder = Path(config["folder"])
         self.timeout_s = float(config.get("timeout_s", DEFAULT_TIMEOUT_S))
 
+    def aborted(self) -> bool:
+        """The ABORT file exists (one stat call)."""
+        return (self.folder / "ABORT").exists()
+
     def _dir(self, spec: ExchangeSpec) -> Path:
         path = self.folder / f"x{spec.exchange_id}"
         path.mkdir(parents=True, exist_ok=True)

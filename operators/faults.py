@@ -3,16 +3,23 @@
 Comma-separated rules, each ``kind:key=value:…``:
 
 - ``crash:rank=R:stage=S`` — the worker process of rank R exits abruptly when stage S starts;
-- ``delay:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before stage S (or every stage).
+- ``delay:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before stage S (or every stage);
+- ``s3_error:rate=P`` — every S3 request of the process fails with probability P with a retryable
+  ``503 SlowDown`` (a botocore ``before-send`` hook on every S3 client, see :func:`install_s3_errors`),
+  so botocore's retry handler retries it and the exchange/storage counters record the retries.
 
-Rules that do not name a rank apply to every rank.
+Rules that do not name a rank apply to every rank. On the Lambda platform crash and delay rules apply
+to a rank's first attempt only: a re-invoked or duplicate rank runs clean (that is what the tests check).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from squall.errors import OptionError
 
@@ -23,6 +30,7 @@ class Fault:
     rank: int | None = None
     stage: int | None = None
     seconds: float = 0.0
+    rate: float = 0.0
 
 
 def parse_faults(text: str | None) -> tuple[Fault, ...]:
@@ -32,12 +40,12 @@ def parse_faults(text: str | None) -> tuple[Fault, ...]:
         if not rule:
             continue
         kind, *pairs = rule.split(":")
-        if kind not in ("crash", "delay"):
+        if kind not in ("crash", "delay", "s3_error"):
             raise OptionError(f"SQUALL_FAULTS: unknown fault kind {kind!r} in {rule!r}")
         fields: dict[str, str] = {}
         for pair in pairs:
             key, sep, value = pair.partition("=")
-            if not sep or key not in ("rank", "stage", "seconds"):
+            if not sep or key not in ("rank", "stage", "seconds", "rate"):
                 raise OptionError(f"SQUALL_FAULTS: bad field {pair!r} in {rule!r}")
             fields[key] = value
         try:
@@ -47,6 +55,7 @@ def parse_faults(text: str | None) -> tuple[Fault, ...]:
                     int(fields["rank"]) if "rank" in fields else None,
                     int(fields["stage"]) if "stage" in fields else None,
                     float(fields.get("seconds", 0)),
+                    float(fields.get("rate", 0)),
                 )
             )
         except ValueError:
@@ -65,7 +74,68 @@ def before_stage(faults: tuple[Fault, ...], rank: int, stage: int) -> None:
             continue
         if f.stage is not None and f.stage != stage:
             continue
+        if f.kind == "s3_error":
+            continue
         if f.kind == "delay":
             time.sleep(f.seconds)
         elif f.kind == "crash":
             os._exit(17)
+
+
+_installed: list[float] = []
+
+
+def s3_error_rate(faults: tuple[Fault, ...]) -> float:
+    """The probability of an injected S3 error (0 when no ``s3_error`` rule)."""
+    return max((f.rate for f in faults if f.kind == "s3_error"), default=0.0)
+
+
+class _Raw:
+    """The raw body botocore reads from an injected response."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self, **_kwargs: object) -> Iterator[bytes]:
+        yield self.body
+
+
+_SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate. (injected by SQUALL_FAULTS)</Message></Error>"
+)
+
+
+def _s3_error_hook(rate: float, rng: random.Random) -> Callable[..., Any]:
+    def before_send(request: Any, **_kwargs: Any) -> Any:
+        if rng.random() >= rate:
+            return None
+        from botocore.awsrequest import AWSResponse
+
+        return AWSResponse(request.url, 503, {"Content-Type": "application/xml"}, _Raw(_SLOWDOWN))
+
+    return before_send
+
+
+def install_s3_errors(rate: float, seed: int | None = None) -> None:
+    """Make every S3 client created from now on in this process fail requests with probability ``rate``.
+
+    Fault injection only: wraps ``boto3.session.Session.client`` once per process so that every new
+    S3 client (exchange, storage, status objects) gets a ``before-send`` hook that answers with a
+    retryable 503 SlowDown instead of sending the request.
+    """
+    if rate <= 0 or _installed:
+        return
+    import boto3.session
+
+    _installed.append(rate)
+    rng = random.Random(seed)
+    original = boto3.session.Session.client
+
+    def client(self: Any, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        made = original(self, service_name, *args, **kwargs)
+        if service_name == "s3":
+            made.meta.events.register("before-send.s3", _s3_error_hook(rate, rng))
+        return made
+
+    boto3.session.Session.client = client  # type: ignore[method-assign]

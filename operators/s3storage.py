@@ -3,6 +3,8 @@
 - :meth:`S3Storage.list_files`: a prefix of Parquet objects (``s3://b/lineitem/``),
   one object (``s3://b/t.parquet``) or a glob in the last path component
   (``s3://b/t/part-*.parquet``); one LIST per page, one HEAD for a single key.
+- :meth:`S3Storage.list_tables`: the tables under a prefix (``<prefix>/<t>.parquet``
+  objects and ``<prefix>/<t>/`` sub-prefixes holding Parquet objects), one LIST per page.
 - :meth:`S3Storage.read_metadata`: one suffix GET of the last 64 KiB, which holds
   the footer of most files; a second GET only when the footer is longer.
 - :meth:`S3Storage.read_row_groups`: the byte ranges of just the needed column
@@ -10,7 +12,10 @@
   ``coalesce_bytes`` (1 MiB) merged, ranges over ``max_part_bytes`` (16 MiB) cut
   into equal parts of 8-16 MiB, all fetched with parallel ranged GETs; pyarrow
   then decodes from a :class:`RangeFile` that serves reads from the fetched
-  bytes (a read outside them costs one more ranged GET, counted).
+  bytes (a read outside them costs one more ranged GET, counted). Without a
+  footer from the caller, the footer is read once per object and kept for the
+  storage's lifetime (a worker's storage lives for one query); listing a
+  location again forgets the footers of the listed objects.
 
 Requests are counted by type with the bytes they returned (``get``, ``head``,
 ``list``). Missing buckets and keys, access denied and unreachable endpoints
@@ -42,6 +47,7 @@ from squall.operators.storage import Storage
 
 MiB = 1024 * 1024
 _GLOB = re.compile(r"[*?\[]")
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -177,6 +183,7 @@ class S3Storage(Storage):
         self.coalesce_bytes = int(self.options.get("coalesce_bytes", MiB))
         self.max_part_bytes = int(self.options.get("max_part_bytes", 16 * MiB))
         self._sizes: dict[str, int] = {}
+        self._footers: dict[str, pq.FileMetaData] = {}
         self._client_obj: Any = None
         self._pool_obj: ThreadPoolExecutor | None = None
         self._init_lock = threading.Lock()
@@ -266,7 +273,30 @@ class S3Storage(Storage):
         urls = {f"s3://{bucket}/{k}": size for k, size in files.items()}
         with self._lock:
             self._sizes.update(urls)
+            for url in urls:
+                self._footers.pop(url, None)
         return sorted(urls)
+
+    def list_tables(self, url: str) -> list[tuple[str, str]]:
+        """(name, location) of every table under ``url``: ``<t>.parquet`` objects and ``<t>/`` prefixes.
+
+        One recursive LIST (per page of 1,000 keys); a sub-prefix is a table when
+        it holds at least one visible Parquet object. Names must be SQL identifiers.
+        """
+        bucket, key = parse_s3_url(url)
+        prefix = key if key == "" or key.endswith("/") else key + "/"
+        found: dict[str, str] = {}
+        for k in sorted(self._parquet_under(bucket, prefix)):
+            first, sep, _rest = k[len(prefix) :].partition("/")
+            if sep:  # <prefix>/<t>/...parquet
+                name, location = first, f"s3://{bucket}/{prefix}{first}/"
+            else:
+                name, location = first.removesuffix(".parquet"), f"s3://{bucket}/{k}"
+            if _TABLE_NAME.match(name) and not first.startswith((".", "_")):
+                found.setdefault(name, location)
+        if not found:
+            raise DataError(f"no tables (<table>.parquet or <table>/ with Parquet files) under {url}")
+        return sorted(found.items())
 
     def _list(self, bucket: str, prefix: str, delimiter: str = "") -> dict[str, int]:
         """Key -> size of the objects under ``prefix`` (one LIST per page of 1,000)."""
@@ -330,7 +360,13 @@ class S3Storage(Storage):
         columns: Sequence[str],
         metadata: pq.FileMetaData | None = None,
     ) -> pa.Table:
-        metadata = metadata if metadata is not None else self.read_metadata(path)
+        if metadata is None:
+            with self._lock:
+                metadata = self._footers.get(path)
+            if metadata is None:
+                metadata = self.read_metadata(path)
+                with self._lock:
+                    self._footers[path] = metadata
         parts = plan_ranges(
             column_chunk_ranges(metadata, row_groups, columns), self.coalesce_bytes, self.max_part_bytes
         )

@@ -16,7 +16,16 @@ def scan_schema(spec: ScanInput) -> pa.Schema:
 
 
 def read_scan(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) -> pa.Table:
-    """Rows of ``spec`` for ``rank``, with columns renamed to the stage's names."""
+    """Rows of ``spec`` for ``rank``, with columns renamed to the stage's names.
+
+    ``spec.scan == "s3select"`` hands the scan to the S3 Select operator
+    (:mod:`squall.operators.s3select`); otherwise the Storage reads the split's
+    row groups (only the needed column chunks).
+    """
+    if spec.scan == "s3select":
+        from squall.operators.s3select import read_s3select
+
+        return read_s3select(spec, rank, storage_of)
     schema = scan_schema(spec)
     sources = [source for source, _name in spec.columns]
     tables = []

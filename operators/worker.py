@@ -5,7 +5,8 @@ driver's config → for each stage in plan order: if this rank runs the stage,
 read its inputs (scan splits, received exchange data), run the stage's DuckDB
 SQL in a sandbox, partition the output and send it; then, if this rank
 receives that stage's output, receive it now (bulk-synchronous, see
-``squall.exchange.base``) → rank 0 returns the result of the last stage →
+``squall.exchange.base``); before each stage ask the exchange whether the query
+was aborted (``Exchange.aborted``) and stop with ExchangeAborted if so → rank 0 returns the result of the last stage →
 close the endpoint. Per-stage counters come back in :class:`WorkerReport`.
 """
 
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from squall.driver.plan import ExchangeInput, Plan, ScanInput, Stage
 from squall.errors import QueryRuntimeError
-from squall.exchange.base import Exchange, ExchangeSpec
+from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
 from squall.operators.faults import before_stage, faults_from_env
 from squall.operators.partition import PART_COLUMN, split_by_partition
@@ -104,6 +105,7 @@ class Worker:
         threads: int | None = None,
         storage_options: dict[str, Any] | None = None,
         on_stage: Callable[[int], None] | None = None,
+        sandbox_options: dict[str, Any] | None = None,
     ) -> None:
         self.plan = plan
         self.rank = rank
@@ -112,6 +114,7 @@ class Worker:
         self.threads = threads or max(1, (os.cpu_count() or 1) // max(plan.world_size, 1))
         self.storage_options = storage_options or {}
         self.on_stage = on_stage
+        self.sandbox_options = sandbox_options or {}  # memory_limit, temp_directory (Lambda: under /tmp)
         self.native_scans = bool(self.storage_options.get("native_scans", True))
         self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
@@ -136,7 +139,7 @@ class Worker:
             for inp in stage.inputs
             if isinstance(inp, ScanInput) and (view := self._native(inp)) is not None
         }
-        with Sandbox(parquet=views, threads=self.threads) as db:
+        with Sandbox(parquet=views, threads=self.threads, **self.sandbox_options) as db:
             self._run_stages(db, views, received, report)
             result = self._result
         report.elapsed_s = time.perf_counter() - start
@@ -155,6 +158,8 @@ class Worker:
             report.stages.append(sr)
             if self.faults:
                 before_stage(self.faults, self.rank, stage.id)
+            if self.exchange.aborted():  # cancelled or another rank failed: stop between stages
+                raise ExchangeAborted(f"query aborted before stage {stage.id}")
             if self.rank in stage.ranks:
                 table = self._run_stage(stage, db, views, received, sr)
                 if stage.output.kind == "result":

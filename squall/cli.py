@@ -1,7 +1,9 @@
 """The ``squall`` command line.
 
-    squall query SQL | -f FILE --data DIR [--workers W] [--format table|csv|json|parquet]
-                 [--output FILE] [--stats-json FILE]
+    squall query SQL | -f FILE --data DIR|s3://… [--workers W] [--format table|csv|json|parquet]
+                 [--output FILE] [--stats-json FILE] [--exchange local|s3://bucket/prefix]
+                 [--exchange-levels 1|2|auto] [--scan parquet|s3select]
+                 [--platform local|lambda-local|lambda] [--fanout F] [--function NAME]
     squall explain SQL | -f FILE --data DIR [--workers W]
     squall gen-tpch --sf SF --out DIR [--parts N]
     squall tables --data DIR | --endpoint URL
@@ -44,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     def sql_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("sql", nargs="?", help="the query text (or use -f)")
         sp.add_argument("-f", "--file", help="read the query from FILE ('-' for stdin)")
-        sp.add_argument("--data", help="folder of <table>.parquet files or <table>/ folders")
+        sp.add_argument("--data", help="folder or s3://bucket/prefix of <table>.parquet or <table>/ tables")
         sp.add_argument("--workers", type=int, default=None, help="number of workers (default: cores)")
         endpoint_args(sp)
 
@@ -63,6 +65,36 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--output", help="write the result to FILE instead of stdout")
     q.add_argument("--stats-json", help="write the query statistics as JSON to FILE")
     q.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    # --- S3 data and exchange (issue 4) ---
+    q.add_argument("--exchange", default=None, help="local (default) or s3://bucket/prefix (S3 exchange)")
+    q.add_argument(
+        "--exchange-levels",
+        choices=["1", "2", "auto"],
+        default=None,
+        help="S3 exchange levels (default auto)",
+    )
+    q.add_argument(
+        "--scan",
+        choices=["parquet", "s3select"],
+        default=None,
+        help="s3select: scan S3 tables with S3 Select",
+    )
+
+    # --- platforms (issue 5) ---
+    q.add_argument(
+        "--platform", choices=["local", "lambda-local", "lambda", "fabric"], default=None,
+        help="where the workers run: local processes (default), the local Lambda emulator, AWS Lambda, "
+        "or ranks exchanging over libfabric",
+    )  # fmt: skip
+    q.add_argument(
+        "--provider",
+        default=None,
+        help="fabric: libfabric provider, tcp (default), shm or efa ($FI_PROVIDER)",
+    )
+    q.add_argument("--fanout", type=int, default=None, help="lambda: invocation tree fan-out (default ⌈√W⌉)")
+    q.add_argument(
+        "--function", default=None, help="lambda: the worker function (default $SQUALL_WORKER_FUNCTION)"
+    )
 
     e = sub.add_parser("explain", help="print the distributed plan")
     sql_args(e)
@@ -122,11 +154,12 @@ def _progress(enabled: bool) -> Iterator[Any]:
     if not enabled:
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
         TextColumn("[bold]query"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-        transient=True, console=None,
+        transient=True, console=Console(stderr=True),  # on stderr: stdout carries the result
     ) as bar:  # fmt: skip
         task = bar.add_task("planning", total=1.0)
 
@@ -264,7 +297,51 @@ def _connect(args: argparse.Namespace) -> Any:
         if not args.endpoint.lower().startswith(("http://", "https://")):
             raise OptionError(f"--endpoint must be an http(s):// URL, got {args.endpoint!r}")
         return squall.connect(args.endpoint, token=args.token, auth=args.auth, workers=args.workers)
-    return squall.connect(data=args.data, workers=getattr(args, "workers", None))
+    return squall.connect(
+        data=args.data, workers=getattr(args, "workers", None), **_s3_options(args), **_platform_options(args)
+    )
+
+
+def _platform_options(args: argparse.Namespace) -> dict[str, Any]:
+    """connect() keywords for ``query --platform/--fanout/--function``."""
+    platform = getattr(args, "platform", None) if args.command == "query" else None
+    fanout, function = getattr(args, "fanout", None), getattr(args, "function", None)
+    if (fanout is not None or function) and platform not in ("lambda", "lambda-local"):
+        raise OptionError("--fanout and --function need --platform lambda or lambda-local")
+    provider = getattr(args, "provider", None)
+    if provider and platform != "fabric":
+        raise OptionError("--provider needs --platform fabric")
+    if not platform:
+        return {}
+    if platform == "fabric":
+        return (
+            {"platform": "fabric", "platform_options": {"provider": provider}}
+            if provider
+            else {"platform": "fabric"}
+        )
+    s3_exchange = (getattr(args, "exchange", None) or "").startswith("s3://")
+    if platform != "local" and not s3_exchange and not os.environ.get("SQUALL_BUCKET"):
+        raise OptionError(f"--platform {platform} needs --exchange s3://bucket/prefix (or SQUALL_BUCKET)")
+    options: dict[str, Any] = {"platform": platform}
+    extra = {k: v for k, v in (("fanout", fanout), ("function", function)) if v is not None}
+    if extra:
+        options["platform_options"] = extra
+    return options
+
+
+def _s3_options(args: argparse.Namespace) -> dict[str, Any]:
+    """connect() keywords for ``query --exchange/--exchange-levels/--scan``."""
+    options: dict[str, Any] = {}
+    exchange, levels = getattr(args, "exchange", None), getattr(args, "exchange_levels", None)
+    if levels is not None and not (exchange or "").startswith("s3://"):
+        raise OptionError("--exchange-levels needs --exchange s3://bucket/prefix")
+    if exchange:
+        options["exchange"] = exchange
+        if levels is not None:
+            options["exchange_options"] = {"levels": levels}
+    if getattr(args, "scan", None):
+        options["scan"] = args.scan
+    return options
 
 
 def _tables(args: argparse.Namespace) -> int:

@@ -152,6 +152,11 @@ class RemoteConnection:
         self._opener = urllib.request.build_opener(_NoRedirect())
         self._closed = False
 
+    @property
+    def workers(self) -> int | None:
+        """The default worker count of this connection's queries (None: the server's default)."""
+        return self.default_workers
+
     # --- HTTP -----------------------------------------------------------------------------------
 
     def _sign(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> dict[str, str]:

@@ -84,8 +84,10 @@ class Connection:
         exchange_options: dict[str, Any] | None = None,
         storage_options: dict[str, Any] | None = None,
         planner_options: PlannerOptions | None = None,
+        scan: str = "parquet",
+        platform_options: dict[str, Any] | None = None,
     ) -> None:
-        self.catalog = Catalog(storage_options)
+        self.catalog = Catalog(storage_options, scan=scan)
         if data is not None:
             self.catalog.register_folder(str(data))
         if isinstance(platform, Platform):
@@ -96,6 +98,9 @@ class Connection:
             if exchange is not None:
                 kwargs["exchange"] = _exchange_name(exchange, exchange_options)
                 kwargs["exchange_options"] = _exchange_options(exchange, exchange_options)
+            elif exchange_options:
+                kwargs["exchange_options"] = dict(exchange_options)
+            kwargs.update(platform_options or {})  # e.g. fanout, function for the lambda platforms
             self.platform = cls(**kwargs)
         self.planner_options = planner_options
         self._db: Sandbox | None = None
@@ -106,9 +111,14 @@ class Connection:
     def workers(self) -> int:
         return self.platform.world_size
 
-    def register(self, name: str, location: str) -> None:
-        """Make the Parquet file, folder or glob at ``location`` queryable as ``name``."""
-        self.catalog.register(name, str(location))
+    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+        """Make the Parquet file, folder or glob at ``location`` queryable as ``name``.
+
+        ``location`` may be ``s3://bucket/prefix/`` (a prefix of Parquet objects), one
+        object, or a glob in the last component. ``format="csv"|"json"`` with
+        ``scan="s3select"`` scans CSV/JSON-lines objects with S3 Select (opt-in).
+        """
+        self.catalog.register(name, str(location), format=format, scan=scan)
 
     def tables(self) -> list[str]:
         return self.catalog.names()
@@ -129,8 +139,10 @@ class Connection:
         if self._closed:
             raise OptionError("connection is closed")
         start = time.perf_counter()
+        driver_before = self.catalog.requests()
         plan = self.plan(sql)
         planned = time.perf_counter()
+        driver_requests = _delta(self.catalog.requests(), driver_before)
         query_id = f"q{uuid.uuid4().hex[:16]}"
         execution = self.platform.execute(plan, query_id, progress)
         done = time.perf_counter()
@@ -145,6 +157,7 @@ class Connection:
             planning_s=planned - start,
             execution_s=done - planned,
         )
+        stats["driver_storage_requests"] = driver_requests
         stats.update(execution.details)
         return Result(table, stats, plan)
 
@@ -168,6 +181,10 @@ class Connection:
             pass
 
 
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
 def _exchange_name(exchange: str, options: dict[str, Any] | None) -> str:
     return exchange.split("://", 1)[0] if "://" in exchange else exchange
 
@@ -187,8 +204,11 @@ def connect(
     ``data`` is a folder whose Parquet files (``<table>.parquet``) and
     sub-folders (``<table>/*.parquet``) become tables. ``workers`` defaults to
     the number of cores. Further options: ``platform``, ``exchange`` (name or
-    ``s3://bucket/prefix``), ``exchange_options``, ``storage_options``,
-    ``planner_options``.
+    ``s3://bucket/prefix``; ``exchange_options={"levels": 1|2|"auto"}`` for S3),
+    ``exchange_options``, ``storage_options``, ``planner_options``, ``scan``
+    (``"s3select"``: scan S3 tables with S3 Select). ``platform_options``: extra
+    keyword arguments of the platform (``{"fanout": 4, "function": NAME}`` for the lambda platforms). ``data`` may be
+    ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS settings).
 
     Remote (``squall.connect("http://127.0.0.1:8080", token=…)`` or
     ``connect(endpoint, auth="iam")``): a :class:`squall.client.RemoteConnection`

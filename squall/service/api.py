@@ -15,7 +15,7 @@ GET      ``/v1/openapi.json``             this API's OpenAPI 3.1 document (no to
 =======  ===============================  ===================================================================
 
 Status codes: squall.errors.UserError subclasses → 400 (``error`` is the class name), bad token → 401,
-unknown id or route → 404, result not ready / query failed / reused Idempotency-Key → 409, malformed body or
+unknown id or route → 404, known route with another method → 405, result not ready / query failed / reused Idempotency-Key → 409, malformed body or
 parameter → 422, full queue → 429. :func:`make_handler` adds the bearer-token check in front of the
 resolver, so an unauthenticated request gets 401 before any validation.
 """
@@ -25,12 +25,17 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.exceptions import ServiceError as PowertoolsServiceError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
@@ -56,6 +61,20 @@ log = logging.getLogger("squall.service")
 #: Response header by which the resolver asks ``squall serve`` to stream a local file (never sent out).
 FILE_HEADER = "X-Squall-Internal-File"
 OPENAPI_PATH = "/v1/openapi.json"
+
+#: (method, path pattern) of every route, to answer 405 with ``Allow`` for a known path.
+ROUTES = [
+    (method, re.compile("^" + re.sub(r"<\w+>", "[^/]+", path) + "$"))
+    for method, path in (
+        ("POST", "/v1/queries"),
+        ("GET", "/v1/queries/<query_id>"),
+        ("DELETE", "/v1/queries/<query_id>"),
+        ("GET", "/v1/queries/<query_id>/result"),
+        ("GET", "/v1/tables"),
+        ("POST", "/v1/explain"),
+        ("GET", OPENAPI_PATH),
+    )
+]
 
 Event = dict[str, Any]
 Handler = Callable[[Event, Any], dict[str, Any]]
@@ -167,9 +186,10 @@ def create_app(service: Service) -> APIGatewayRestResolver:
             return Response(200, body.content_type, data, headers=headers)
         assert body.link is not None
         if body.link.url is not None:
-            link = ResultLink(
-                url=body.link.url, expires_in=service.link_expires_s, format=body.format, bytes=body.size
-            )
+            link = ResultLink.model_validate(
+                {"url": body.link.url, "expires_in": service.link_expires_s, "format": body.format,
+                 "bytes": body.size}
+            )  # fmt: skip
             return Response(303, content_types.APPLICATION_JSON, link, headers={"Location": body.link.url})
         headers[FILE_HEADER] = str(body.link.path)
         return Response(200, body.content_type, b"", headers=headers)
@@ -221,6 +241,16 @@ def create_app(service: Service) -> APIGatewayRestResolver:
     def validation_error(exc: RequestValidationError) -> Response:
         return _error(422, "ValidationError", _validation_detail(exc))
 
+    @app.exception_handler(RequestUnsupportedContentType)
+    def unsupported_content_type(exc: RequestUnsupportedContentType) -> Response:
+        return _error(415, "UnsupportedMediaType", "send the body as application/json")
+
+    @app.exception_handler(PowertoolsServiceError)
+    def powertools_error(exc: PowertoolsServiceError) -> Response:
+        return _error(
+            exc.status_code, "BadRequest" if exc.status_code < 500 else "InternalError", str(exc.msg)
+        )
+
     @app.exception_handler(UnicodeDecodeError)
     def not_utf8(exc: UnicodeDecodeError) -> Response:
         return _error(422, "ValidationError", "body: not UTF-8 text")
@@ -228,6 +258,10 @@ def create_app(service: Service) -> APIGatewayRestResolver:
     @app.exception_handler(NotFoundError)
     def not_found(exc: NotFoundError) -> Response:
         event = app.current_event
+        allowed = sorted({method for method, rule in ROUTES if rule.match(event.path)})
+        if allowed and event.http_method not in allowed:
+            detail = f"{event.http_method} is not allowed on {event.path} (allowed: {', '.join(allowed)})"
+            return _error(405, "MethodNotAllowed", detail, {"Allow": ", ".join(allowed)})
         return _error(404, "NotFound", f"no route {event.http_method} {event.path}")
 
     @app.exception_handler(Exception)
@@ -259,21 +293,33 @@ def _header(event: Event, name: str) -> str | None:
     return None
 
 
-def _unauthorized(detail: str) -> dict[str, Any]:
+def _proxy_error(
+    status: int, error: str, detail: str, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    extra = {k: [v] for k, v in (headers or {}).items()}
     return {
-        "statusCode": 401,
-        "multiValueHeaders": {
-            "Content-Type": ["application/json"],
-            "WWW-Authenticate": ['Bearer realm="squall"'],
-        },
-        "body": json.dumps({"error": Unauthorized.error, "detail": detail}),
+        "statusCode": status,
+        "multiValueHeaders": {"Content-Type": ["application/json"], **extra},
+        "body": json.dumps({"error": error, "detail": detail}),
         "isBase64Encoded": False,
     }
 
 
+def _unauthorized(detail: str) -> dict[str, Any]:
+    return _proxy_error(401, Unauthorized.error, detail, {"WWW-Authenticate": 'Bearer realm="squall"'})
+
+
+def _json_body(event: Event) -> bool:
+    """True unless the request has a body that is declared as something other than JSON."""
+    if not event.get("body"):
+        return True
+    declared = (_header(event, "content-type") or "application/json").split(";")[0].strip().lower()
+    return declared == "application/json" or declared.endswith("+json")
+
+
 def make_handler(service: Service, app: APIGatewayRestResolver | None = None) -> Handler:
-    """A Lambda-style ``handler(event, context)``: bearer-token check (when the service has a token), then
-    the resolver. ``GET /v1/openapi.json`` needs no token."""
+    """A Lambda-style ``handler(event, context)``: bearer-token check (when the service has a token), a
+    JSON-only body check (415 otherwise), then the resolver. ``GET /v1/openapi.json`` needs no token."""
     resolver = app or create_app(service)
     token = service.token
 
@@ -285,6 +331,8 @@ def make_handler(service: Service, app: APIGatewayRestResolver | None = None) ->
                 return _unauthorized("this server needs a bearer token (Authorization: Bearer <token>)")
             if not hmac.compare_digest(value.strip().encode(), token.encode()):
                 return _unauthorized("wrong token")
+        if not _json_body(event):
+            return _proxy_error(415, "UnsupportedMediaType", "send the body as application/json")
         return resolver.resolve(event, context)
 
     return handler

@@ -33,7 +33,7 @@ log = logging.getLogger("squall.service")
 
 def describe_tables(connection: Connection) -> list[dict[str, Any]]:
     """The catalog of ``connection``: name, columns (name, Arrow type, nullable) and row count per table."""
-    out = []
+    out: list[dict[str, Any]] = []
     for name in connection.tables():
         try:
             info = connection.catalog.table(name)

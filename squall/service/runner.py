@@ -61,8 +61,10 @@ class _Watch:
         cancel: threading.Event | None,
         timeout_s: float | None,
         poll_s: float,
+        tick: Callable[[], None] | None = None,
     ) -> None:
         self.store, self.query_id, self.connection = store, query_id, connection
+        self.tick = tick
         self.cancel_event = cancel or threading.Event()
         self.deadline = time.monotonic() + timeout_s if timeout_s else None
         self.poll_s = poll_s
@@ -99,6 +101,8 @@ class _Watch:
                 self.cancelled = self._check_store()
             if self.cancelled or self.timed_out:
                 break
+            if self.tick is not None:
+                self.tick()
             self._done.wait(0.1)
         # keep cancelling until the query returns: a cancel before the platform started is a no-op
         while not self._done.is_set():
@@ -118,6 +122,7 @@ class _StatusWriter:
         self._lock = threading.Lock()
         self._last = 0.0
         self._final = False
+        self._dirty = False
 
     def write(self, **fields: Any) -> None:
         with self._lock:
@@ -129,19 +134,29 @@ class _StatusWriter:
             self._last = time.monotonic()
 
     def progress(self, state: Progress) -> None:
+        """Record progress; written at most every ``interval_s`` (the watcher flushes the last one)."""
         doc = progress_doc(state)
         with self._lock:
             if self._final:
                 return
             self.doc["progress"] = doc
-            finished = doc["stages_done"] == doc["stages"]
-            if not finished and time.monotonic() - self._last < self.interval_s:
-                return
-            try:
-                self.store.put_json(records.status_key(self.query_id), self.doc)
-            except Exception:
-                log.warning("cannot write progress of %s", self.query_id, exc_info=True)
-            self._last = time.monotonic()
+            self._dirty = True
+            if doc["stages_done"] == doc["stages"] or time.monotonic() - self._last >= self.interval_s:
+                self._flush()
+
+    def flush(self) -> None:
+        """Write progress that was held back by the interval, once the interval has passed."""
+        with self._lock:
+            if self._dirty and not self._final and time.monotonic() - self._last >= self.interval_s:
+                self._flush()
+
+    def _flush(self) -> None:
+        try:
+            self.store.put_json(records.status_key(self.query_id), self.doc)
+        except Exception:
+            log.warning("cannot write progress of %s", self.query_id, exc_info=True)
+        self._last = time.monotonic()
+        self._dirty = False
 
 
 def run_query(
@@ -174,7 +189,8 @@ def run_query(
     fmt = request.get("format") or "arrow"
     try:
         connection = connection_for(request.get("workers"))
-        with _Watch(store, query_id, connection, cancel, request.get("timeout_s"), poll_s) as watch:
+        timeout_s = request.get("timeout_s")
+        with _Watch(store, query_id, connection, cancel, timeout_s, poll_s, status.flush) as watch:
             try:
                 result = connection.sql(request["sql"], progress=status.progress)
             except BaseException:

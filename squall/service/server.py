@@ -170,7 +170,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             if self.command != "HEAD":
                 shutil.copyfileobj(fh, self.wfile, _COPY_CHUNK)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _dispatch
+    def __getattr__(self, name: str) -> Any:
+        # every method (TRACE, PROPFIND, …) goes to the resolver, which answers 404 JSON for unknown routes
+        if name.startswith("do_"):
+            return self._dispatch
+        raise AttributeError(name)
 
 
 class ApiServer(ThreadingHTTPServer):
@@ -187,6 +191,7 @@ class ApiServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue as queue_mod
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -49,8 +51,22 @@ def run_ranks(
     stats: dict[int, dict] = {}
     errors: dict[int, str] = {}
     try:
-        for _ in range(world):
-            rank, status, payload, st = queue.get(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while len(results) + len(errors) < world:
+            try:
+                rank, status, payload, st = queue.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = [
+                    r
+                    for r, p in enumerate(procs)
+                    if not p.is_alive() and r not in results and r not in errors
+                ]
+                for r in dead:  # died without reporting (crash, kill): fail now, not at the timeout
+                    errors[r] = f"process exited with code {procs[r].exitcode} before reporting"
+                if time.monotonic() > deadline:
+                    missing = [r for r in range(world) if r not in results and r not in errors]
+                    raise AssertionError(f"ranks {missing} did not finish within {timeout_s} s") from None
+                continue
             if status == "ok":
                 results[rank] = payload
                 stats[rank] = st

@@ -1,0 +1,292 @@
+"""A local AWS Lambda emulator: boto3's ``invoke`` interface, the real handler in warm local processes.
+
+``LocalLambda(handler="squall.functions.worker.handler", concurrency=16)`` has ``invoke(FunctionName=…,
+InvocationType="Event"|"RequestResponse", Payload=bytes)`` like ``boto3.client("lambda")``. Every
+invocation goes through a JSON round trip, is checked against Lambda's payload limits (256 KB async,
+6 MB sync), and runs in one of at most ``concurrency`` worker processes (``python -m
+squall.driver.lambda_local ADDRESS``, a fresh interpreter, not a fork of the caller). A process is
+started on first need (a cold start) and then reused (warm), like an execution environment; asynchronous
+invocations beyond the concurrency limit wait in a queue. The handler gets a Lambda-like context
+(``function_name``, ``memory_limit_in_mb``, ``aws_request_id``, ``get_remaining_time_in_millis()``…);
+a handler running past ``timeout_s`` is killed; a process that dies is replaced on the next
+invocation. Invocations the handler makes itself (the invocation tree) travel back to this emulator
+over the process's connection. Logs go to ``<squall temp>/logs/lambda-<pid>-<slot>.log``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import queue
+import secrets
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection, Listener
+from typing import Any
+
+from squall.exchange.local import default_root
+
+ASYNC_LIMIT = 256 * 1024
+SYNC_LIMIT = 6 * 1024 * 1024
+
+
+def _too_large(size: int, limit: int) -> Exception:
+    from botocore.exceptions import ClientError
+
+    message = f"{size} byte payload exceeds the {limit} byte limit"
+    return ClientError({"Error": {"Code": "RequestEntityTooLargeException", "Message": message}}, "Invoke")
+
+
+@dataclass
+class _Job:
+    payload: str
+    future: Future[dict[str, Any]] | None  # None: asynchronous
+
+
+class LocalLambda:
+    """The emulator (see module doc). ``stats`` counts invocations, cold starts, crashes, timeouts."""
+
+    def __init__(
+        self,
+        handler: str = "squall.functions.worker.handler",
+        *,
+        function_name: str = "squall-worker",
+        concurrency: int = 16,
+        memory_mb: int = 1024,
+        timeout_s: float = 300.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.handler, self.function_name = handler, function_name
+        self.memory_mb, self.timeout_s = memory_mb, timeout_s
+        self.env = dict(env or {})
+        self.stats = {"invocations": 0, "cold_starts": 0, "crashes": 0, "timeouts": 0}
+        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._authkey = secrets.token_bytes(16)
+        self._lock = threading.Lock()
+        self._slots = [_Slot(self, i) for i in range(concurrency)]
+        self._closed = False
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.stats[key] += 1
+
+    def invoke(
+        self,
+        FunctionName: str,
+        Payload: bytes | str = b"{}",
+        InvocationType: str = "RequestResponse",
+        **_: Any,
+    ) -> dict[str, Any]:
+        """boto3's ``Lambda.Client.invoke`` (the parts Squall uses)."""
+        if self._closed:
+            raise RuntimeError("the local Lambda emulator is closed")
+        if FunctionName != self.function_name:
+            from botocore.exceptions import ClientError
+
+            error = {"Code": "ResourceNotFoundException", "Message": f"Function not found: {FunctionName}"}
+            raise ClientError({"Error": error}, "Invoke")
+        data = Payload.encode() if isinstance(Payload, str) else bytes(Payload)
+        asynchronous = InvocationType == "Event"
+        limit = ASYNC_LIMIT if asynchronous else SYNC_LIMIT
+        if len(data) > limit:
+            raise _too_large(len(data), limit)
+        payload = json.dumps(json.loads(data or b"{}"))  # the JSON round trip Lambda does
+        self._count("invocations")
+        if asynchronous:
+            self._queue.put(_Job(payload, None))
+            return {"StatusCode": 202, "Payload": io.BytesIO(b"")}
+        future: Future[dict[str, Any]] = Future()
+        self._queue.put(_Job(payload, future))
+        out = future.result()
+        response: dict[str, Any] = {"StatusCode": 200, "Payload": io.BytesIO(out["payload"].encode())}
+        if out.get("error"):
+            response["FunctionError"] = "Unhandled"
+        return response
+
+    def close(self) -> None:
+        """Stop the worker processes (running invocations are killed)."""
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._slots:
+            self._queue.put(None)
+        for slot in self._slots:
+            slot.stop()
+
+
+class _Slot:
+    """One concurrent execution environment: a thread feeding a warm worker process."""
+
+    def __init__(self, emulator: LocalLambda, index: int) -> None:
+        self.emu, self.index = emulator, index
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.conn: Connection | None = None
+        self.listener: Listener | None = None
+        self.thread = threading.Thread(target=self._loop, name=f"lambda-slot-{index}", daemon=True)
+        self.thread.start()
+
+    def _spawn(self) -> None:
+        if self.listener is None:
+            self.listener = Listener(family="AF_UNIX", authkey=self.emu._authkey)
+        logs = default_root() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, **self.emu.env)
+        env.update(SQUALL_LAMBDA_AUTHKEY=self.emu._authkey.hex(), AWS_LAMBDA_FUNCTION_NAME=self.emu.function_name,
+                   AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(self.emu.memory_mb), SQUALL_PLATFORM="lambda",
+                   SQUALL_ROLE="worker", POWERTOOLS_TRACE_DISABLED="1")  # fmt: skip
+        env.setdefault("POWERTOOLS_SERVICE_NAME", "squall")
+        env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Squall")
+        with open(logs / f"lambda-{os.getpid()}-{self.index}.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "squall.driver.lambda_local", str(self.listener.address)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+            )  # fmt: skip
+        self.conn = self.listener.accept()
+        self.emu._count("cold_starts")
+
+    def _loop(self) -> None:
+        while True:
+            job = self.emu._queue.get()
+            if job is None:
+                return
+            out = self._run(job)
+            if job.future is not None:
+                job.future.set_result(out)
+
+    def _run(self, job: _Job) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            self._spawn()
+        assert self.conn is not None and self.proc is not None
+        deadline = time.monotonic() + self.emu.timeout_s
+        request_id = str(uuid.uuid4())
+        context = {"function_name": self.emu.function_name, "memory_limit_in_mb": self.emu.memory_mb,
+                   "aws_request_id": request_id, "deadline": time.time() + self.emu.timeout_s}  # fmt: skip
+        try:
+            self.conn.send({"payload": job.payload, "context": context, "handler": self.emu.handler})
+            while True:
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    self.emu._count("timeouts")
+                    self._kill()
+                    return _error(
+                        "Sandbox.Timedout", f"Task timed out after {self.emu.timeout_s:.2f} seconds"
+                    )
+                msg = self.conn.recv()
+                if msg[0] == "invoke":
+                    _tag, name, kind, payload = msg
+                    try:
+                        self.emu.invoke(FunctionName=name, InvocationType=kind, Payload=payload)
+                    except Exception:  # the child is lost, as with a failed async invoke
+                        pass
+                else:
+                    return {"payload": msg[1], "error": msg[0] == "error"}
+        except (EOFError, OSError, BrokenPipeError):
+            self.emu._count("crashes")
+            self._kill()
+            return _error("Runtime.ExitError", "Runtime exited without providing a reason")
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn = None, None
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.listener is not None:
+            self.listener.close()
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"payload": json.dumps({"errorType": kind, "errorMessage": message}), "error": True}
+
+
+# --- the worker process -------------------------------------------------------------------------
+
+
+class LambdaContext:
+    """The parts of Lambda's context object handlers (and Powertools) use."""
+
+    def __init__(self, function_name: str, memory_limit_in_mb: int, aws_request_id: str, deadline: float):
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory_limit_in_mb
+        self.aws_request_id = aws_request_id
+        self.invoked_function_arn = f"arn:aws:lambda:local:000000000000:function:{function_name}"
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = "local"
+        self._deadline = deadline
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.time()) * 1000))
+
+
+class _ParentInvoker:
+    """The Lambda client inside a worker process: invocations go back to the emulator."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def invoke(
+        self, FunctionName: str, Payload: bytes | str = b"{}", InvocationType: str = "Event", **_: Any
+    ) -> dict[str, Any]:
+        if InvocationType != "Event":
+            raise RuntimeError("only asynchronous invocations are supported from inside the emulator")
+        data = Payload.decode() if isinstance(Payload, bytes) else Payload
+        if len(data.encode()) > ASYNC_LIMIT:
+            raise _too_large(len(data.encode()), ASYNC_LIMIT)
+        self.conn.send(("invoke", FunctionName, InvocationType, data))
+        return {"StatusCode": 202}
+
+
+def _resolve(target: str) -> Callable[[dict[str, Any], Any], Any]:
+    module, _sep, name = target.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def serve(conn: Connection) -> None:
+    """Run one invocation after another until told to stop."""
+    from squall.driver.lambda_worker import set_lambda_client
+
+    set_lambda_client(_ParentInvoker(conn))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if job is None:
+            return
+        context = LambdaContext(**job["context"])
+        try:
+            result = _resolve(job["handler"])(json.loads(job["payload"]), context)
+            conn.send(("ok", json.dumps(result)))
+        except Exception as exc:  # an unhandled error, as Lambda reports it
+            conn.send(("error", json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)})))
+
+
+def main(argv: list[str]) -> int:
+    conn = Client(argv[0], family="AF_UNIX", authkey=bytes.fromhex(os.environ["SQUALL_LAMBDA_AUTHKEY"]))
+    serve(conn)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,221 @@
+"""One Lambda worker invocation: start the children of the invocation tree, run a rank, report to S3.
+
+Lifecycle of :func:`run_worker_event` (the library behind ``squall.functions.worker.handler``):
+write the ``start`` key → invoke the children of its rank range asynchronously → start the heartbeat
+thread → load the plan (inline or from S3) → run the rank with the S3 exchange (``sent-<stage>`` and
+``stage-<stage>`` keys as it goes; DuckDB's memory limit, threads and temp/home directory come from the
+function's memory and ``/tmp``) → rank 0 writes the result (Arrow IPC) → write ``done`` (the
+WorkerReport dict) or ``error`` (one line). A crash writes nothing: the driver notices the stale
+heartbeat and re-invokes the rank. Keys: :mod:`squall.driver.lambda_state`.
+
+The event (JSON)::
+
+    {"query_id": "q…", "function": "<worker function>", "ranks": [lo, hi], "fanout": f, "attempt": n,
+     "plan": {"inline": "<plan JSON>"} | {"key": "<exchange prefix>/_run/plan.json"},
+     "exchange": {<S3 exchange config>},
+     "settings": {"deadline": <epoch s>, "heartbeat_s": 2.0, "threads": null, "storage_options": {}}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from squall.driver import lambda_state as keys
+from squall.driver.plan import Plan
+from squall.errors import UserError
+from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec, open_exchange
+from squall.exchange.s3 import make_client
+from squall.operators.faults import faults_from_env, install_s3_errors, s3_error_rate
+from squall.operators.worker import Worker
+
+MB_PER_VCPU = 1769  # Lambda gives one vCPU per 1,769 MB of memory
+_lambda_client: Any = None
+
+
+def set_lambda_client(client: Any) -> None:
+    """Use ``client`` (boto3 Lambda interface) to invoke children; the local emulator sets its own."""
+    global _lambda_client
+    _lambda_client = client
+
+
+def lambda_client() -> Any:
+    global _lambda_client
+    if _lambda_client is None:
+        import boto3
+
+        _lambda_client = boto3.session.Session().client("lambda")
+    return _lambda_client
+
+
+def sandbox_settings(memory_mb: int, query_id: str, rank: int) -> tuple[int, dict[str, Any]]:
+    """DuckDB threads and Sandbox options for a function with ``memory_mb``: 60 % of memory for DuckDB,
+    one thread per vCPU, temp and home directory under ``/tmp`` (the only writable place)."""
+    threads = max(1, math.ceil(memory_mb / MB_PER_VCPU))
+    temp = os.path.join(tempfile.gettempdir(), f"squall-duck-{query_id}-{rank}")
+    os.makedirs(temp, exist_ok=True)
+    return threads, {"memory_limit": f"{max(128, int(memory_mb * 0.6))}MB", "temp_directory": temp}
+
+
+class _Status:
+    """Writes this attempt's status keys; counts its PUTs."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str, rank: int, attempt: int) -> None:
+        self.client, self.bucket = client, bucket
+        self.base = keys.attempt_prefix(prefix, rank, attempt)
+        self.puts = 0
+        self._lock = threading.Lock()
+
+    def put(self, name: str, body: bytes = b"") -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self.base + name, Body=body)
+        with self._lock:
+            self.puts += 1
+
+
+class _Heartbeat(threading.Thread):
+    """Rewrites the ``hb`` key every ``interval`` seconds (a new body each time, so its ETag changes)."""
+
+    def __init__(self, status: _Status, interval: float) -> None:
+        super().__init__(name="squall-heartbeat", daemon=True)
+        self.status, self.interval = status, interval
+        self.stop = threading.Event()
+
+    def halt(self) -> None:
+        """Stop beating (idempotent); returns once no beat is in flight, so none lands after ``done``."""
+        self.stop.set()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join(timeout=10)
+
+    def run(self) -> None:
+        beat = 0
+        while not self.stop.is_set():
+            beat += 1
+            try:
+                self.status.put("hb", str(beat).encode())
+            except Exception:  # a missed beat is not fatal; the driver tolerates a few
+                pass
+            self.stop.wait(self.interval)
+
+
+class _ReportingExchange(Exchange):
+    """Delegates to the real endpoint and writes a ``sent-<stage>`` key after each send."""
+
+    name = "reporting"
+
+    def __init__(self, inner: Exchange, status: _Status) -> None:
+        super().__init__(inner.config, inner.rank, inner.world_size)
+        self.inner, self.status = inner, status
+
+    def send(self, spec: ExchangeSpec, parts: Mapping[int, pa.Table]) -> None:
+        self.inner.send(spec, parts)
+        self.status.put(f"sent-{spec.exchange_id}")
+
+    def receive(self, spec: ExchangeSpec) -> pa.Table:
+        return self.inner.receive(spec)
+
+    def aborted(self) -> bool:
+        return bool(getattr(self.inner, "aborted", lambda: False)())
+
+    def stats(self) -> Any:
+        return self.inner.stats()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _load_plan(event: Mapping[str, Any], client: Any, bucket: str) -> Plan:
+    ref = event["plan"]
+    if "inline" in ref:
+        return Plan.from_json(ref["inline"])
+    return Plan.from_json(client.get_object(Bucket=bucket, Key=ref["key"])["Body"].read().decode())
+
+
+def _invoke_children(event: Mapping[str, Any]) -> int:
+    lo, hi = event["ranks"]
+    kids = keys.children(lo, hi, int(event["fanout"]))
+    client = lambda_client() if kids else None
+    for a, b in kids:
+        payload = json.dumps(dict(event, ranks=[a, b])).encode()
+        client.invoke(FunctionName=event["function"], InvocationType="Event", Payload=payload)
+    return len(kids)
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    kind = (
+        "user" if isinstance(exc, UserError) else "aborted" if isinstance(exc, ExchangeAborted) else "error"
+    )
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return kind, message if kind != "error" else f"{type(exc).__name__}: {message}"
+
+
+def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    """Run one worker invocation (see module doc); returns a small summary (ignored when async)."""
+    started = time.time()
+    query_id, attempt = event["query_id"], int(event.get("attempt", 0))
+    rank = int(event["ranks"][0])
+    settings = event.get("settings", {})
+    faults = faults_from_env() if attempt == 0 else ()
+    install_s3_errors(s3_error_rate(faults_from_env()))
+    config = dict(event["exchange"])
+    client = make_client(config)
+    status = _Status(client, config["bucket"], config["prefix"], rank, attempt)
+    status.put(f"start-{int(started * 1000)}")
+    invoked = _invoke_children(event)
+    heartbeat = _Heartbeat(status, float(settings.get("heartbeat_s", 2.0)))
+    heartbeat.start()
+    memory_mb = int(getattr(context, "memory_limit_in_mb", 0) or settings.get("memory_mb") or 1024)
+    threads, sandbox = sandbox_settings(memory_mb, query_id, rank)
+    threads = int(settings.get("threads") or threads)
+    remaining = (context.get_remaining_time_in_millis() / 1000 - 2) if context is not None else 1e9
+    deadline = min(float(settings.get("deadline", 1e18)), time.time() + remaining)
+    config["timeout_s"] = max(1.0, min(float(config.get("timeout_s", 600)), deadline - time.time()))
+    try:
+        plan = _load_plan(event, client, config["bucket"])
+        pa.set_cpu_count(threads)
+        exchange = _ReportingExchange(open_exchange(config, rank, plan.world_size), status)
+        try:
+            worker = Worker(plan, rank, exchange, query_id, threads=threads,
+                            storage_options=settings.get("storage_options"),
+                            on_stage=lambda sid: status.put(f"stage-{sid}"), sandbox_options=sandbox)  # fmt: skip
+            worker.faults = faults
+            result, report = worker.run()
+        finally:
+            exchange.close()
+        result_key = None
+        if result is not None:
+            result_key = keys.result_key(config["prefix"], attempt)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, result.schema) as writer:
+                writer.write_table(result)
+            client.put_object(Bucket=config["bucket"], Key=result_key, Body=sink.getvalue().to_pybytes())
+            status.puts += 1
+        heartbeat.halt()
+        doc = {"report": report.to_dict(), "result_key": result_key, "invocations": invoked,
+               "status_puts": status.puts + 1, "memory_mb": memory_mb,
+               "billed_ms": math.ceil((time.time() - started) * 1000)}  # fmt: skip
+        status.put("done", json.dumps(doc).encode())
+        return {"rank": rank, "attempt": attempt, "status": "done"}
+    except BaseException as exc:
+        kind, message = _classify(exc)
+        heartbeat.halt()
+        doc = {"kind": kind, "message": message, "traceback": traceback.format_exc()[-4000:],
+               "invocations": invoked, "status_puts": status.puts + 1, "memory_mb": memory_mb,
+               "billed_ms": math.ceil((time.time() - started) * 1000)}  # fmt: skip
+        try:
+            status.put("error", json.dumps(doc).encode())
+        except Exception:
+            pass  # the driver's heartbeat check re-invokes the rank
+        return {"rank": rank, "attempt": attempt, "status": "error", "message": message}
+    finally:
+        heartbeat.halt()
+        shutil.rmtree(sandbox["temp_directory"], ignore_errors=True)

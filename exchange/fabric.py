@@ -1,0 +1,1004 @@
+"""Fabric exchange: Barthels-style RDMA shuffle over libfabric (``rdma-backend/``).
+
+Every rank opens one ``FI_EP_RDM`` endpoint (:class:`Endpoint`, a thin layer
+over the cffi module ``squall_fabric._native`` built by ``make native``). Data
+moves only by one-sided ``fi_write`` with ``FI_DELIVERY_COMPLETE`` into
+receive windows; small control messages (``fi_send``) tell a target what it
+cannot see by itself, since EFA has no ``FI_RMA_EVENT``.
+
+Per exchange, between a sender ``s`` and a remote receiver ``r``::
+
+    s -> r  HIST(x, size)        s's Arrow IPC stream for r is `size` bytes
+    r -> s  WIN(x, addr, key)    once r has every sender's HIST: r registered ONE
+                                 window of exactly sum(sizes) (one slot per sender,
+                                 sender order) and tells each sender its slot's address
+    s => r  fi_write ...         s writes its stream into its own disjoint slot
+    s -> r  DONE(x)              after the writes completed at s (delivery complete)
+
+The HIST messages of all senders form the exchange's global histogram (each
+receiver needs only its column of it); DONE messages are the completion
+counting, and a receiver returns when it has counted one per sender: that is
+the per-exchange barrier between the senders and a receiver. Windows are never
+reused, so no global barrier is needed between exchanges; :meth:`FabricExchange.barrier`
+offers one anyway. A receiver reads each sender's slot of its window as an
+Arrow IPC stream without copying (the returned table keeps the window alive).
+A sender computes the stream sizes without serializing (``MockOutputStream``),
+then serializes each partition straight into a registered send arena and posts
+its write as soon as that receiver's window is known, while it serializes the
+next partition. A rank's own partition never touches the fabric.
+
+Out-of-band rendezvous: :class:`FabricExchangeFactory.prepare` starts a tiny
+TCP key-value server (:class:`RendezvousServer`, a thread in the driver) and
+puts its ``host:port`` into the config. Ranks publish their ``fi_getname``
+address there (``addr/<rank>``), look their peers up, mark finished sends
+(``done/<exchange>/<rank>``, so a retried worker's duplicate send is skipped)
+and poll the abort flag. Window addresses and MR keys travel in WIN messages.
+On a cluster run the factory with ``host="0.0.0.0"`` and ``advertise=<head
+node address>``.
+
+Lifecycle: the driver calls ``prepare`` (starts the rendezvous), hands the
+config to every rank, and ``cleanup`` (stops it) when the query ends. A rank
+opens :class:`FabricExchange` (endpoint + publish address), calls
+``send``/``receive`` in plan order and ``close`` (waits for its last
+operations, deregisters, closes the endpoint). Manual progress: every wait in
+this module polls the completion queue, so a rank inside ``send`` or
+``receive`` keeps the transfers that target it moving.
+
+Provider: ``provider`` in the config, else ``FI_PROVIDER``; e.g. ``tcp`` (with
+``FI_TCP_IFACE=lo`` on one machine) or ``shm``; ``efa`` on AWS. Without
+libfabric or the native module this module still imports; ``prepare`` and
+opening an endpoint raise :class:`ExchangeError` saying what to install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib
+import json
+import os
+import secrets
+import socket
+import socketserver
+import struct
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from squall.exchange.base import (
+    Exchange,
+    ExchangeAborted,
+    ExchangeError,
+    ExchangeFactory,
+    ExchangeSpec,
+    ExchangeStats,
+    ExchangeTimeout,
+    concat,
+)
+
+DEFAULT_TIMEOUT_S = 600.0
+NATIVE_MODULE = "squall_fabric._native"
+INSTALL_HINT = (
+    "build it with `make native` in the Squall checkout (as root it apt-installs the Debian package "
+    "libfabric-dev; otherwise run `apt-get install libfabric-dev pkg-config gcc` first)"
+)
+SLOT_ALIGN = 8  # Arrow IPC streams are multiples of 8 bytes: slots are packed without gaps
+ARENA_MIN = 1 << 20
+POLL_MS = 2
+ABORT_CHECK_S = 0.1
+RESOLVE_EVERY_S = 0.005
+
+EV_WRITE, EV_SEND, EV_RECV = 1, 2, 3
+
+
+class _Deadline(Exception):
+    """Internal: a wait passed its deadline (turned into ExchangeTimeout with the missing ranks)."""
+
+
+class FabricError(ExchangeError):
+    """A libfabric operation failed; the message carries libfabric's reason."""
+
+
+class FabricTimeout(FabricError, ExchangeTimeout):
+    """A libfabric operation could not be posted in time (the peer makes no progress)."""
+
+
+class FabricUnavailable(ExchangeError):
+    """The native module or libfabric is missing on this machine."""
+
+
+# --- native module --------------------------------------------------------------------------------
+
+_native_cache: tuple[Any, Any] | None = None
+
+
+def load_native() -> tuple[Any, Any]:
+    """Return ``(ffi, lib)`` of the native module or raise :class:`FabricUnavailable`."""
+    global _native_cache
+    if _native_cache is None:
+        try:
+            module = importlib.import_module(NATIVE_MODULE)
+        except ImportError as exc:
+            detail = str(exc)
+            if "libfabric" in detail:
+                what = f"the libfabric shared library is missing ({detail}); install the Debian package libfabric1"
+            else:
+                what = f"the native module {NATIVE_MODULE} is not built ({detail})"
+            raise FabricUnavailable(f"fabric exchange unavailable: {what}; {INSTALL_HINT}") from exc
+        _native_cache = (module.ffi, module.lib)
+    return _native_cache
+
+
+def native_available() -> str | None:
+    """None when the native module loads, else the reason it does not."""
+    try:
+        load_native()
+    except FabricUnavailable as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A finished operation reported by :meth:`Endpoint.poll`."""
+
+    kind: int  # EV_WRITE, EV_SEND or EV_RECV
+    err: int  # 0 or a positive FI_E* code
+    tag: int
+    length: int
+    data: bytes = b""
+
+
+class MemoryRegion:
+    """A registered buffer. Keeps the Python object that owns the memory alive."""
+
+    def __init__(self, endpoint: Endpoint, owner: Any, remote_write: bool) -> None:
+        ffi, lib = endpoint.ffi, endpoint.lib
+        self.endpoint = endpoint
+        self.owner = owner
+        self._cbuf = ffi.from_buffer("char[]", owner, require_writable=remote_write)
+        self.length = len(self._cbuf)
+        out = ffi.new("sqf_mr **")
+        endpoint._check(
+            lib.sqf_mr_reg(endpoint._ptr(), self._cbuf, self.length, int(remote_write), out), "register"
+        )
+        self._mr = out[0]
+        self.key: int = int(lib.sqf_mr_key(self._mr))
+        #: the address a peer writes to for offset 0 (virtual address or 0, per FI_MR_VIRT_ADDR)
+        self.remote_base: int = int(lib.sqf_mr_remote_base(self._mr))
+        endpoint._mrs.add(self)
+
+    @property
+    def address(self) -> int:
+        """Virtual address of the first byte."""
+        return int(self.endpoint.ffi.cast("uintptr_t", self._cbuf))
+
+    def close(self) -> None:
+        if self._mr is not None:
+            mr, self._mr = self._mr, None
+            self.endpoint._mrs.discard(self)
+            if not self.endpoint.closed:
+                self.endpoint._check(self.endpoint.lib.sqf_mr_close(mr), "deregister")
+
+
+class Endpoint:
+    """One ``FI_EP_RDM`` endpoint of the native core; used by one thread at a time."""
+
+    def __init__(self, provider: str | None = None, max_events: int = 256) -> None:
+        self.ffi, self.lib = load_native()
+        ffi, lib = self.ffi, self.lib
+        out = ffi.new("sqf_ep **")
+        err = ffi.new("char[512]")
+        rc = lib.sqf_open(provider.encode() if provider else ffi.NULL, out, err, 512)
+        if rc:
+            hint = (
+                " (is FI_TCP_IFACE set to an existing interface?)" if provider and "tcp" in provider else ""
+            )
+            raise FabricError(
+                f"cannot open a libfabric endpoint: {ffi.string(err).decode(errors='replace')}{hint}"
+            )
+        self._ep: Any = out[0]
+        self._events = ffi.new("sqf_event[]", max_events)
+        self._max_events = max_events
+        self._mrs: set[MemoryRegion] = set()
+        info = ffi.new("sqf_info *")
+        try:
+            self._check(lib.sqf_get_info(self._ep, info), "fi_getinfo")
+        except FabricError:
+            self.close(linger_ms=0)
+            raise
+        self.info: dict[str, Any] = {
+            "provider": ffi.string(info.provider).decode(),
+            "fabric": ffi.string(info.fabric).decode(),
+            "domain": ffi.string(info.domain).decode(),
+            "mr_mode": int(info.mr_mode),
+            "mr_key_size": int(info.mr_key_size),
+            "max_msg_size": int(info.max_msg_size),
+            "tx_size": int(info.tx_size),
+            "rx_size": int(info.rx_size),
+            "inject_size": int(info.inject_size),
+            "chunk_size": int(info.chunk_size),
+            "virt_addr": bool(info.virt_addr),
+            "addrlen": int(info.addrlen),
+            "cq_wait": bool(info.cq_wait),
+        }
+
+    def counters(self) -> dict[str, int]:
+        """Native counters: ``eagain`` (posts retried after -FI_EAGAIN), ``pending`` operations."""
+        info = self.ffi.new("sqf_info *")
+        self._check(self.lib.sqf_get_info(self._ptr(), info), "fi_getinfo")
+        return {"eagain": int(info.eagain), "pending": self.pending}
+
+    @property
+    def closed(self) -> bool:
+        return self._ep is None
+
+    def _ptr(self) -> Any:
+        if self._ep is None:
+            raise FabricError("the endpoint is closed")
+        return self._ep
+
+    def _check(self, rc: int, what: str) -> int:
+        if rc < 0:
+            msg = (
+                self.ffi.string(self.lib.sqf_last_error(self._ep)).decode(errors="replace")
+                if self._ep
+                else ""
+            )
+            error = FabricTimeout if rc == -errno.ETIMEDOUT else FabricError
+            raise error(f"{what}: {msg or self.ffi.string(self.lib.sqf_strerror(rc)).decode()}")
+        return rc
+
+    def name(self) -> bytes:
+        """This endpoint's address (``fi_getname``), to publish out of band."""
+        size = max(self.info["addrlen"], 16)
+        buf = self.ffi.new("char[]", size)
+        length = self.ffi.new("size_t *", size)
+        self._check(self.lib.sqf_getname(self._ptr(), buf, length), "fi_getname")
+        return bytes(self.ffi.buffer(buf, length[0]))
+
+    def insert(self, address: bytes) -> int:
+        """Add a peer address to the address vector; returns its ``fi_addr``."""
+        out = self.ffi.new("uint64_t *")
+        self._check(self.lib.sqf_av_insert(self._ptr(), address, out), "fi_av_insert")
+        return int(out[0])
+
+    def register(self, buffer: Any, remote_write: bool = False) -> MemoryRegion:
+        """Register a C-contiguous buffer (numpy array, pyarrow buffer, bytearray) without copying."""
+        return MemoryRegion(self, buffer, remote_write)
+
+    def set_chunk_size(self, nbytes: int) -> None:
+        self._check(self.lib.sqf_set_chunk_size(self._ptr(), nbytes), "chunk size")
+
+    def write(
+        self,
+        region: MemoryRegion,
+        offset: int,
+        length: int,
+        dest: int,
+        remote_addr: int,
+        key: int,
+        tag: int,
+        timeout_ms: int = -1,
+    ) -> None:
+        """Post ``fi_write``s of ``region[offset:offset+length]``; an EV_WRITE event with ``tag`` follows."""
+        if region._mr is None:
+            raise FabricError("write from a closed memory region")
+        self._check(
+            self.lib.sqf_write(
+                self._ptr(), region._mr, offset, length, dest, remote_addr, key, tag, int(timeout_ms)
+            ),
+            "fi_write",
+        )
+
+    def send(self, dest: int, payload: bytes, tag: int, timeout_ms: int = -1) -> None:
+        """Send a control message (at most 64 bytes); an EV_SEND event with ``tag`` follows."""
+        self._check(
+            self.lib.sqf_send(self._ptr(), dest, payload, len(payload), tag, int(timeout_ms)), "fi_send"
+        )
+
+    def poll(self, timeout_ms: int = 0) -> list[Event]:
+        """Progress the completion queue; finished operations (waits up to ``timeout_ms`` for one)."""
+        n = self._check(
+            self.lib.sqf_poll(self._ptr(), self._events, self._max_events, int(timeout_ms)), "poll"
+        )
+        out = []
+        for i in range(n):
+            ev = self._events[i]
+            data = bytes(self.ffi.buffer(ev.data, min(int(ev.len), 64))) if ev.kind == EV_RECV else b""
+            out.append(Event(int(ev.kind), int(ev.err), int(ev.tag), int(ev.len), data))
+        return out
+
+    @property
+    def pending(self) -> int:
+        return int(self.lib.sqf_pending(self._ptr()))
+
+    def error_text(self, code: int) -> str:
+        return self.ffi.string(self.lib.sqf_strerror(code)).decode()
+
+    def close(self, linger_ms: int = 1000) -> None:
+        """Wait up to ``linger_ms`` for outstanding operations, then release everything."""
+        if self._ep is None:
+            return
+        for region in list(self._mrs):
+            region._mr = None  # closed by sqf_close below
+        self._mrs.clear()
+        ep, self._ep = self._ep, None
+        rc = self.lib.sqf_close(ep, int(linger_ms))
+        if rc < 0:
+            raise FabricError(f"closing the endpoint: {self.ffi.string(self.lib.sqf_strerror(rc)).decode()}")
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- rendezvous: a tiny TCP key-value store -------------------------------------------------------
+
+_LEN = struct.Struct(">I")
+
+
+def _send_frame(sock: socket.socket, obj: Mapping[str, Any]) -> None:
+    data = json.dumps(obj).encode()
+    sock.sendall(_LEN.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            raise ConnectionError("rendezvous connection closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv_frame(sock: socket.socket) -> dict[str, Any]:
+    (n,) = _LEN.unpack(_recv_exact(sock, 4))
+    return json.loads(_recv_exact(sock, n))
+
+
+class RendezvousServer:
+    """Key-value store for one query, served on TCP by a daemon thread.
+
+    Requests (length-prefixed JSON): ``put`` {items}, ``get`` {keys, wait_ms}
+    (waits until every key exists, the wait ends or the query is aborted) and
+    ``abort`` {reason}. Every answer carries ``abort`` (the reason or null).
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._store: dict[str, str] = {}
+        self._cond = threading.Condition()
+        self.aborted: str | None = None
+        outer = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                sock: socket.socket = self.request
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with contextlib.suppress(ConnectionError, OSError, ValueError):
+                    while True:
+                        _send_frame(sock, outer._answer(_recv_frame(sock)))
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = Server((host, port), Handler)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="squall-rendezvous", daemon=True
+        )
+        self._thread.start()
+
+    def _answer(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        with self._cond:
+            if op == "put":
+                self._store.update(req["items"])
+                self._cond.notify_all()
+                return {"abort": self.aborted}
+            if op == "abort":
+                self.aborted = self.aborted or str(req.get("reason") or "query aborted")
+                self._cond.notify_all()
+                return {"abort": self.aborted}
+            if op == "get":
+                keys = list(req["keys"])
+                deadline = time.monotonic() + float(req.get("wait_ms", 0)) / 1000
+                while self.aborted is None and not all(k in self._store for k in keys):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                return {"values": {k: self._store.get(k) for k in keys}, "abort": self.aborted}
+        return {"error": f"unknown op {op!r}", "abort": self.aborted}
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class RendezvousClient:
+    """A rank's connection to the query's :class:`RendezvousServer`."""
+
+    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+        host, _, port = address.rpartition(":")
+        self.address = address
+        try:
+            self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        except OSError as exc:
+            raise ExchangeError(f"cannot reach the fabric rendezvous at {address}: {exc}") from exc
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.requests = 0
+
+    def call(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        self.requests += 1
+        wait_s = float(req.get("wait_ms", 0)) / 1000
+        self._sock.settimeout(30.0 + wait_s)
+        try:
+            _send_frame(self._sock, req)
+            return _recv_frame(self._sock)
+        except (OSError, ValueError) as exc:
+            raise ExchangeError(f"fabric rendezvous at {self.address} failed: {exc}") from exc
+
+    def put(self, items: Mapping[str, str]) -> str | None:
+        """Store items; returns the abort reason, if any."""
+        return self.call({"op": "put", "items": dict(items)}).get("abort")
+
+    def get(self, keys: Sequence[str], wait_ms: int = 0) -> tuple[dict[str, str | None], str | None]:
+        ans = self.call({"op": "get", "keys": list(keys), "wait_ms": wait_ms})
+        return ans["values"], ans.get("abort")
+
+    def abort(self, reason: str) -> None:
+        self.call({"op": "abort", "reason": reason})
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+# --- the exchange ---------------------------------------------------------------------------------
+
+# kind u8, rank u32 (the message's author), exchange u64, then three u64 fields
+_MSG = struct.Struct("<BxxxIQQQQ")
+HIST, WIN, DONE, SKIP = 1, 2, 3, 4
+_WRITE_TAG = 16  # tag kind of an fi_write (the others are message kinds)
+_KIND_NAMES = {HIST: "hist", WIN: "win", DONE: "done", SKIP: "skip"}
+
+
+def _align(n: int) -> int:
+    return (n + SLOT_ALIGN - 1) // SLOT_ALIGN * SLOT_ALIGN
+
+
+def ipc_size(table: pa.Table) -> int:
+    """Exact size of ``table`` as an Arrow IPC stream, computed without serializing."""
+    sink = pa.MockOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return int(sink.size())
+
+
+def write_ipc_into(table: pa.Table, target: np.ndarray) -> None:
+    """Serialize ``table`` as an Arrow IPC stream into ``target`` (exactly its size)."""
+    sink = pa.FixedSizeBufferWriter(pa.py_buffer(target))
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    if sink.tell() != target.nbytes:
+        raise ExchangeError(f"Arrow IPC stream is {sink.tell()} bytes, expected {target.nbytes}")
+
+
+@dataclass
+class _XState:
+    """What this rank knows of one exchange, as sender and as receiver."""
+
+    spec: ExchangeSpec | None = None
+    # receiver side
+    hist: dict[int, tuple[int, int]] = field(default_factory=dict)  # sender -> (size, nonce)
+    done: set[int] = field(default_factory=set)
+    opened: bool = False
+    window: np.ndarray | None = None
+    window_mr: MemoryRegion | None = None
+    offsets: dict[int, int] = field(default_factory=dict)
+    local: pa.Table | None = None
+    received: bool = False
+    # sender side
+    wins: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # receiver -> (addr, key, size)
+    skipped: set[int] = field(default_factory=set)
+    written: set[int] = field(default_factory=set)
+    delivered: set[int] = field(default_factory=set)
+    error: str | None = None
+
+
+class FabricExchange(Exchange):
+    """One rank's endpoint of the fabric exchange (see module doc)."""
+
+    name = "fabric"
+
+    def __init__(self, config: Mapping[str, Any], rank: int, world_size: int) -> None:
+        super().__init__(config, rank, world_size)
+        self.timeout_s = float(config.get("timeout_s", DEFAULT_TIMEOUT_S))
+        for key, value in (config.get("env") or {}).items():
+            os.environ.setdefault(key, str(value))
+        self.provider: str | None = config.get("provider") or os.environ.get("FI_PROVIDER") or None
+        self._peers: dict[int, tuple[int, int]] = {}  # rank -> (fi_addr, nonce)
+        self._xs: dict[int, _XState] = {}
+        self._tags: dict[int, tuple[int, int, int]] = {}  # tag -> (kind, exchange, peer)
+        self._next_tag = 1
+        self._arena: np.ndarray | None = None
+        self._arena_mr: MemoryRegion | None = None
+        self._sent: set[int] = set()
+        self._next_abort_check = 0.0
+        self._nonce = secrets.randbits(62)
+        self._ep: Endpoint | None = None
+        load_native()  # a clear FabricUnavailable before anything else
+        self._rv = RendezvousClient(config["rendezvous"])
+        try:
+            self._ep = Endpoint(self.provider)
+            self._check_abort(self._rv.put({f"addr/{rank}": f"{self._ep.name().hex()}:{self._nonce}"}))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> Endpoint:
+        if self._ep is None:
+            raise ExchangeError("the fabric exchange is closed")
+        return self._ep
+
+    def _state(self, x: int, spec: ExchangeSpec | None = None) -> _XState:
+        st = self._xs.get(x)
+        if st is None:
+            st = self._xs[x] = _XState()
+        if spec is not None and st.spec is None:
+            st.spec = spec
+        return st
+
+    def _tag(self, kind: int, x: int, peer: int) -> int:
+        tag = self._next_tag
+        self._next_tag += 1
+        self._tags[tag] = (kind, x, peer)
+        return tag
+
+    def _check_abort(self, reason: str | None) -> None:
+        if reason is not None:
+            raise ExchangeAborted(reason)
+
+    def _poll_abort(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_abort_check:
+            self._next_abort_check = now + ABORT_CHECK_S
+            self._check_abort(self._rv.get([])[1])
+
+    def _parse_addr(self, value: str) -> tuple[bytes, int]:
+        name, _, nonce = value.partition(":")
+        return bytes.fromhex(name), int(nonce)
+
+    def _resolve(self, ranks: Sequence[int]) -> list[int]:
+        """Look up peers not yet in the address vector (no waiting); returns those still unknown."""
+        missing = [r for r in ranks if r not in self._peers]
+        if not missing:
+            return []
+        values, abort = self._rv.get([f"addr/{r}" for r in missing])
+        self._check_abort(abort)
+        for r in missing:
+            value = values[f"addr/{r}"]
+            if value is not None:
+                name, nonce = self._parse_addr(value)
+                self._peers[r] = (self.endpoint.insert(name), nonce)
+        return [r for r in missing if r not in self._peers]
+
+    def _peer(self, rank: int, nonce: int | None = None) -> int:
+        """fi_addr of ``rank``; refreshed when its endpoint changed (a restarted worker)."""
+        known = self._peers.get(rank)
+        if known is not None and (nonce is None or known[1] == nonce):
+            return known[0]
+        values, abort = self._rv.get([f"addr/{rank}"], wait_ms=int(self.timeout_s * 1000))
+        self._check_abort(abort)
+        value = values[f"addr/{rank}"]
+        if value is None:
+            raise ExchangeTimeout(f"no fabric address from rank(s) {rank} after {self.timeout_s:.0f} s")
+        name, got = self._parse_addr(value)
+        self._peers[rank] = (self.endpoint.insert(name), got)
+        return self._peers[rank][0]
+
+    def _message(self, kind: int, x: int, dest_rank: int, a: int = 0, b: int = 0, c: int = 0) -> None:
+        payload = _MSG.pack(kind, self.rank, x, a, b, c)
+        dest = self._peer(dest_rank)
+        self.endpoint.send(dest, payload, self._tag(kind, x, dest_rank), int(self.timeout_s * 1000))
+        self._stats.count("message")
+
+    # -- progress: every wait goes through here ------------------------------------------------------
+
+    def _progress(self, timeout_ms: int = 0) -> None:
+        for ev in self.endpoint.poll(timeout_ms):
+            if ev.kind == EV_RECV:
+                if ev.err:
+                    raise FabricError(f"receiving a control message: {self.endpoint.error_text(ev.err)}")
+                self._on_message(ev.data)
+                continue
+            kind, x, peer = self._tags.pop(ev.tag, (0, -1, -1))
+            st = self._state(x)
+            if ev.err:
+                what = "writing to" if ev.kind == EV_WRITE else f"sending {_KIND_NAMES.get(kind, '?')} to"
+                reason = f"exchange {x}: {what} rank {peer} failed: {self.endpoint.error_text(ev.err)}"
+                if kind in (WIN, SKIP):  # the sender may be gone; its receive side times out if so
+                    continue
+                st.error = st.error or reason
+                continue
+            if ev.kind == EV_WRITE:
+                st.written.add(peer)
+                self._message(DONE, x, peer, ev.length)
+            elif kind == DONE:
+                st.delivered.add(peer)
+
+    def _on_message(self, data: bytes) -> None:
+        kind, author, x, a, b, c = _MSG.unpack(data[: _MSG.size])
+        st = self._state(x)
+        if kind == HIST:
+            size, nonce = a, b
+            if st.received or (st.window_mr is not None and author in st.offsets):
+                if st.received:
+                    self._message(SKIP, x, author)  # a duplicate sender after we finished
+                elif st.hist[author][0] == size:
+                    self._peer(author, nonce)
+                    self._send_window(x, st, author)  # a duplicate sender: same slot again
+                else:
+                    st.error = f"exchange {x}: rank {author} sent {size} bytes, before {st.hist[author][0]}"
+                return
+            st.hist[author] = (size, nonce)
+            self._maybe_open_window(x, st)
+        elif kind == WIN:
+            st.wins[author] = (a, b, c)
+        elif kind == DONE:
+            st.done.add(author)
+        elif kind == SKIP:
+            st.skipped.add(author)
+
+    def _maybe_open_window(self, x: int, st: _XState) -> None:
+        """Register this rank's window once every remote sender's size is known."""
+        spec = st.spec
+        if spec is None or self.rank not in spec.receivers or st.opened or st.received:
+            return
+        remote = [s for s in sorted(spec.senders) if s != self.rank]
+        if any(s not in st.hist for s in remote):
+            return
+        st.opened = True
+        if not remote:
+            return
+        offset = 0
+        for s in remote:
+            st.offsets[s] = offset
+            offset += _align(st.hist[s][0])
+        st.window = np.empty(max(offset, SLOT_ALIGN), dtype=np.uint8)
+        st.window_mr = self.endpoint.register(st.window, remote_write=True)
+        self._stats.count("register")
+        for s in remote:
+            self._peer(s, st.hist[s][1])
+            self._send_window(x, st, s)
+
+    def _send_window(self, x: int, st: _XState, sender: int) -> None:
+        assert st.window_mr is not None
+        size = st.hist[sender][0]
+        self._message(WIN, x, sender, st.window_mr.remote_base + st.offsets[sender], st.window_mr.key, size)
+
+    def _wait_step(self, deadline: float, st: _XState) -> None:
+        self._progress(POLL_MS)
+        if st.error:
+            raise ExchangeError(st.error)
+        self._poll_abort()
+        if time.monotonic() > deadline:
+            raise _Deadline
+
+    def _ensure_arena(self, nbytes: int) -> tuple[np.ndarray, MemoryRegion]:
+        if self._arena is None or self._arena_mr is None or self._arena.nbytes < nbytes:
+            if self._arena_mr is not None:
+                self._arena_mr.close()
+                self._arena_mr = None
+            size = max(ARENA_MIN, 1 << max(nbytes - 1, 1).bit_length())
+            self._arena = np.empty(size, dtype=np.uint8)
+            self._arena_mr = self.endpoint.register(self._arena, remote_write=False)
+            self._stats.count("register")
+        return self._arena, self._arena_mr
+
+    # -- the interface -------------------------------------------------------------------------------
+
+    def send(self, spec: ExchangeSpec, parts: Mapping[int, pa.Table]) -> None:
+        x = spec.exchange_id
+        st = self._state(x, spec)
+        values, abort = self._rv.get([f"done/{x}/{self.rank}"])
+        self._check_abort(abort)
+        if x in self._sent or values[f"done/{x}/{self.rank}"] is not None:
+            self._stats.count("duplicate_send")  # a retried worker: the data is there already
+            return
+        started = time.perf_counter()
+        schema = next(iter(parts.values())).schema if parts else pa.schema([])
+        receivers = sorted(spec.receivers)
+        if spec.kind == "broadcast":
+            table = next(iter(parts.values())) if parts else schema.empty_table()
+            tables = dict.fromkeys(receivers, table)
+        else:
+            tables = {r: schema.empty_table() if parts.get(r) is None else parts[r] for r in receivers}
+
+        # rotate so the senders do not all start on the same receiver
+        start = next((i for i, r in enumerate(receivers) if r > self.rank), 0)
+        remote = [r for r in receivers[start:] + receivers[:start] if r != self.rank]
+        # histogram pass: exact stream sizes without serializing; one slot per payload in the arena
+        # (a broadcast table, the same object for every receiver, is serialized once)
+        sizes: dict[int, int] = {}
+        slots: dict[int, int] = {}
+        payloads: dict[int, tuple[int, int]] = {}  # id(table) -> (arena offset, size)
+        arena_bytes = 0
+        for r in remote:
+            if id(tables[r]) not in payloads:
+                n = ipc_size(tables[r])
+                payloads[id(tables[r])] = (arena_bytes, n)
+                arena_bytes += _align(n)
+            slots[r], sizes[r] = payloads[id(tables[r])]
+        rows = sum(tables[r].num_rows for r in receivers)
+        sent_bytes = sum(sizes.values())
+        if self.rank in spec.receivers:
+            st.local = tables[self.rank]
+            sent_bytes += ipc_size(st.local)
+            self._maybe_open_window(x, st)
+
+        deadline = time.monotonic() + self.timeout_s
+        writes = 0
+        if remote:
+            arena, arena_mr = self._ensure_arena(arena_bytes)
+            announced: set[int] = set()
+            serialized: set[int] = set()
+            posted: set[int] = set()
+            next_resolve = 0.0
+
+            def announce() -> None:
+                nonlocal next_resolve
+                if len(announced) == len(remote) or time.monotonic() < next_resolve:
+                    return
+                next_resolve = time.monotonic() + RESOLVE_EVERY_S
+                self._resolve([r for r in remote if r not in announced])
+                for r in remote:
+                    if r not in announced and r in self._peers:
+                        self._message(HIST, x, r, sizes[r], self._nonce)
+                        announced.add(r)
+
+            def post_ready() -> int:
+                n = 0
+                for r in remote:
+                    if r in posted or r not in serialized or r not in st.wins:
+                        continue
+                    addr, key, size = st.wins[r]
+                    if size != sizes[r]:
+                        raise ExchangeError(f"exchange {x}: rank {r} opened {size} bytes for {sizes[r]}")
+                    tag = self._tag(_WRITE_TAG, x, r)
+                    timeout_ms = int(max(deadline - time.monotonic(), 0.001) * 1000)
+                    try:
+                        self.endpoint.write(
+                            arena_mr, slots[r], sizes[r], self._peer(r), addr, key, tag, timeout_ms
+                        )
+                    except FabricTimeout as exc:
+                        raise ExchangeTimeout(
+                            f"exchange {x}: rank(s) {r} took no data in time: {exc}"
+                        ) from None
+                    posted.add(r)
+                    n += 1
+                return n
+
+            try:
+                announce()
+                done_payloads: set[int] = set()
+                for r in remote:  # serialize r+1 while the writes of r are in flight
+                    if slots[r] not in done_payloads:
+                        write_ipc_into(tables[r], arena[slots[r] : slots[r] + sizes[r]])
+                        done_payloads.add(slots[r])
+                    serialized.add(r)
+                    self._progress(0)
+                    announce()
+                    writes += post_ready()
+                while True:
+                    finished = st.delivered | st.skipped
+                    if all(r in finished for r in remote):
+                        break
+                    self._wait_step(deadline, st)
+                    announce()
+                    writes += post_ready()
+            except _Deadline:
+                silent = [r for r in remote if r not in st.wins and r not in st.skipped]
+                unknown = [r for r in remote if r not in announced]
+                what = "have no fabric address" if unknown else "opened no receive window"
+                missing = ", ".join(str(r) for r in (unknown or silent or remote))
+                raise ExchangeTimeout(
+                    f"exchange {x}: rank(s) {missing} {what} after {self.timeout_s:.0f} s"
+                ) from None
+        self._sent.add(x)
+        self._check_abort(self._rv.put({f"done/{x}/{self.rank}": "1"}))
+        self._stats.bytes_sent += sent_bytes
+        self._stats.rows_sent += rows
+        self._stats.count("write", writes)
+        self._stats.per_exchange.append(
+            {
+                "exchange_id": x,
+                "kind": spec.kind,
+                "bytes_sent": sent_bytes,
+                "bytes_written": sum(sizes[r] for r in remote if r not in st.skipped),
+                "rows_sent": rows,
+                "write": writes,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+
+    def receive(self, spec: ExchangeSpec) -> pa.Table:
+        x = spec.exchange_id
+        st = self._state(x, spec)
+        if st.received:
+            raise ExchangeError(f"exchange {x} was already received")
+        started = time.perf_counter()
+        remote = [s for s in sorted(spec.senders) if s != self.rank]
+        self._maybe_open_window(x, st)
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while not (
+                all(s in st.done for s in remote) and (self.rank not in spec.senders or st.local is not None)
+            ):
+                self._wait_step(deadline, st)
+        except _Deadline:
+            missing = [s for s in sorted(spec.senders) if s not in st.done and s != self.rank]
+            if self.rank in spec.senders and st.local is None:
+                missing = sorted([*missing, self.rank])
+            raise ExchangeTimeout(
+                f"exchange {x}: no data from rank(s) {', '.join(map(str, missing))} after {self.timeout_s:.0f} s"
+            ) from None
+        if st.window_mr is not None:
+            st.window_mr.close()  # every writer is done; the memory lives on in the tables
+            st.window_mr = None
+        window = pa.py_buffer(st.window) if st.window is not None else None
+        tables = []
+        for s in sorted(spec.senders):
+            if s == self.rank:
+                tables.append(st.local)
+            else:
+                assert window is not None
+                stream = window.slice(st.offsets[s], st.hist[s][0])
+                tables.append(pa.ipc.open_stream(stream).read_all())
+                self._stats.count("read")
+        st.received = True
+        st.window = None
+        st.local = None
+        received = concat(tables, None)
+        nbytes = received.nbytes
+        self._stats.bytes_received += nbytes
+        self._stats.rows_received += received.num_rows
+        self._stats.per_exchange.append(
+            {
+                "exchange_id": x,
+                "kind": spec.kind,
+                "bytes_received": nbytes,
+                "rows_received": received.num_rows,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        return received
+
+    def barrier(self, tag: str, ranks: Sequence[int] | None = None) -> None:
+        """Wait until every rank in ``ranks`` (default: all) called ``barrier(tag)``; progresses meanwhile."""
+        ranks = list(range(self.world_size)) if ranks is None else list(ranks)
+        self._check_abort(self._rv.put({f"barrier/{tag}/{self.rank}": "1"}))
+        keys = [f"barrier/{tag}/{r}" for r in ranks]
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            values, abort = self._rv.get(keys, wait_ms=1)
+            self._check_abort(abort)
+            if all(v is not None for v in values.values()):
+                return
+            self._progress(POLL_MS)
+            if time.monotonic() > deadline:
+                missing = ", ".join(k.rsplit("/", 1)[1] for k, v in values.items() if v is None)
+                raise ExchangeTimeout(
+                    f"barrier {tag}: rank(s) {missing} did not arrive after {self.timeout_s:.0f} s"
+                )
+
+    def stats(self) -> ExchangeStats:
+        self._stats.requests["rendezvous"] = self._rv.requests
+        return self._stats
+
+    def close(self) -> None:
+        ep, self._ep = self._ep, None
+        if ep is not None:
+            try:
+                ep.close(linger_ms=2000)
+            finally:
+                self._arena_mr = None
+                self._arena = None
+                for st in self._xs.values():
+                    st.window_mr = None
+        self._rv.close()
+
+
+class FabricExchangeFactory(ExchangeFactory):
+    """Driver side: one rendezvous server per query (see module doc).
+
+    ``host``/``port``: where the rendezvous listens (loopback by default);
+    ``advertise``: the address ranks connect to (default ``host``, or this
+    machine's name when ``host`` is ``0.0.0.0``); ``provider`` and ``env``
+    (e.g. ``{"FI_TCP_IFACE": "lo"}``) go to every rank through the config.
+    """
+
+    name = "fabric"
+
+    def __init__(
+        self,
+        provider: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        advertise: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.provider = provider
+        self.host = host
+        self.port = port
+        self.advertise = advertise
+        self.timeout_s = timeout_s
+        self.env = dict(env or {})
+        self._servers: dict[str, RendezvousServer] = {}
+
+    def prepare(self, query_id: str, world_size: int) -> dict[str, Any]:
+        load_native()
+        if query_id in self._servers:
+            raise ExchangeError(f"query {query_id} is already prepared")
+        server = RendezvousServer(self.host, self.port)
+        self._servers[query_id] = server
+        advertise = self.advertise or (socket.gethostname() if self.host in ("0.0.0.0", "") else self.host)
+        env = dict(self.env)
+        if (self.provider or "").startswith("tcp") and advertise.startswith("127."):
+            env.setdefault("FI_TCP_IFACE", "lo")  # every rank is on this machine
+        return {
+            "name": self.name,
+            "query_id": query_id,
+            "rendezvous": f"{advertise}:{server.port}",
+            "provider": self.provider,
+            "env": env,
+            "timeout_s": self.timeout_s,
+        }
+
+    def abort(self, config: Mapping[str, Any], reason: str = "query aborted") -> None:
+        server = self._servers.get(str(config.get("query_id")))
+        if server is not None:
+            server._answer({"op": "abort", "reason": reason})
+            return
+        with contextlib.suppress(ExchangeError):
+            client = RendezvousClient(config["rendezvous"], timeout_s=5)
+            try:
+                client.abort(reason)
+            finally:
+                client.close()
+
+    def cleanup(self, config: Mapping[str, Any]) -> None:
+        server = self._servers.pop(str(config.get("query_id")), None)
+        if server is not None:
+            server.close()
+
+    def close(self) -> None:
+        """Stop every rendezvous still running (queries not cleaned up)."""
+        for query_id in list(self._servers):
+            self._servers.pop(query_id).close()
+
+
+@contextlib.contextmanager
+def open_endpoint(provider: str | None = None) -> Iterator[Endpoint]:
+    """An :class:`Endpoint` closed on exit (for tools and tests)."""
+    ep = Endpoint(provider)
+    try:
+        yield ep
+    finally:
+        ep.close()
