@@ -73,6 +73,20 @@ class TableInfo:
         """Uncompressed bytes of a column over the whole table."""
         return sum(rg.columns[column].uncompressed_bytes for rg in self.row_groups if column in rg.columns)
 
+    def column_range(self, column: str) -> tuple[Any, Any] | None:
+        """Overall (min, max) of a column from row-group statistics; None when any group lacks them."""
+        lows, highs = [], []
+        for rg in self.row_groups:
+            st = rg.columns.get(column)
+            if st is None or st.min is None or st.max is None:
+                return None
+            lows.append(st.min)
+            highs.append(st.max)
+        try:
+            return (min(lows), max(highs)) if lows else None
+        except TypeError:
+            return None
+
     def row_width(self, columns: Iterable[str]) -> float:
         """Average uncompressed bytes per row of the given columns."""
         rows = max(self.num_rows, 1)
@@ -118,15 +132,11 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
     return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups), footers)
 
 
-def _table_range(info: TableInfo, column: str) -> float | None:
-    lows, highs = [], []
-    for rg in info.row_groups:
-        st = rg.columns.get(column)
-        if st is None or st.min is None or st.max is None:
-            return None
-        lows.append(st.min)
-        highs.append(st.max)
-    lo, hi = min(lows), max(highs)
+def _span(bounds: tuple[Any, Any] | None) -> float | None:
+    """Number of integer values (or days) between two bounds, inclusive."""
+    if bounds is None:
+        return None
+    lo, hi = bounds
     if hasattr(lo, "toordinal"):
         lo, hi = lo.toordinal(), hi.toordinal()
     try:
@@ -266,7 +276,7 @@ class Catalog:
         estimate = float(distinct if distinct < rows * 0.05 else distinct / rows * info.num_rows)
         if pa.types.is_integer(data.type) or pa.types.is_date32(data.type):
             lo_hi = pc.min_max(data.cast(pa.int32()) if pa.types.is_date32(data.type) else data).as_py()
-            table_range = _table_range(info, column)
+            table_range = _span(info.column_range(column))
             if lo_hi["min"] is not None and table_range is not None:
                 density = distinct / (lo_hi["max"] - lo_hi["min"] + 1)
                 estimate = density * table_range

@@ -172,20 +172,3 @@ def selectivity(pred: exp.Expression, column_range: Callable[[str], tuple[Any, A
     if isinstance(pred, (exp.LT, exp.LTE, exp.GT, exp.GTE, exp.Between)):
         return 0.3
     return 0.5
-
-
-def table_column_range(table: TableInfo, column: str) -> tuple[Any, Any] | None:
-    """Overall min/max of a column from row-group statistics."""
-    lows, highs = [], []
-    for rg in table.row_groups:
-        s = rg.columns.get(column)
-        if s is None or s.min is None or s.max is None:
-            return None
-        lows.append(s.min)
-        highs.append(s.max)
-    if not lows:
-        return None
-    try:
-        return min(lows), max(highs)
-    except TypeError:
-        return None

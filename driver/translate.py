@@ -21,7 +21,7 @@ from sqlglot.optimizer.simplify import simplify
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
-from squall.driver.estimate import selectivity, table_column_range
+from squall.driver.estimate import selectivity
 from squall.driver.subqueries import INTERNAL, SubqueryMixin
 from squall.errors import BindError, NotSupportedError
 
@@ -319,7 +319,7 @@ class Translator(SubqueryMixin):
             source_of = {internal: s for s, internal in node.columns}
 
             def rng(name: str):
-                return table_column_range(info, source_of[name]) if name in source_of else None
+                return info.column_range(source_of[name]) if name in source_of else None
 
             sel = 1.0
             for p in converted:

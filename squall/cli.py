@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import decimal
 import json
 import os
 import sys
@@ -30,6 +28,7 @@ from typing import IO, Any, NoReturn
 import pyarrow as pa
 
 from squall.errors import OptionError, SquallError, UserError
+from squall.service.formats import json_value
 
 TABLE_ROWS = 40
 
@@ -170,18 +169,6 @@ def _progress(enabled: bool) -> Iterator[Any]:
         yield update
 
 
-def _json_value(v: Any) -> Any:
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    if isinstance(v, (dt.date, dt.datetime, dt.time)):
-        return v.isoformat()
-    if isinstance(v, dt.timedelta):
-        return v.total_seconds()
-    if isinstance(v, bytes):
-        return v.hex()
-    return v
-
-
 def _format_table(table: pa.Table, out: IO[str]) -> None:
     names = table.column_names
     shown = table.slice(0, TABLE_ROWS)
@@ -224,7 +211,7 @@ def _write_result(table: pa.Table, fmt: str, output: str | None) -> None:
     handle = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
         if fmt == "json":
-            rows = [{k: _json_value(v) for k, v in row.items()} for row in table.to_pylist()]
+            rows = [{k: json_value(v) for k, v in row.items()} for row in table.to_pylist()]
             json.dump(rows, handle, indent=None)
             handle.write("\n")
         else:
