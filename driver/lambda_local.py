@@ -71,6 +71,8 @@ class LocalLambda:
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._authkey = secrets.token_bytes(16)
         self._lock = threading.Lock()
+        self._in_flight = 0  # queued or running invocations
+        self._idle = threading.Condition()
         self._slots = [_Slot(self, i) for i in range(concurrency)]
         self._closed = False
 
@@ -100,6 +102,8 @@ class LocalLambda:
             raise _too_large(len(data), limit)
         payload = json.dumps(json.loads(data or b"{}"))  # the JSON round trip Lambda does
         self._count("invocations")
+        with self._idle:
+            self._in_flight += 1
         if asynchronous:
             self._queue.put(_Job(payload, None))
             return {"StatusCode": 202, "Payload": io.BytesIO(b"")}
@@ -110,6 +114,16 @@ class LocalLambda:
         if out.get("error"):
             response["FunctionError"] = "Unhandled"
         return response
+
+    def _finished_one(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no invocation is queued or running; False when ``timeout_s`` passed first."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight <= 0, timeout=timeout_s)
 
     def close(self) -> None:
         """Stop the worker processes (running invocations are killed)."""
@@ -157,7 +171,10 @@ class _Slot:
             job = self.emu._queue.get()
             if job is None:
                 return
-            out = self._run(job)
+            try:
+                out = self._run(job)
+            finally:
+                self.emu._finished_one()
             if job.future is not None:
                 job.future.set_result(out)
 

@@ -54,7 +54,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "start_timeout_s": 60.0,
     "straggler_s": 5.0,
     "max_attempts": 3,
-    "drain_s": 10.0,  # after a failure, how long to wait for the other ranks to stop before clean-up
+    "drain_s": 30.0,  # after a failure, how long to wait for the other ranks to stop before clean-up
     "poll_min_s": 0.05,
     "poll_max_s": 1.0,
     "scan_mb_per_s": 60.0,  # pessimistic per-function S3 scan rate for the deadline estimate
@@ -266,6 +266,7 @@ class LambdaPlatform(Platform):
             self.factory.cleanup(config)
             if any(not a.finished for atts in run.attempts.values() for a in atts):
                 self.factory.abort(config, "query finished")  # late copies stop at the marker
+                self._after_late_copies(config)
 
     def _track(
         self,
@@ -293,6 +294,10 @@ class LambdaPlatform(Platform):
             delay = float(self.settings["poll_min_s"]) if changed else delay * 2
             delay = min(delay, float(self.settings["poll_max_s"]))
             time.sleep(delay)
+
+    def _after_late_copies(self, config: dict[str, Any]) -> None:
+        """Copies of ranks may still run after clean-up; on AWS the bucket's lifecycle rule removes what
+        they write. (The local emulator knows when they end and cleans up after them.)"""
 
     def _drain(self, run: _Run, config: dict[str, Any]) -> None:
         """After an abort: wait up to ``drain_s`` for the attempts to stop, so clean-up is complete."""
@@ -484,6 +489,10 @@ class LocalLambdaPlatform(LambdaPlatform):
                 memory_mb=int(self.settings["memory_mb"]),
                 timeout_s=float(self.settings["function_timeout_s"]),
             )
+
+    def _after_late_copies(self, config: dict[str, Any]) -> None:
+        if self._client.wait_idle(float(self.settings["drain_s"]) * 2):
+            self.factory.cleanup(config)
 
     def close(self) -> None:
         close = getattr(self._client, "close", None)

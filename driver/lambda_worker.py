@@ -158,6 +158,17 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     return kind, message if kind != "error" else f"{type(exc).__name__}: {message}"
 
 
+def _aborted(client: Any, config: Mapping[str, Any]) -> bool:
+    """Whether the query's ABORT marker exists (the S3 exchange factory writes it on failure/cancel)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_object(Bucket=config["bucket"], Key=f"{config['prefix']}/ABORT")
+    except ClientError:
+        return False
+    return True
+
+
 def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     """Run one worker invocation (see module doc); returns a small summary (ignored when async)."""
     started = time.time()
@@ -168,6 +179,9 @@ def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     install_s3_errors(s3_error_rate(faults_from_env()))
     config = dict(event["exchange"])
     client = make_client(config)
+    if _aborted(client, config):
+        # a late copy (retry or straggler duplicate) of a query that already ended: write nothing
+        return {"rank": rank, "attempt": attempt, "status": "aborted"}
     status = _Status(client, config["bucket"], config["prefix"], rank, attempt)
     status.put(f"start-{int(started * 1000)}")
     invoked = _invoke_children(event)

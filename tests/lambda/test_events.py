@@ -46,14 +46,21 @@ def test_worker_event(s3):
     from squall.functions.worker import handler
 
     event = _event("worker")
-    out = handler(event, _context("squall-worker"))
-    assert out == {"rank": 0, "attempt": 0, "status": "done"}
     client, prefix = s3.client(), event["exchange"]["prefix"]
-    done = client.get_object(Bucket=BUCKET, Key=keys.attempt_prefix(prefix, 0, 0) + "done")
-    doc = json.loads(done["Body"].read())
-    assert doc["report"]["rank"] == 0 and doc["billed_ms"] > 0 and doc["invocations"] == 0
-    body = client.get_object(Bucket=BUCKET, Key=doc["result_key"])["Body"].read()
-    assert pa.ipc.open_file(pa.py_buffer(body)).read_all().to_pylist() == [{"answer": 42, "name": "squall"}]
+    try:
+        out = handler(event, _context("squall-worker"))
+        assert out == {"rank": 0, "attempt": 0, "status": "done"}
+        done = client.get_object(Bucket=BUCKET, Key=keys.attempt_prefix(prefix, 0, 0) + "done")
+        doc = json.loads(done["Body"].read())
+        assert doc["report"]["rank"] == 0 and doc["billed_ms"] > 0 and doc["invocations"] == 0
+        body = client.get_object(Bucket=BUCKET, Key=doc["result_key"])["Body"].read()
+        assert pa.ipc.open_file(pa.py_buffer(body)).read_all().to_pylist() == [
+            {"answer": 42, "name": "squall"}
+        ]
+    finally:  # the bucket is shared with the platform tests, which check that nothing is left over
+        listed = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")
+        for obj in listed.get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=obj["Key"])
 
 
 @pytest.fixture
