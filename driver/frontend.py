@@ -17,7 +17,6 @@ import threading
 from dataclasses import dataclass
 
 import duckdb
-import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -185,7 +184,3 @@ class Binder:
                 if own:
                     db.close()
         return BoundQuery(sql, ast, tuple(tables), names, types)
-
-
-def arrow_schema_of(catalog: Catalog, table: str) -> pa.Schema:
-    return catalog.table(table).schema

@@ -251,19 +251,6 @@ class Window(Node):
         return self.input.names + tuple(n for n, _ in self.exprs)
 
 
-def replace_children(node: Node, children: tuple[Node, ...]) -> Node:
-    """A copy of ``node`` with new children (same order as ``node.children``)."""
-    import dataclasses
-
-    if isinstance(node, Join):
-        return dataclasses.replace(node, left=children[0], right=children[1])
-    if isinstance(node, SetOp):
-        return dataclasses.replace(node, inputs=children)
-    if node.children:
-        return dataclasses.replace(node, input=children[0])  # type: ignore[call-arg]
-    return node
-
-
 def describe(node: Node, indent: int = 0) -> str:
     """A readable one-node-per-line rendering (for debugging and tests)."""
     pad = "  " * indent

@@ -25,6 +25,7 @@ class Split:
     row_ranges: tuple[tuple[int, int], ...] = ()
     rows: int = 0
     nbytes: int = 0  # compressed bytes of the scanned column chunks
+    whole_file: bool = False  # the split is every row group of its file (no row-range filter needed)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class Plan:
                                         tuple(tuple(r) for r in sp["row_ranges"]),  # type: ignore[misc]
                                         sp["rows"],
                                         sp["nbytes"],
+                                        sp["whole_file"],
                                     )
                                     for sp in per_rank
                                 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -265,10 +266,11 @@ class Planner:
         source_of = {internal: source for source, internal in node.columns}
         groups = prune_row_groups(info, source_of, node.filters)
         sources = [source for source, _i in node.columns]
+        file_groups = Counter(rg.path for rg in info.row_groups)
         if replicated or self.world == 1:
-            splits = (_splits(groups, sources),)
+            splits = (_splits(groups, sources, file_groups),)
         else:
-            splits = tuple(_splits(chunk, sources) for chunk in _balance(groups, self.world))
+            splits = tuple(_splits(chunk, sources, file_groups) for chunk in _balance(groups, self.world))
         self._counter += 1
         name = f"s{self._counter}_{node.table.lower()}"
         fields = [info.schema.field(source).with_name(internal) for source, internal in node.columns]
@@ -333,7 +335,7 @@ class Planner:
     ) -> tuple[L.Node, Dist]:
         """Make ``node`` hash-partitioned on ``keys`` (no-op when it already is)."""
         texts = tuple(L.sql_of(k) for k in keys)
-        if self.world == 1 or (dist.kind == "single" and self.world == 1):
+        if self.world == 1:
             return node, Dist("hash", tuple(frozenset([t]) for t in texts))
         if (
             dist.kind == "hash"
@@ -552,7 +554,6 @@ class Planner:
         for name, a in node.aggs:
             f = a.func
             arg = L.sql_of(a.args[0]) if a.args else ""
-            filt = ""
             if f == "count_star":
                 p = add_partial("count", (), "COUNT(*)")
                 post.append(
@@ -568,7 +569,7 @@ class Planner:
                 fin = add_final(f, f"{f.upper()}({q(p)})")
                 post.append((name, L.col(fin)))
             elif f == "avg":
-                s = add_partial("sum", a.args, f"SUM({arg}{filt})")
+                s = add_partial("sum", a.args, f"SUM({arg})")
                 c = add_partial("count", a.args, f"COUNT({arg})")
                 fs, fc = add_final("sum", f"SUM({q(s)})"), add_final("sum", f"SUM({q(c)})")
                 post.append((name, _parse(f"CAST({q(fs)} AS DOUBLE) / CAST({q(fc)} AS DOUBLE)")))
@@ -687,8 +688,11 @@ def _width(node: L.Node, catalog: Catalog) -> float:
     return 8.0 * max(len(node.names), 1)
 
 
-def _splits(groups: Iterable[RowGroup], columns: list[str]) -> tuple[Split, ...]:
-    """Group row groups by file; contiguous row groups merge into one row range."""
+def _splits(groups: Iterable[RowGroup], columns: list[str], file_groups: Counter[str]) -> tuple[Split, ...]:
+    """Group row groups by file; contiguous row groups merge into one row range.
+
+    ``file_groups`` counts every file's row groups, so a split holding all of them is marked whole.
+    """
     out: list[Split] = []
     for rg in groups:
         rng = (rg.first_row, rg.first_row + rg.num_rows)
@@ -709,7 +713,10 @@ def _splits(groups: Iterable[RowGroup], columns: list[str]) -> tuple[Split, ...]
             )
         else:
             out.append(Split(rg.path, (rg.index,), (rng,), rg.num_rows, nbytes))
-    return tuple(out)
+    return tuple(
+        dataclasses.replace(sp, whole_file=True) if len(sp.row_groups) == file_groups[sp.path] else sp
+        for sp in out
+    )
 
 
 def _balance(groups: list[RowGroup], world: int) -> list[list[RowGroup]]:

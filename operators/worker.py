@@ -12,7 +12,6 @@ close the endpoint. Per-stage counters come back in :class:`WorkerReport`.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections.abc import Callable
@@ -21,7 +20,6 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from squall.driver.plan import ExchangeInput, Plan, ScanInput, Stage
 from squall.errors import QueryRuntimeError
@@ -42,11 +40,6 @@ _USER_RUNTIME = (
     duckdb.TypeMismatchException,
     duckdb.OutOfMemoryException,
 )
-
-
-@functools.lru_cache(maxsize=4096)
-def _file_rows(path: str) -> int:
-    return pq.read_metadata(path.removeprefix("file://")).num_rows
 
 
 @dataclass
@@ -179,14 +172,10 @@ class Worker:
         splits = inp.splits_for(self.rank)
         if not self.native_scans or not splits or any(scheme_of(s.path) != "file" for s in splits):
             return None
-        parts = []
-        for s in splits:
-            whole = (
-                len(s.row_ranges) == 1
-                and s.row_ranges[0][0] == 0
-                and s.row_ranges[0][1] >= _file_rows(s.path)
-            )
-            parts.append((os.path.abspath(s.path.removeprefix("file://")), () if whole else s.row_ranges))
+        parts = [
+            (os.path.abspath(s.path.removeprefix("file://")), () if s.whole_file else s.row_ranges)
+            for s in splits
+        ]
         return ParquetView(inp.columns, tuple(parts))
 
     def _run_stage(
