@@ -8,7 +8,7 @@ import duckdb
 
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import Binder
-from squall.driver.plan import Plan
+from squall.plan import Plan
 from squall.driver.planner import Planner, PlannerOptions
 from squall.driver.prune import prune
 from squall.driver.translate import Planned, Translator

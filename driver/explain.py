@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from squall.driver.plan import ExchangeInput, Plan, ScanInput, Stage
+from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from squall.driver import lambda_state as keys
 from squall.driver.cost import query_cost
-from squall.driver.plan import Plan, ScanInput
+from squall.plan import Plan, ScanInput
 from squall.driver.platform import Execution, Platform, Progress
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.s3 import S3ExchangeFactory

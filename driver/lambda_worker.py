@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from squall.driver import lambda_state as keys
-from squall.driver.plan import Plan
+from squall.plan import Plan
 from squall.errors import UserError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec, open_exchange
 from squall.exchange.s3 import make_client

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.driver.plan import Plan
+from squall.plan import Plan
 from squall.driver.platform import Execution, Platform, Progress
 from squall.errors import OptionError, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory

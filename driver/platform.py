@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from squall.driver.plan import Plan
+from squall.plan import Plan
 from squall.errors import OptionError
 
 

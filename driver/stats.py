@@ -6,7 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.driver.plan import Plan
+from squall.plan import Plan
 
 
 def _sum_dicts(dicts: list[dict[str, int]]) -> dict[str, int]:

@@ -14,7 +14,7 @@ from multiprocessing.connection import Client, Connection
 
 import pyarrow as pa
 
-from squall.driver.plan import Plan
+from squall.plan import Plan
 from squall.errors import UserError
 from squall.exchange.base import ExchangeAborted, open_exchange
 from squall.operators.worker import Worker

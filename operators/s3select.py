@@ -38,7 +38,7 @@ import sqlglot
 from sqlglot import exp
 
 from squall.driver.catalog import RowGroup, TableInfo, load_table
-from squall.driver.plan import ScanInput
+from squall.plan import ScanInput
 from squall.errors import DataError
 from squall.operators.s3storage import S3Storage, parse_s3_url
 from squall.operators.scan import scan_schema

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from squall.driver.plan import ScanInput
+from squall.plan import ScanInput
 from squall.operators.storage import Storage
 
 

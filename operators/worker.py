@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from squall.driver.plan import ExchangeInput, Plan, ScanInput, Stage
+from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox

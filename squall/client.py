@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from squall.connection import Result
-from squall.driver.plan import Plan
+from squall.plan import Plan
 from squall.driver.platform import Progress
 from squall.errors import NotSupportedError, OptionError, QueryCancelled, SquallError, UserError
 

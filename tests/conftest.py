@@ -6,7 +6,7 @@ import pytest
 
 import squall
 import squall.connection
-from squall.driver.plan import Plan
+from squall.plan import Plan
 
 from .tpch_data import duckdb_over, tpch_dataset
 

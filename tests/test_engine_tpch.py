@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from squall import tpch
-from squall.driver.plan import Plan
+from squall.plan import Plan
 from squall.testing import assert_same_result
 
 MILESTONE = (1, 3, 5, 6, 10, 12, 14, 19)

@@ -8,7 +8,7 @@ import pytest
 
 import squall
 from squall import tpch
-from squall.driver.plan import ExchangeInput, Plan, ScanInput
+from squall.plan import ExchangeInput, Plan, ScanInput
 
 
 @pytest.fixture(scope="module")

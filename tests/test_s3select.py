@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import squall
-from squall.driver.plan import ScanInput
+from squall.plan import ScanInput
 from squall.errors import DataError, OptionError
 from squall.operators.s3select import pushable_filters
 

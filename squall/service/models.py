@@ -110,4 +110,4 @@ class TablesResponse(BaseModel):
 
 class ExplainResponse(BaseModel):
     text: str = Field(description="the distributed plan: stages, exchanges, each stage's DuckDB SQL")
-    plan: dict[str, Any] = Field(description="the plan as JSON (squall.driver.plan.Plan.from_dict)")
+    plan: dict[str, Any] = Field(description="the plan as JSON (squall.plan.Plan.from_dict)")
