@@ -8,11 +8,11 @@ import duckdb
 
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import Binder
-from squall.plan import Plan
 from squall.driver.planner import Planner, PlannerOptions
 from squall.driver.prune import prune
 from squall.driver.translate import Planned, Translator
 from squall.operators.duck import Sandbox
+from squall.plan import Plan
 
 
 @functools.cache

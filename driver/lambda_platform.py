@@ -40,10 +40,10 @@ import pyarrow as pa
 
 from squall.driver import lambda_state as keys
 from squall.driver.cost import query_cost
-from squall.plan import Plan, ScanInput
 from squall.driver.platform import Execution, Platform, Progress
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.s3 import S3ExchangeFactory
+from squall.plan import Plan, ScanInput
 
 DEFAULT_SETTINGS: dict[str, Any] = {
     "memory_mb": 4096,  # the worker function's memory (SQUALL_WORKER_MEMORY_MB when deployed)

@@ -32,12 +32,12 @@ from typing import Any
 import pyarrow as pa
 
 from squall.driver import lambda_state as keys
-from squall.plan import Plan
 from squall.errors import UserError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec, open_exchange
 from squall.exchange.s3 import make_client
 from squall.operators.faults import faults_from_env, install_s3_errors, s3_error_rate
 from squall.operators.worker import Worker
+from squall.plan import Plan
 
 MB_PER_VCPU = 1769  # Lambda gives one vCPU per 1,769 MB of memory
 _lambda_client: Any = None

@@ -22,11 +22,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.plan import Plan
 from squall.driver.platform import Execution, Platform, Progress
 from squall.errors import OptionError, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory
 from squall.exchange.local import default_root
+from squall.plan import Plan
 
 
 class LocalPlatform(Platform):

@@ -35,11 +35,11 @@ from squall.driver import logical as L
 from squall.driver.catalog import Catalog, RowGroup
 from squall.driver.estimate import prune_row_groups
 from squall.driver.frontend import BoundQuery
-from squall.plan import ExchangeInput, Output, Plan, ScanInput, Split, Stage
 from squall.driver.sqlgen import InputRef, q, render
 from squall.driver.translate import Names, Planned, estimate_rows
 from squall.errors import NotSupportedError
 from squall.operators.duck import Sandbox
+from squall.plan import ExchangeInput, Output, Plan, ScanInput, Split, Stage
 
 _NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
             "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from squall.plan import Plan
 from squall.errors import OptionError
+from squall.plan import Plan
 
 
 @dataclass

@@ -14,10 +14,10 @@ from multiprocessing.connection import Client, Connection
 
 import pyarrow as pa
 
-from squall.plan import Plan
 from squall.errors import UserError
 from squall.exchange.base import ExchangeAborted, open_exchange
 from squall.operators.worker import Worker
+from squall.plan import Plan
 
 
 def serve(conn: Connection, threads: int | None) -> None:

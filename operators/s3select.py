@@ -38,11 +38,11 @@ import sqlglot
 from sqlglot import exp
 
 from squall.driver.catalog import RowGroup, TableInfo, load_table
-from squall.plan import ScanInput
 from squall.errors import DataError
 from squall.operators.s3storage import S3Storage, parse_s3_url
 from squall.operators.scan import scan_schema
 from squall.operators.storage import Storage
+from squall.plan import ScanInput
 
 SAMPLE_BYTES = 64 * 1024
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

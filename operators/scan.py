@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
-from squall.plan import ScanInput
 from squall.operators.storage import Storage
+from squall.plan import ScanInput
 
 
 def scan_schema(spec: ScanInput) -> pa.Schema:

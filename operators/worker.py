@@ -21,7 +21,6 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
@@ -29,6 +28,7 @@ from squall.operators.faults import before_stage, faults_from_env
 from squall.operators.partition import PART_COLUMN, split_by_partition
 from squall.operators.scan import read_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
+from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 
 # DuckDB errors caused by the data or the query's own logic: the user's to fix.
 _USER_RUNTIME = (

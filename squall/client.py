@@ -31,9 +31,9 @@ from typing import Any
 import pyarrow as pa
 
 from squall.connection import Result
-from squall.plan import Plan
 from squall.driver.platform import Progress
 from squall.errors import NotSupportedError, OptionError, QueryCancelled, SquallError, UserError
+from squall.plan import Plan
 
 ProgressArg = bool | Callable[[Progress], None] | None
 _RETRY_STATUS = frozenset({429, 502, 503, 504})

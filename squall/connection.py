@@ -13,12 +13,12 @@ import pyarrow as pa
 from squall.driver.catalog import Catalog
 from squall.driver.compile import compile_sql
 from squall.driver.explain import explain_plan
-from squall.plan import Plan
 from squall.driver.planner import PlannerOptions
 from squall.driver.platform import Platform, Progress, platform_class
 from squall.driver.stats import summarize
 from squall.errors import OptionError
 from squall.operators.duck import Sandbox
+from squall.plan import Plan
 
 if TYPE_CHECKING:
     import pandas as pd

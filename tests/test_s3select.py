@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 import squall
-from squall.plan import ScanInput
 from squall.errors import DataError, OptionError
 from squall.operators.s3select import pushable_filters
+from squall.plan import ScanInput
 
 from .s3server import moto_available, moto_s3
 
