@@ -1,0 +1,103 @@
+"""The one place Squall talks to AWS SDKs: client construction, ``s3://`` URLs, error messages.
+
+Every boto3 client Squall builds (S3 for storage, exchange and service state,
+Lambda for invocations) comes from :func:`client`, with one retry policy:
+botocore's ``standard`` mode (exponential backoff with jitter on throttling,
+5xx and connection errors), ``max_retries`` retries after the first try.
+Endpoint, region and credentials come from the standard AWS settings
+(``AWS_ENDPOINT_URL``, ``AWS_REGION``, profiles, …) unless given.
+
+boto3/botocore are imported lazily: importing this module costs nothing.
+
+May import: the standard library and :mod:`squall.errors` only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from squall.errors import DataError, UserError
+
+#: the retry policy of every client (botocore counts retries, not tries)
+RETRY_MODE = "standard"
+MAX_RETRIES = 8
+CONNECT_TIMEOUT_S = 10
+READ_TIMEOUT_S = 60
+
+_S3_URL = re.compile(r"s3://([^/]+)/?(.*)")
+
+
+def client(
+    service: str,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    max_pool_connections: int = 32,
+    max_retries: int = MAX_RETRIES,
+    read_timeout_s: float = READ_TIMEOUT_S,
+) -> Any:
+    """A thread-safe boto3 client for ``service`` ("s3", "lambda", …) with Squall's retry policy."""
+    import boto3
+    from botocore.config import Config
+
+    cfg = Config(
+        max_pool_connections=max_pool_connections,
+        retries={"mode": RETRY_MODE, "max_attempts": int(max_retries)},
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=read_timeout_s,
+        tcp_keepalive=True,
+    )
+    return boto3.session.Session().client(
+        service, endpoint_url=endpoint_url or None, region_name=region or None, config=cfg
+    )
+
+
+def is_s3_url(url: str) -> bool:
+    return url.lower().startswith("s3://")
+
+
+def parse_s3_url(url: str, error: type[UserError] = DataError, what: str = "S3 location") -> tuple[str, str]:
+    """``s3://bucket/some/key`` → ``("bucket", "some/key")``; ``error`` (one line) when it is not one."""
+    m = _S3_URL.fullmatch(url)
+    if not m:
+        raise error(f"{what} must look like s3://bucket/prefix, not {url!r}")
+    return m.group(1), m.group(2)
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ("NoSuchKey", "412", …), "" for other errors."""
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def retries_of(response: Any) -> int:
+    """How many times botocore retried the call that returned ``response``."""
+    return int(((response or {}).get("ResponseMetadata") or {}).get("RetryAttempts", 0))
+
+
+def describe_error(exc: BaseException, bucket: str, key: str = "") -> str:
+    """One line saying what went wrong with an S3 call (no traceback)."""
+    code = error_code(exc)
+    where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
+    if code == "NoSuchBucket":
+        return f"S3 bucket {bucket!r} does not exist"
+    if code in ("NoSuchKey", "404"):
+        return f"S3 object not found: {where}"
+    if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        return f"access denied to {where} ({code})"
+    if code:
+        msg = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Message", "")).strip()
+        return f"S3 error {code} on {where}: {msg}".rstrip(": ")
+    return f"S3 request to {where} failed: {type(exc).__name__}: {exc}".splitlines()[0]
+
+
+#: error codes that are the user's to fix (a missing bucket/key, no access), not a transient failure
+USER_CODES = frozenset(
+    {"NoSuchBucket", "NoSuchKey", "404", "AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+)
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """True when an AWS error is a configuration mistake (missing bucket, no access), not a failure."""
+    return error_code(exc) in USER_CODES
