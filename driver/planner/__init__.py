@@ -1,5 +1,69 @@
-"""The distributed planner (see :mod:`squall.driver.planner.core`)."""
+"""The distributed planner: logical plan → stages separated by exchanges.
 
-from squall.driver.planner.core import Planner, PlannerOptions
+The walk goes bottom-up, tracking how each intermediate result lies over the
+ranks (a :class:`~squall.driver.planner.core.Dist`), and cuts a stage (an
+exchange) only where an operator needs another distribution; the result is
+gathered to rank 0. Each decision is one rule module, tried in the order of
+:data:`RULES` (the first whose ``NODES`` match a node plans it, like sqlglot's
+optimizer ``RULES``):
 
-__all__ = ["Planner", "PlannerOptions"]
+- :mod:`.scans`: row-group splits per rank, replicated scans of small tables;
+- :mod:`.filters`: filters and projections, in place;
+- :mod:`.joins`: broadcast, co-located or hash-partitioned joins;
+- :mod:`.aggregates`: partial/final split, gather or hash, complete in place;
+- :mod:`.topk`: ORDER BY / LIMIT on rank 0 after a local top-k;
+- :mod:`.setops`: UNION ALL in place, the others by value;
+- :mod:`.windows`: by PARTITION BY, or on rank 0.
+
+:mod:`.core` holds the distributions and the context that cuts and type-checks
+stages; :mod:`.exprs` the expression helpers. Imports: the logical plan, the
+catalog, ``squall.plan`` and the DuckDB sandbox; nothing imports back.
+"""
+
+from __future__ import annotations
+
+from squall.driver.catalog import Catalog
+from squall.driver.frontend import BoundQuery
+from squall.driver.planner import aggregates, filters, joins, scans, setops, topk, windows
+from squall.driver.planner.core import Context, PlannerOptions
+from squall.driver.translate import Names, Planned
+from squall.operators.duck import Sandbox
+from squall.plan import Plan
+
+RULES = (scans, filters, joins, aggregates, topk, setops, windows)
+
+__all__ = ["RULES", "Planner", "PlannerOptions"]
+
+
+class Planner(Context):
+    """Builds a :class:`Plan` for one bound query and a world size."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        world_size: int,
+        options: PlannerOptions | None = None,
+        db: Sandbox | None = None,
+    ) -> None:
+        super().__init__(catalog, world_size, options, db, RULES)
+
+    def plan(self, bound: BoundQuery, planned: Planned, names: Names) -> Plan:
+        self._names = names
+        try:
+            node, dist = self.build(planned.node)
+            if dist.kind != "single" and self.world > 1:
+                node = self.gather(node, dist, "result to rank 0")
+            final = self.result_stage(node, bound)
+        finally:
+            if self._own_db:
+                self._db.close()
+        self.stages.append(final)
+        self.fix_receivers()
+        return Plan(
+            sql=bound.sql,
+            world_size=self.world,
+            stages=tuple(self.stages),
+            result_names=bound.names,
+            result_types=bound.types,
+            notes=tuple(self.notes),
+        )

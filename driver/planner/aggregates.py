@@ -1,0 +1,162 @@
+"""Aggregates: partial → exchange → final, or complete where the rows already are.
+
+An aggregate whose input is already hash-partitioned on a subset of its group
+keys (or is on one rank, or replicated) completes in place. Otherwise decomposable
+aggregates run partial on every rank (AVG as SUM and COUNT, VAR/STDDEV as
+count, sum and sum of squares) and final after the exchange: a gather to rank 0
+when there are few groups (no keys, or at most ``gather_groups`` by the
+catalog's NDVs), else hash-partitioned by the group keys. Aggregates that cannot
+be split (DISTINCT, holistic ones) move their rows instead — deduped locally on
+(keys, arguments) first when that cannot change the result — and complete after
+the move.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlglot import exp
+
+from squall.driver import logical as L
+from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
+from squall.driver.planner.exprs import find_scan_column, parse, rewrite_cols
+from squall.driver.sqlgen import q
+from squall.driver.translate import estimate_rows
+from squall.errors import NotSupportedError
+from squall.plan import Output
+
+NODES = (L.Aggregate,)
+
+_DECOMPOSABLE = {"sum", "count", "count_star", "min", "max", "avg", "bool_and", "bool_or", "bit_and", "bit_or",
+                 "bit_xor", "stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop",
+                 "product", "fsum", "sumkahan", "kahan_sum"}  # fmt: skip
+#: partial and final are the same function
+_SAME = {"min", "max", "bool_and", "bool_or", "bit_and", "bit_or", "bit_xor", "sum", "product", "fsum"}
+#: duplicates of an argument do not change the result
+_IDEMPOTENT = {"min", "max", "bool_and", "bool_or", "bit_and", "bit_or"}
+_VARIANCE = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop")
+
+Aggs = tuple[tuple[str, L.AggCall], ...]
+
+
+def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
+    child, dist = ctx.build(node.input)
+    key_texts = [L.sql_of(e) for _n, e in node.keys]
+    out_dist_keys = tuple(frozenset([q(n)]) for n, _e in node.keys)
+    if ctx.world == 1 or dist.kind in ("single", "replicated"):
+        return L.Aggregate(child, node.keys, node.aggs), (dist if dist.kind != "random" else RANDOM)
+    if dist.kind == "hash" and node.keys and all(any(t in eq for t in key_texts) for eq in dist.keys):
+        mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
+        return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
+    gather = not node.keys or _est_groups(ctx, node) <= ctx.options.gather_groups
+    if all(a.func in _DECOMPOSABLE and not a.distinct for _n, a in node.aggs):
+        partial, final, post = _split_aggs(ctx, node)
+        part_node = L.Aggregate(child, node.keys, partial)
+        key_cols = tuple((n, L.col(n)) for n, _e in node.keys)
+        if gather:
+            ref = ctx.gather(part_node, dist, "partial aggregates to rank 0")
+            out_dist = SINGLE
+        else:
+            keys = tuple(q(n) for n, _ in node.keys)
+            ref = ctx.stage(part_node, dist, Output("hash", keys=keys), "partial aggregates by group key")
+            out_dist = Dist("hash", out_dist_keys)
+        final_node: L.Node = L.Aggregate(ref, key_cols, final)
+        final_node = L.Project(final_node, tuple((n, L.col(n)) for n, _ in node.keys) + post)
+        return final_node, out_dist
+    # not decomposable (DISTINCT, holistic aggregates): move rows, then aggregate completely
+    pre: L.Node = child
+    if all(a.distinct or a.func in _IDEMPOTENT for _n, a in node.aggs) and node.aggs:
+        cols: dict[str, exp.Expression] = {n: e for n, e in node.keys}
+        for _n, a in node.aggs:
+            for arg in a.args:
+                cols.setdefault(ctx.fresh("arg"), arg)
+        # dedupe locally on (keys, arguments) first: shrinks what moves
+        names = {L.sql_of(e): n for n, e in cols.items()}
+        pre = L.Aggregate(child, tuple((n, e) for n, e in cols.items()), ())
+        keys = tuple((n, L.col(n)) for n, _e in node.keys)
+        aggs = tuple(
+            (n, dataclasses.replace(a, expression=rewrite_cols(a.expression, names))) for n, a in node.aggs
+        )
+        node = L.Aggregate(node.input, keys, aggs)
+    if not node.keys:
+        ref = ctx.gather(pre, dist, "aggregate that cannot be split: rows to rank 0")
+        return L.Aggregate(ref, node.keys, node.aggs), SINGLE
+    key_exprs = tuple(e for _n, e in node.keys)
+    if isinstance(pre, L.Aggregate):
+        key_exprs = tuple(L.col(n) for n, _e in node.keys)
+    ref, _ = ctx.to_hash(pre, dist, key_exprs, "aggregate that cannot be split: rows by group key")
+    return L.Aggregate(ref, node.keys, node.aggs), Dist("hash", out_dist_keys)
+
+
+def _est_groups(ctx: Context, node: L.Aggregate) -> float:
+    """Product of the keys' NDVs (√rows for a computed key), at most the input's rows."""
+    rows = estimate_rows(node.input)
+    groups = 1.0
+    for _n, e in node.keys:
+        groups *= _ndv(ctx, node.input, e, rows)
+    return min(groups, rows)
+
+
+def _ndv(ctx: Context, below: L.Node, e: exp.Expression, rows: float) -> float:
+    if isinstance(e, exp.Column):
+        found = find_scan_column(below, e.name)
+        if found is not None:
+            scan, source = found
+            return float(ctx.catalog.ndv(scan.table, source))
+    return max(rows**0.5, 1.0)
+
+
+def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
+    """(partial aggregates, final aggregates over them, output expressions over the finals)."""
+    partial: list[tuple[str, L.AggCall]] = []
+    final: list[tuple[str, L.AggCall]] = []
+    post: list[tuple[str, exp.Expression]] = []
+    seen: dict[str, str] = {}
+
+    def add_partial(func: str, args: tuple[exp.Expression, ...], text: str) -> str:
+        key = L.sql_of(parse(text))
+        if key not in seen:
+            seen[key] = ctx.fresh("p_" + func)
+            partial.append((seen[key], L.AggCall(func, args, False, parse(text))))
+        return seen[key]
+
+    def add_final(func: str, text: str) -> str:
+        key = L.sql_of(parse(text))
+        if key not in seen:
+            seen[key] = ctx.fresh("f_" + func)
+            final.append((seen[key], L.AggCall(func, (), False, parse(text))))
+        return seen[key]
+
+    for name, a in node.aggs:
+        f = a.func
+        arg = L.sql_of(a.args[0]) if a.args else ""
+        if f in ("count_star", "count"):
+            p = (
+                add_partial("count", (), "COUNT(*)")
+                if f == "count_star"
+                else add_partial("count", a.args, L.sql_of(a.expression))
+            )
+            post.append((name, parse(f"CAST(COALESCE({q(add_final('sum', f'SUM({q(p)})'))}, 0) AS BIGINT)")))
+        elif f in _SAME:
+            p = add_partial(f, a.args, L.sql_of(a.expression))
+            post.append((name, L.col(add_final(f, f"{f.upper()}({q(p)})"))))
+        elif f == "avg":
+            s = add_partial("sum", a.args, f"SUM({arg})")
+            c = add_partial("count", a.args, f"COUNT({arg})")
+            fs, fc = add_final("sum", f"SUM({q(s)})"), add_final("sum", f"SUM({q(c)})")
+            post.append((name, parse(f"CAST({q(fs)} AS DOUBLE) / CAST({q(fc)} AS DOUBLE)")))
+        elif f in _VARIANCE:
+            x = f"CAST({arg} AS DOUBLE)"
+            n = add_partial("count", a.args, f"COUNT({arg})")
+            s = add_partial("sum", a.args, f"SUM({x})")
+            ss = add_partial("sum", a.args, f"SUM({x} * {x})")
+            fn, fs, fss = (add_final("sum", f"SUM({q(p)})") for p in (n, s, ss))
+            m2 = f"GREATEST({q(fss)} - {q(fs)} * {q(fs)} / {q(fn)}, 0)"
+            pop = f in ("stddev_pop", "var_pop")
+            denom = q(fn) if pop else f"({q(fn)} - 1)"
+            guard = f"{q(fn)} > 0" if pop else f"{q(fn)} > 1"
+            var = f"CASE WHEN {guard} THEN {m2} / {denom} END"
+            post.append((name, parse(f"SQRT({var})" if f.startswith("stddev") else var)))
+        else:
+            raise NotSupportedError(f"aggregate {f} split")
+    return tuple(partial), tuple(final), tuple(post)

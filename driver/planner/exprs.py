@@ -1,0 +1,53 @@
+"""Expression and SQL helpers the planner rules share (no planning decisions here)."""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+
+from squall.driver import logical as L
+from squall.driver.sqlgen import InputRef
+
+#: DuckDB type names that hash as numbers (cast to DOUBLE before hashing)
+NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+           "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip
+
+
+def parse(text: str) -> exp.Expression:
+    return sqlglot.parse_one(text, read="duckdb")
+
+
+def leaves(node: L.Node) -> list[InputRef]:
+    """The stage inputs a (partial) plan reads, left to right."""
+    if isinstance(node, InputRef):
+        return [node]
+    out: list[InputRef] = []
+    for c in node.children:
+        out.extend(leaves(c))
+    return out
+
+
+def rewrite_cols(e: exp.Expression, names: dict[str, str]) -> exp.Expression:
+    """Replace sub-expressions whose SQL text is in ``names`` by that column (aggregates kept)."""
+
+    def fix(n: exp.Expression) -> exp.Expression:
+        text = L.sql_of(n)
+        if text in names and not isinstance(n, (exp.AggFunc, exp.Distinct)):
+            return L.col(names[text])
+        return n
+
+    return e.copy().transform(fix)
+
+
+def find_scan_column(node: L.Node, name: str) -> tuple[L.Scan, str] | None:
+    """The scan below ``node`` that produces internal column ``name``, and its source column."""
+    if isinstance(node, L.Scan):
+        for source, internal in node.columns:
+            if internal == name:
+                return node, source
+        return None
+    for c in node.children:
+        found = find_scan_column(c, name)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,136 @@
+"""Joins: broadcast the small side, join co-located, or hash-partition both sides.
+
+By estimated bytes (rows * row width from Parquet metadata), a side that may be
+broadcast is put on every rank when it is under ``broadcast_limit`` and its W
+copies cost no more than shuffling the other side (see
+:func:`~squall.driver.planner.scans.broadcast` for the replicated-scan variant);
+the other side stays where it is. Otherwise, when one side is already
+hash-partitioned on a subset of the join keys, only the other side moves to
+match it; else both sides move by key. A semi/anti join's right side is deduped
+on its keys before it moves (only its distinct keys matter). ``NOT IN`` always
+replicates its right side: its NULLs and its emptiness are global facts. A join
+without equality keys that is too big to broadcast runs on rank 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlglot import exp
+
+from squall.driver import logical as L
+from squall.driver.catalog import Catalog
+from squall.driver.planner import scans
+from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
+from squall.driver.translate import estimate_rows
+
+NODES = (L.Join,)
+
+
+def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
+    kind = node.kind
+    if ctx.replicate:
+        left, _ = ctx.build(node.left, True)
+        right, _ = ctx.build(node.right, True)
+        return dataclasses.replace(node, left=left, right=right), REPLICATED
+    if ctx.world == 1:
+        left, _ = ctx.build(node.left)
+        right, _ = ctx.build(node.right)
+        return dataclasses.replace(node, left=left, right=right), RANDOM
+    choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
+    if choice in ("left", "right"):
+        small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
+        big_node, big_dist = ctx.build(big)
+        small_node = scans.broadcast(ctx, small)
+        pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
+        return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
+    left, dl = ctx.build(node.left)
+    right, dr = ctx.build(node.right)
+    if (
+        kind in ("semi", "anti")
+        and node.residual is None
+        and not node.null_aware
+        and all(isinstance(k, exp.Column) for k in node.right_keys)
+    ):
+        right = L.Aggregate(right, tuple((k.name, k) for k in node.right_keys), ())
+    if choice == "gather":
+        if dl.kind != "single":
+            left = ctx.gather(left, dl, f"{kind} join without equality keys on rank 0")
+        if dr.kind != "single":
+            right = ctx.gather(right, dr, f"{kind} join without equality keys on rank 0")
+        return dataclasses.replace(node, left=left, right=right), SINGLE
+    if dl.kind == "single" and dr.kind == "single":
+        return dataclasses.replace(node, left=left, right=right), SINGLE
+    lkeys, rkeys = node.left_keys, node.right_keys
+    if (colocated := _colocated(dl, lkeys, rkeys)) is not None:
+        own, other = colocated
+        right, dr = ctx.to_hash(right, dr, other, f"{kind} join: co-partition with the left side")
+        left_keys, right_keys = own, other
+    elif (colocated := _colocated(dr, rkeys, lkeys)) is not None:
+        own, other = colocated
+        left, dl = ctx.to_hash(left, dl, other, f"{kind} join: co-partition with the right side")
+        left_keys, right_keys = other, own
+    else:
+        left, dl = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
+        right, dr = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
+        left_keys, right_keys = lkeys, rkeys
+    keys = tuple(
+        frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
+        for a, b in zip(left_keys, right_keys)
+    )
+    if kind == "right":
+        keys = tuple(frozenset([L.sql_of(b)]) for b in right_keys)
+    dist = RANDOM if kind == "full" else Dist("hash", keys)
+    return dataclasses.replace(node, left=left, right=right), dist
+
+
+def _broadcast_choice(ctx: Context, node: L.Join) -> str | None:
+    """ "left"/"right" to broadcast that side, "gather" for a keyless join, None to shuffle."""
+    lbytes, rbytes = _est_bytes(ctx, node.left), _est_bytes(ctx, node.right)
+    candidates = []
+    if node.kind in ("inner", "left", "semi", "anti", "cross"):
+        candidates.append(("right", rbytes, lbytes))
+    if node.kind in ("inner", "right", "cross"):
+        candidates.append(("left", lbytes, rbytes))
+    if candidates:
+        side, small, big = min(candidates, key=lambda c: c[1])
+        if small <= ctx.options.broadcast_limit and (
+            not node.left_keys or small * ctx.world <= big * ctx.options.broadcast_factor
+        ):
+            return side
+    return None if node.left_keys else "gather"
+
+
+def _colocated(
+    dist: Dist, own: tuple[exp.Expression, ...], other: tuple[exp.Expression, ...]
+) -> tuple[tuple[exp.Expression, ...], tuple[exp.Expression, ...]] | None:
+    """If ``dist`` is hash on a subset of ``own`` keys: (own keys, matching other keys) in dist order."""
+    if dist.kind != "hash" or not own:
+        return None
+    own_texts = [L.sql_of(k) for k in own]
+    chosen_own, chosen_other = [], []
+    for eq in dist.keys:
+        idx = next((i for i, t in enumerate(own_texts) if t in eq), None)
+        if idx is None:
+            return None
+        chosen_own.append(own[idx])
+        chosen_other.append(other[idx])
+    return tuple(chosen_own), tuple(chosen_other)
+
+
+def _est_bytes(ctx: Context, node: L.Node) -> float:
+    return estimate_rows(node) * _width(node, ctx.catalog)
+
+
+def _width(node: L.Node, catalog: Catalog) -> float:
+    """Bytes per row: column sizes from the footers for scans, 8 per column otherwise."""
+    if isinstance(node, L.Scan):
+        info = catalog.table(node.table)
+        return max(info.row_width([s for s, _i in node.columns]), 1.0)
+    if isinstance(node, L.Join):
+        if node.kind in ("semi", "anti"):
+            return _width(node.left, catalog)
+        return _width(node.left, catalog) + _width(node.right, catalog)
+    if isinstance(node, (L.Filter, L.Sort, L.Limit)):
+        return _width(node.input, catalog)
+    return 8.0 * max(len(node.names), 1)

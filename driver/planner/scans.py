@@ -1,0 +1,147 @@
+"""Scans: which rank reads which row groups, and when every rank reads a table whole.
+
+A scan is split by row group (after min/max pruning) into W contiguous chunks of
+about equal row counts, so each rank reads a disjoint part with no exchange;
+contiguous row groups of one file merge into one row range. A small join side
+that is only scans, filters, projections and inner joins, over at most
+``replicated_scan_rows`` table rows, is instead read whole by every rank
+(replicated): cheaper than reading it once and broadcasting it.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Iterable
+
+import pyarrow as pa
+from sqlglot import exp
+
+from squall.driver import logical as L
+from squall.driver.catalog import RowGroup
+from squall.driver.estimate import prune_row_groups
+from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
+from squall.driver.sqlgen import InputRef
+from squall.plan import Output, ScanInput, Split
+
+NODES = (L.Scan, L.Values)
+
+
+def plan(ctx: Context, node: L.Scan | L.Values) -> tuple[L.Node, Dist]:
+    if isinstance(node, L.Values):
+        return node, SINGLE
+    replicated = ctx.replicate and ctx.world > 1
+    return _scan(ctx, node, ctx.replicate), (REPLICATED if replicated else RANDOM)
+
+
+def broadcast(ctx: Context, small: L.Node) -> L.Node:
+    """``small`` on every rank: a replicated scan when cheap enough, else a broadcast stage."""
+    if _pure(small) and _scan_rows(ctx, small) <= ctx.options.replicated_scan_rows:
+        node, _ = ctx.build(small, replicate=True)
+        return node
+    node, dist = ctx.build(small)
+    if dist.kind == "replicated":
+        return node
+    return ctx.stage(node, dist, Output("broadcast"), "broadcast the small join side")
+
+
+def _pure(node: L.Node) -> bool:
+    if isinstance(node, L.Scan):
+        return True
+    if isinstance(node, (L.Filter, L.Project)):
+        return _pure(node.input)
+    if isinstance(node, L.Join) and node.kind in ("inner", "cross"):
+        return _pure(node.left) and _pure(node.right)
+    return False
+
+
+def _scan_rows(ctx: Context, node: L.Node) -> float:
+    if isinstance(node, L.Scan):
+        return float(ctx.catalog.table(node.table).num_rows)
+    return sum(_scan_rows(ctx, c) for c in node.children)
+
+
+def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
+    info = ctx.catalog.table(node.table)
+    source_of = {internal: source for source, internal in node.columns}
+    groups = prune_row_groups(info, source_of, node.filters)
+    sources = [source for source, _i in node.columns]
+    file_groups = Counter(rg.path for rg in info.row_groups)
+    if replicated or ctx.world == 1:
+        splits = (_splits(groups, sources, file_groups),)
+    else:
+        splits = tuple(_splits(chunk, sources, file_groups) for chunk in _balance(groups, ctx.world))
+    ctx.scans += 1
+    name = f"s{ctx.scans}_{node.table.lower()}"
+    schema = pa.schema([info.schema.field(source).with_name(internal) for source, internal in node.columns])
+    ctx.scan_schemas[name] = schema
+    ctx.inputs[name] = ScanInput(
+        name=name,
+        table=info.name,
+        location=info.location,
+        columns=node.columns,
+        splits=splits,
+        replicated=replicated and ctx.world > 1,
+        filters=tuple(L.sql_of(f) for f in node.filters),
+        schema_b64=base64.b64encode(schema.serialize().to_pybytes()).decode(),
+        scan=info.scan,
+        scan_options=info.scan_options,
+    )
+    out: L.Node = InputRef(name, node.names)
+    if node.filters:
+        out = L.Filter(
+            out, exp.and_(*[f.copy() for f in node.filters]) if len(node.filters) > 1 else node.filters[0]
+        )
+    return out
+
+
+def _splits(groups: Iterable[RowGroup], columns: list[str], file_groups: Counter[str]) -> tuple[Split, ...]:
+    """Group row groups by file; contiguous row groups merge into one row range.
+
+    ``file_groups`` counts every file's row groups, so a split holding all of them is marked whole.
+    """
+    out: list[Split] = []
+    for rg in groups:
+        rng = (rg.first_row, rg.first_row + rg.num_rows)
+        nbytes = sum(rg.columns[c].compressed_bytes for c in columns if c in rg.columns)
+        if out and out[-1].path == rg.path:
+            prev = out[-1]
+            ranges = list(prev.row_ranges)
+            if ranges[-1][1] == rng[0]:
+                ranges[-1] = (ranges[-1][0], rng[1])
+            else:
+                ranges.append(rng)
+            out[-1] = Split(
+                rg.path,
+                (*prev.row_groups, rg.index),
+                tuple(ranges),
+                prev.rows + rg.num_rows,
+                prev.nbytes + nbytes,
+            )
+        else:
+            out.append(Split(rg.path, (rg.index,), (rng,), rg.num_rows, nbytes))
+    return tuple(
+        dataclasses.replace(sp, whole_file=True) if len(sp.row_groups) == file_groups[sp.path] else sp
+        for sp in out
+    )
+
+
+def _balance(groups: list[RowGroup], world: int) -> list[list[RowGroup]]:
+    """Contiguous chunks of row groups with about equal row counts, one per rank."""
+    total = sum(g.num_rows for g in groups)
+    chunks: list[list[RowGroup]] = [[] for _ in range(world)]
+    if not groups:
+        return chunks
+    if len(groups) <= world:
+        for i, g in enumerate(groups):
+            chunks[i].append(g)
+        return chunks
+    target = total / world
+    acc = 0
+    for g in groups:
+        rank = min(int(math.floor((acc + g.num_rows / 2) / target)) if target else 0, world - 1)
+        chunks[rank].append(g)
+        acc += g.num_rows
+    return chunks

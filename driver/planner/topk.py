@@ -1,0 +1,39 @@
+"""ORDER BY and LIMIT: on rank 0, after a local top-k (or local LIMIT) on every rank.
+
+A sorted or limited result is a global fact, so it is computed on rank 0. With a
+LIMIT, every rank first keeps only its ``limit + offset`` best (or first) rows,
+so at most W * (limit + offset) rows move instead of the whole input.
+"""
+
+from __future__ import annotations
+
+from squall.driver import logical as L
+from squall.driver.planner.core import SINGLE, Context, Dist
+
+NODES = (L.Sort, L.Limit)
+
+
+def plan(ctx: Context, node: L.Sort | L.Limit) -> tuple[L.Node, Dist]:
+    if isinstance(node, L.Sort):
+        child, dist = ctx.build(node.input)
+        if dist.kind != "single" and ctx.world > 1:
+            child, dist = ctx.gather(child, dist, "ORDER BY on rank 0"), SINGLE
+        return L.Sort(child, node.keys), dist
+    inner = node.input
+    if isinstance(inner, L.Sort):
+        child, dist = ctx.build(inner.input)
+        if dist.kind != "single" and ctx.world > 1:
+            if node.limit is not None:
+                local = L.Limit(L.Sort(child, inner.keys), node.limit + node.offset, 0)
+                child = ctx.gather(local, dist, "local top-k, merged on rank 0")
+            else:
+                child = ctx.gather(child, dist, "ORDER BY on rank 0")
+            dist = SINGLE
+        return L.Limit(L.Sort(child, inner.keys), node.limit, node.offset), dist
+    child, dist = ctx.build(inner)
+    if dist.kind != "single" and ctx.world > 1:
+        if node.limit is not None:
+            child = L.Limit(child, node.limit + node.offset, 0)
+        child = ctx.gather(child, dist, "LIMIT on rank 0")
+        dist = SINGLE
+    return L.Limit(child, node.limit, node.offset), dist
