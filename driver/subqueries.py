@@ -24,6 +24,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from squall.driver import logical as L
+from squall.driver.scope import Scope, conjuncts
 from squall.errors import NotSupportedError
 
 DIALECT = "duckdb"
@@ -85,8 +86,6 @@ class Correlation:
 
 def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
     """Take the correlated conjuncts out of a subquery's WHERE (see module doc)."""
-    from squall.driver.translate import conjuncts
-
     if not isinstance(sub, exp.Select):
         if _tables(sub) - _defined_aliases(sub):
             raise NotSupportedError("correlated set operation in a subquery")
@@ -164,9 +163,7 @@ class SubqueryMixin:
         self._last_planned = planned
         return dict(planned.outputs)
 
-    def _residual_scope(self, scope, outputs: dict[str, str], cols: list[exp.Column]):
-        from squall.driver.translate import Scope
-
+    def _residual_scope(self, scope: Scope, outputs: dict[str, str], cols: list[exp.Column]) -> Scope:
         merged = Scope(dict(scope.columns))
         for i, c in enumerate(cols):
             merged.add(c.table, c.name, outputs[f"__r{i}"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.optimizer.normalize import normalize
@@ -22,6 +22,7 @@ from sqlglot.optimizer.simplify import simplify
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.estimate import selectivity
+from squall.driver.scope import Scope, conjuncts
 from squall.driver.subqueries import INTERNAL, SubqueryMixin
 from squall.errors import BindError, NotSupportedError
 
@@ -48,25 +49,6 @@ class Names:
 
 
 @dataclass
-class Scope:
-    """Columns visible in one SELECT: (source alias, column) → internal name."""
-
-    columns: dict[tuple[str, str], str] = field(default_factory=dict)
-
-    def add(self, alias: str, column: str, internal: str) -> None:
-        self.columns[(alias, column)] = internal
-
-    def lookup(self, table: str, name: str) -> str | None:
-        if (table, name) in self.columns:
-            return self.columns[(table, name)]
-        if not table:
-            hits = [v for (_t, c), v in self.columns.items() if c == name]
-            if len(hits) == 1:
-                return hits[0]
-        return None
-
-
-@dataclass
 class Source:
     """One FROM item of a SELECT while its join tree is built."""
 
@@ -82,18 +64,6 @@ class Planned:
 
     node: L.Node
     outputs: tuple[tuple[str, str], ...]
-
-
-def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
-    if e is None:
-        return []
-    if isinstance(e, exp.Where):
-        return conjuncts(e.this)
-    if isinstance(e, exp.Paren):
-        return conjuncts(e.this)
-    if isinstance(e, exp.And):
-        return conjuncts(e.this) + conjuncts(e.expression)
-    return [e]
 
 
 def disjuncts(e: exp.Expression) -> list[exp.Expression]:
