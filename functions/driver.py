@@ -5,7 +5,7 @@ Runs the API's ``run``/``tables``/``explain`` events with
 (``SQUALL_DATA``, default ``s3://$SQUALL_BUCKET/$SQUALL_DATA_PREFIX``) whose platform is
 ``SQUALL_PLATFORM`` (``lambda``: the worker function ``SQUALL_WORKER_FUNCTION``, exchange and run state
 under ``s3://$SQUALL_BUCKET/$SQUALL_EXCHANGE_PREFIX``). Connections are kept per worker count while
-the execution environment is warm.
+the execution environment is warm (:mod:`squall.service.deployment`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 
-from squall.driver.lambda_platform import connection_for
+from squall.service.deployment import connection_for
 from squall.service.runner import handle_driver_event
 
 logger = Logger(service="squall")

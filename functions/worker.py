@@ -1,6 +1,6 @@
 """Worker Lambda handler: ``squall.functions.worker.handler``.
 
-All the logic is in :func:`squall.driver.lambda_worker.run_worker_event`: start the children of the
+All the logic is in :func:`squall.driver.platforms.lambda_.worker.run_worker_event`: start the children of the
 invocation tree, run one rank, write its status to S3. Powertools adds structured logs (with the
 Lambda context), an EMF metric per invocation and, when enabled, an X-Ray segment.
 """
@@ -12,7 +12,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
-from squall.driver.lambda_worker import run_worker_event
+from squall.driver.platforms.lambda_.worker import run_worker_event
 
 logger = Logger(service="squall")
 metrics = Metrics(namespace="Squall", service="squall")

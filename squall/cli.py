@@ -3,7 +3,8 @@
     squall query SQL | -f FILE --data DIR|s3://… [--workers W] [--format table|csv|json|parquet]
                  [--output FILE] [--stats-json FILE] [--exchange local|s3://bucket/prefix]
                  [--exchange-levels 1|2|auto] [--scan parquet|s3select]
-                 [--platform local|lambda-local|lambda] [--fanout F] [--function NAME]
+                 [--platform local|lambda-local|lambda|fabric] [--fanout F] [--function NAME]
+                 [--provider tcp|shm|efa]
     squall explain SQL | -f FILE --data DIR [--workers W]
     squall gen-tpch --sf SF --out DIR [--parts N]
     squall tables --data DIR | --endpoint URL
@@ -27,6 +28,7 @@ from typing import IO, Any, NoReturn
 
 import pyarrow as pa
 
+from squall.driver.platforms.base import PLATFORMS, platform_class
 from squall.errors import OptionError, SquallError, UserError
 from squall.service.formats import json_value
 
@@ -81,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 
     # --- platforms (issue 5) ---
     q.add_argument(
-        "--platform", choices=["local", "lambda-local", "lambda", "fabric"], default=None,
+        "--platform", choices=PLATFORMS.names(), default=None,
         help="where the workers run: local processes (default), the local Lambda emulator, AWS Lambda, "
         "or ranks exchanging over libfabric",
     )  # fmt: skip
@@ -117,7 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
     s.add_argument("--token", default=None, help="require 'Authorization: Bearer T' (default: $SQUALL_TOKEN)")
-    s.add_argument("--platform", default="local", help="where queries run (default: local)")
+    s.add_argument(
+        "--platform", choices=PLATFORMS.names(), default="local", help="where queries run (default: local)"
+    )
     s.add_argument("--workers", type=int, default=None, help="workers per query (default: cores)")
     s.add_argument(
         "--state", default=None, help="query state: a folder or s3://bucket/prefix (default: temp)"
@@ -289,31 +293,39 @@ def _connect(args: argparse.Namespace) -> Any:
     )
 
 
+#: platform options the query command takes as flags: constructor keyword -> flag
+PLATFORM_FLAGS = {"fanout": "--fanout", "function": "--function", "provider": "--provider"}
+
+
 def _platform_options(args: argparse.Namespace) -> dict[str, Any]:
-    """connect() keywords for ``query --platform/--fanout/--function``."""
+    """connect() keywords for ``query --platform/--fanout/--function/--provider``, checked against the
+    platform's capabilities (``options``, ``needs_s3_location``)."""
     platform = getattr(args, "platform", None) if args.command == "query" else None
-    fanout, function = getattr(args, "fanout", None), getattr(args, "function", None)
-    if (fanout is not None or function) and platform not in ("lambda", "lambda-local"):
-        raise OptionError("--fanout and --function need --platform lambda or lambda-local")
-    provider = getattr(args, "provider", None)
-    if provider and platform != "fabric":
-        raise OptionError("--provider needs --platform fabric")
-    if not platform:
+    given = {opt: getattr(args, opt, None) for opt in PLATFORM_FLAGS}
+    given = {opt: value for opt, value in given.items() if value is not None and value != ""}
+    cls = platform_class(platform) if platform else None
+    for opt in given:
+        if cls is None or opt not in cls.options:
+            raise OptionError(_flags_need_platform(opt))
+    if cls is None:
         return {}
-    if platform == "fabric":
-        return (
-            {"platform": "fabric", "platform_options": {"provider": provider}}
-            if provider
-            else {"platform": "fabric"}
-        )
-    s3_exchange = (getattr(args, "exchange", None) or "").startswith("s3://")
-    if platform != "local" and not s3_exchange and not os.environ.get("SQUALL_BUCKET"):
-        raise OptionError(f"--platform {platform} needs --exchange s3://bucket/prefix (or SQUALL_BUCKET)")
     options: dict[str, Any] = {"platform": platform}
-    extra = {k: v for k, v in (("fanout", fanout), ("function", function)) if v is not None}
-    if extra:
-        options["platform_options"] = extra
+    s3_exchange = (getattr(args, "exchange", None) or "").startswith("s3://")
+    if cls.needs_s3_location and not s3_exchange and not os.environ.get("SQUALL_BUCKET"):
+        raise OptionError(f"--platform {platform} needs --exchange s3://bucket/prefix (or SQUALL_BUCKET)")
+    if given:
+        options["platform_options"] = given
     return options
+
+
+def _flags_need_platform(option: str) -> str:
+    """One line: the flags that go with ``option``'s platforms, e.g. "--provider needs --platform fabric"."""
+    takes = {name: platform_class(name).options for name in PLATFORMS.names()}
+    platforms = [name for name, opts in takes.items() if option in opts]
+    flags = [flag for opt, flag in PLATFORM_FLAGS.items()
+             if [name for name, opts in takes.items() if opt in opts] == platforms]  # fmt: skip
+    verb = "needs" if len(flags) == 1 else "need"
+    return f"{' and '.join(flags)} {verb} --platform {' or '.join(platforms)}"
 
 
 def _s3_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,7 +7,7 @@
 
 :meth:`RemoteConnection.sql` submits (with a fresh Idempotency-Key, so a retried POST never runs the query
 twice), polls the status with backoff (20 ms growing to 1 s), shows progress when asked (``progress=True``
-draws a bar on stderr, a callable gets :class:`squall.driver.platform.Progress` updates), then downloads the
+draws a bar on stderr, a callable gets :class:`squall.driver.platforms.base.Progress` updates), then downloads the
 result as an Arrow IPC stream — following the presigned URL of a large result. Errors are the
 ``squall.errors`` classes with the server's message (``BindError``, ``SqlSyntaxError``, …); HTTP-level
 failures are :class:`RemoteError`, unknown ids and rejected requests :class:`RemoteUserError`, a wrong token
@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from squall.connection import Result
-from squall.driver.platform import Progress
+from squall.driver.platforms.base import Progress
 from squall.errors import NotSupportedError, OptionError, QueryCancelled, SquallError, UserError
 from squall.plan import Plan
 

@@ -14,7 +14,7 @@ from squall.driver.catalog import Catalog
 from squall.driver.compile import compile_sql
 from squall.driver.explain import explain_plan
 from squall.driver.planner import PlannerOptions
-from squall.driver.platform import Platform, Progress, platform_class
+from squall.driver.platforms.base import Platform, Progress, platform_class
 from squall.driver.stats import summarize
 from squall.errors import OptionError
 from squall.operators.duck import Sandbox
@@ -46,9 +46,13 @@ class Result:
         """The result as a ``pyarrow.Table`` (column names as the query wrote them)."""
         return self._table
 
+            if data is not None:
+                platform.check_storage(str(data))
     def to_pandas(self) -> pd.DataFrame:
         """The result as a pandas DataFrame (needs pandas installed)."""
         try:
+            if data is not None:
+                cls.check_storage(str(data))
             import pandas  # noqa: F401
         except ImportError:
             raise OptionError("to_pandas() needs pandas: pip install 'squall[pandas]'") from None
@@ -73,6 +77,7 @@ class Connection:
     the folder and runs queries on a warm pool of 4 local worker processes.
     Use it as a context manager or call :meth:`close` to stop the workers.
     """
+        self.platform.check_storage(str(location))
 
     def __init__(
         self,

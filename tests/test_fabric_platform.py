@@ -11,7 +11,7 @@ import pytest
 
 import squall
 from squall import tpch
-from squall.driver.worker_process import launcher_rank
+from squall.driver.platforms.fabric.worker_process import launcher_rank
 from squall.testing import assert_same_result
 
 from .tpch_data import duckdb_over, tpch_dataset
@@ -63,7 +63,7 @@ def test_tpch_sf01_over_fabric(fabric, reference, n):
 @needs_fabric
 def test_ranks_started_by_a_cluster_launcher(sf01, reference):
     """Ranks read rank/size from the launcher's environment (here srun's) and connect to the driver."""
-    from squall.driver.fabric_platform import FabricPlatform
+    from squall.driver.platforms.fabric.platform import FabricPlatform
 
     platform = FabricPlatform(2, provider="tcp", launcher="external", listen="127.0.0.1:0")
     host, port = platform.address
@@ -71,7 +71,13 @@ def test_ranks_started_by_a_cluster_launcher(sf01, reference):
     for rank in range(2):
         env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_NTASKS="2", FI_PROVIDER="tcp", FI_TCP_IFACE="lo",
                    SQUALL_WORKER_AUTHKEY=platform.authkey_hex)  # fmt: skip
-        cmd = [sys.executable, "-m", "squall.driver.worker_process", "--connect", f"{host}:{port}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "squall.driver.platforms.fabric.worker_process",
+            "--connect",
+            f"{host}:{port}",
+        ]
         procs.append(subprocess.Popen(cmd, env=env))
     con = squall.connect(data=str(sf01), platform=platform)
     try:

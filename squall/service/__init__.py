@@ -7,6 +7,7 @@ Modules, bottom up:
 - :mod:`~squall.service.runner` — runs one stored query on a Connection and records status, progress, result;
 - :mod:`~squall.service.backend` — where queries run: an embedded Connection on a thread (``squall serve``)
   or the driver Lambda function (deployed API);
+- :mod:`~squall.service.deployment` — the deployed driver function's Connections (from its environment);
 - :mod:`~squall.service.service` — the operations behind the endpoints (submit, status, result, cancel, …);
 - :mod:`~squall.service.api` — the Powertools ``APIGatewayRestResolver`` and pydantic models' routes;
 - :mod:`~squall.service.server` — ``squall serve``: stdlib HTTP server that feeds API Gateway proxy events to

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.connection import Connection
-from squall.driver.platform import Progress
+from squall.driver.platforms.base import Progress
 from squall.errors import SquallError, UserError
 from squall.service import records
 from squall.service.formats import encode

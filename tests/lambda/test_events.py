@@ -13,10 +13,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from squall.driver import lambda_platform
-from squall.driver import lambda_state as keys
-from squall.driver.lambda_local import LambdaContext
-from squall.service import records
+from squall.driver.platforms.lambda_ import state as keys
+from squall.driver.platforms.lambda_.emulator_process import LambdaContext
+from squall.service import deployment, records
 from squall.service.state import state_store
 
 from ..s3server import moto_available, moto_s3
@@ -70,9 +69,9 @@ def driver_env(s3, monkeypatch, tmp_path_factory):
     monkeypatch.setenv("SQUALL_PLATFORM", "lambda-local")
     monkeypatch.setenv("SQUALL_BUCKET", BUCKET)
     yield data
-    for con in lambda_platform._connections.values():
+    for con in deployment._connections.values():
         con.close()
-    lambda_platform._connections.clear()
+    deployment._connections.clear()
 
 
 def test_driver_events(driver_env, tmp_path):

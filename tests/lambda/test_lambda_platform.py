@@ -10,8 +10,8 @@ import pytest
 
 import squall
 from squall import tpch
-from squall.driver.lambda_local import LocalLambda
-from squall.driver.lambda_platform import LocalLambdaPlatform
+from squall.driver.platforms.lambda_.emulator import LocalLambda
+from squall.driver.platforms.lambda_.platform import LocalLambdaPlatform
 from squall.testing import assert_same_result
 
 from ..s3server import moto_available, moto_s3

@@ -16,7 +16,7 @@ import pytest
 import squall
 from squall import dbapi, tpch
 from squall.client import AuthenticationError, RemoteConnection, RemoteError, RemoteUserError
-from squall.driver.platform import Progress
+from squall.driver.platforms.base import Progress
 from squall.plan import Plan
 from squall.testing import assert_same_result
 

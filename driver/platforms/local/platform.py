@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.driver.platform import Execution, Platform, Progress
+from squall.driver.platforms.base import Execution, Platform, Progress
 from squall.errors import OptionError, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory
 from squall.exchange.local import default_root
@@ -33,6 +33,8 @@ class LocalPlatform(Platform):
     """W warm worker processes; exchange through a shared folder unless told otherwise."""
 
     name = "local"
+    exchanges = ("local", "s3", "fabric")
+    storages = ("file", "s3")
 
     def __init__(
         self,
@@ -50,7 +52,7 @@ class LocalPlatform(Platform):
         self.factory = (
             exchange
             if isinstance(exchange, ExchangeFactory)
-            else exchange_factory(exchange, **(exchange_options or {}))
+            else exchange_factory(self.check_exchange(exchange), **(exchange_options or {}))
         )
         self.storage_options = dict(storage_options or {})
         self.threads = threads_per_worker or max(1, cores // self.world_size)
@@ -76,7 +78,7 @@ class LocalPlatform(Platform):
         address = str(self._get_listener().address)
         with open(logs / f"worker-{os.getpid()}-{rank}.log", "ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", "squall.driver.worker_process", address, str(rank), str(self.threads)],
+                [sys.executable, "-m", "squall.driver.platforms.local.worker_process", address, str(rank), str(self.threads)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
             )  # fmt: skip
 

@@ -6,7 +6,8 @@ thread → load the plan (inline or from S3) → run the rank with the S3 exchan
 ``stage-<stage>`` keys as it goes; DuckDB's memory limit, threads and temp/home directory come from the
 function's memory and ``/tmp``) → rank 0 writes the result (Arrow IPC) → write ``done`` (the
 WorkerReport dict) or ``error`` (one line). A crash writes nothing: the driver notices the stale
-heartbeat and re-invokes the rank. Keys: :mod:`squall.driver.lambda_state`.
+heartbeat and re-invokes the rank. Keys: :mod:`squall.driver.platforms.lambda_.state`; children:
+:mod:`squall.driver.platforms.lambda_.tree`.
 
 The event (JSON)::
 
@@ -31,7 +32,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.driver import lambda_state as keys
+from squall import aws
+from squall.driver.platforms.lambda_ import state as keys
+from squall.driver.platforms.lambda_ import tree
 from squall.errors import UserError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec, open_exchange
 from squall.exchange.s3 import make_client
@@ -52,9 +55,7 @@ def set_lambda_client(client: Any) -> None:
 def lambda_client() -> Any:
     global _lambda_client
     if _lambda_client is None:
-        import boto3
-
-        _lambda_client = boto3.session.Session().client("lambda")
+        _lambda_client = aws.client("lambda")
     return _lambda_client
 
 
@@ -142,7 +143,7 @@ def _load_plan(event: Mapping[str, Any], client: Any, bucket: str) -> Plan:
 
 def _invoke_children(event: Mapping[str, Any]) -> int:
     lo, hi = event["ranks"]
-    kids = keys.children(lo, hi, int(event["fanout"]))
+    kids = tree.children(lo, hi, int(event["fanout"]))
     client = lambda_client() if kids else None
     for a, b in kids:
         payload = json.dumps(dict(event, ranks=[a, b])).encode()

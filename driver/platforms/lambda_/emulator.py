@@ -4,7 +4,8 @@
 InvocationType="Event"|"RequestResponse", Payload=bytes)`` like ``boto3.client("lambda")``. Every
 invocation goes through a JSON round trip, is checked against Lambda's payload limits (256 KB async,
 6 MB sync), and runs in one of at most ``concurrency`` worker processes (``python -m
-squall.driver.lambda_local ADDRESS``, a fresh interpreter, not a fork of the caller). A process is
+squall.driver.platforms.lambda_.emulator_process ADDRESS``, a fresh interpreter, not a fork of the
+caller). A process is
 started on first need (a cold start) and then reused (warm), like an execution environment; asynchronous
 invocations beyond the concurrency limit wait in a queue. The handler gets a Lambda-like context
 (``function_name``, ``memory_limit_in_mb``, ``aws_request_id``, ``get_remaining_time_in_millis()``…);
@@ -15,7 +16,6 @@ over the process's connection. Logs go to ``<squall temp>/logs/lambda-<pid>-<slo
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 import os
@@ -26,10 +26,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 from squall.exchange.local import default_root
@@ -38,7 +37,7 @@ ASYNC_LIMIT = 256 * 1024
 SYNC_LIMIT = 6 * 1024 * 1024
 
 
-def _too_large(size: int, limit: int) -> Exception:
+def too_large(size: int, limit: int) -> Exception:
     from botocore.exceptions import ClientError
 
     message = f"{size} byte payload exceeds the {limit} byte limit"
@@ -99,7 +98,7 @@ class LocalLambda:
         asynchronous = InvocationType == "Event"
         limit = ASYNC_LIMIT if asynchronous else SYNC_LIMIT
         if len(data) > limit:
-            raise _too_large(len(data), limit)
+            raise too_large(len(data), limit)
         payload = json.dumps(json.loads(data or b"{}"))  # the JSON round trip Lambda does
         self._count("invocations")
         with self._idle:
@@ -160,7 +159,7 @@ class _Slot:
         env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Squall")
         with open(logs / f"lambda-{os.getpid()}-{self.index}.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "squall.driver.lambda_local", str(self.listener.address)],
+                [sys.executable, "-m", "squall.driver.platforms.lambda_.emulator_process", str(self.listener.address)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
             )  # fmt: skip
         self.conn = self.listener.accept()
@@ -234,76 +233,3 @@ class _Slot:
 
 def _error(kind: str, message: str) -> dict[str, Any]:
     return {"payload": json.dumps({"errorType": kind, "errorMessage": message}), "error": True}
-
-
-# --- the worker process -------------------------------------------------------------------------
-
-
-class LambdaContext:
-    """The parts of Lambda's context object handlers (and Powertools) use."""
-
-    def __init__(self, function_name: str, memory_limit_in_mb: int, aws_request_id: str, deadline: float):
-        self.function_name = function_name
-        self.function_version = "$LATEST"
-        self.memory_limit_in_mb = memory_limit_in_mb
-        self.aws_request_id = aws_request_id
-        self.invoked_function_arn = f"arn:aws:lambda:local:000000000000:function:{function_name}"
-        self.log_group_name = f"/aws/lambda/{function_name}"
-        self.log_stream_name = "local"
-        self._deadline = deadline
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.time()) * 1000))
-
-
-class _ParentInvoker:
-    """The Lambda client inside a worker process: invocations go back to the emulator."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-
-    def invoke(
-        self, FunctionName: str, Payload: bytes | str = b"{}", InvocationType: str = "Event", **_: Any
-    ) -> dict[str, Any]:
-        if InvocationType != "Event":
-            raise RuntimeError("only asynchronous invocations are supported from inside the emulator")
-        data = Payload.decode() if isinstance(Payload, bytes) else Payload
-        if len(data.encode()) > ASYNC_LIMIT:
-            raise _too_large(len(data.encode()), ASYNC_LIMIT)
-        self.conn.send(("invoke", FunctionName, InvocationType, data))
-        return {"StatusCode": 202}
-
-
-def _resolve(target: str) -> Callable[[dict[str, Any], Any], Any]:
-    module, _sep, name = target.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
-def serve(conn: Connection) -> None:
-    """Run one invocation after another until told to stop."""
-    from squall.driver.lambda_worker import set_lambda_client
-
-    set_lambda_client(_ParentInvoker(conn))
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        if job is None:
-            return
-        context = LambdaContext(**job["context"])
-        try:
-            result = _resolve(job["handler"])(json.loads(job["payload"]), context)
-            conn.send(("ok", json.dumps(result)))
-        except Exception as exc:  # an unhandled error, as Lambda reports it
-            conn.send(("error", json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)})))
-
-
-def main(argv: list[str]) -> int:
-    conn = Client(argv[0], family="AF_UNIX", authkey=bytes.fromhex(os.environ["SQUALL_LAMBDA_AUTHKEY"]))
-    serve(conn)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""A local worker process: ``python -m squall.driver.worker_process ADDRESS RANK THREADS``.
+"""A local worker process: ``python -m squall.driver.platforms.local.worker_process ADDRESS RANK THREADS``.
 
 Started by the local platform; connects back to the driver's Unix socket
 (authenticated with ``SQUALL_WORKER_AUTHKEY``), says its rank, then serves
@@ -69,39 +69,12 @@ def serve(conn: Connection, threads: int | None) -> None:
             conn.send(("error", rank, kind, message, traceback.format_exc()))
 
 
-#: environment variables cluster launchers set: (rank, size)
-LAUNCHER_ENV = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI mpirun
-    ("PMI_RANK", "PMI_SIZE"),  # MPICH / Intel MPI hydra
-    ("PMIX_RANK", "PMIX_SIZE"),  # PMIx launchers
-    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
-)
-
-
-def launcher_rank(environ: dict[str, str] | None = None) -> tuple[int, int]:
-    """(rank, size) from the cluster launcher's environment (mpirun, srun, PMI)."""
-    env = os.environ if environ is None else environ
-    for rank_var, size_var in LAUNCHER_ENV:
-        if rank_var in env and size_var in env:
-            return int(env[rank_var]), int(env[size_var])
-    names = ", ".join(r for r, _s in LAUNCHER_ENV)
-    raise SystemExit(
-        f"error: no launcher rank in the environment (looked for {names}); start with mpirun or srun"
-    )
-
-
 def main(argv: list[str]) -> int:
-    """Local: ``ADDRESS RANK THREADS`` (started by the local platform).
-    Cluster: ``--connect HOST:PORT [--threads N]`` (started by mpirun/srun; rank from the launcher)."""
+    """``ADDRESS RANK THREADS`` (started by the local platform; ranks started by a cluster launcher use
+    :mod:`squall.driver.platforms.fabric.worker_process`)."""
     authkey = bytes.fromhex(os.environ["SQUALL_WORKER_AUTHKEY"])
-    if argv and argv[0] == "--connect":
-        host, _, port = argv[1].rpartition(":")
-        threads = int(argv[3]) if len(argv) > 3 and argv[2] == "--threads" else 0
-        rank, _size = launcher_rank()
-        conn = Client((host, int(port)), family="AF_INET", authkey=authkey)
-    else:
-        address, rank, threads = argv[0], int(argv[1]), int(argv[2])
-        conn = Client(address, family="AF_UNIX", authkey=authkey)
+    address, rank, threads = argv[0], int(argv[1]), int(argv[2])
+    conn = Client(address, family="AF_UNIX", authkey=authkey)
     conn.send(rank)
     serve(conn, threads or None)
     return 0

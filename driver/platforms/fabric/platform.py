@@ -8,7 +8,8 @@ the ranks:
 - ``launcher="local"`` (default): the driver starts W processes on this
   machine (``FI_PROVIDER=tcp`` with ``FI_TCP_IFACE=lo``, or ``shm``);
 - ``launcher="external"``: the cluster's launcher starts them, e.g.
-  ``srun -n W python -m squall.driver.worker_process --connect HEAD:PORT``;
+  ``srun -n W python -m squall.driver.platforms.fabric.worker_process --connect HEAD:PORT``
+  (:mod:`squall.driver.platforms.fabric.worker_process`);
   each rank reads its rank from the launcher's environment
   (``OMPI_COMM_WORLD_RANK``, ``SLURM_PROCID``, ``PMI_RANK``) and connects
   back to the driver, authenticated by the shared ``SQUALL_WORKER_AUTHKEY``.
@@ -21,14 +22,18 @@ import secrets
 from multiprocessing.connection import Listener
 from typing import Any
 
-from squall.driver.local import LocalPlatform
+from squall.driver.platforms.local.platform import LocalPlatform
 from squall.errors import OptionError
+from squall.exchange import fabric as fabric_exchange
 
 
 class FabricPlatform(LocalPlatform):
     """W ranks exchanging through libfabric (see module doc)."""
 
     name = "fabric"
+    exchanges = ("fabric",)
+    storages = ("file", "s3")  # a shared file system on a cluster
+    options = ("provider",)
 
     def __init__(
         self,
@@ -43,13 +48,10 @@ class FabricPlatform(LocalPlatform):
         storage_options: dict[str, Any] | None = None,
         threads_per_worker: int | None = None,
     ) -> None:
-        from squall.exchange.fabric import native_available
-
-        reason = native_available()
+        reason = fabric_exchange.native_available()
         if reason:
             raise OptionError(f"the fabric platform needs libfabric: {reason}")
-        if exchange not in (None, "fabric"):
-            raise OptionError(f"the fabric platform exchanges over libfabric, not {exchange!r}")
+        self.check_exchange(exchange)
         if launcher not in ("local", "external"):
             raise OptionError(f"launcher must be 'local' or 'external', got {launcher!r}")
         options = dict(exchange_options or {})
