@@ -57,8 +57,8 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
             ref = ctx.gather(part_node, dist, "partial aggregates to rank 0")
             out_dist = SINGLE
         else:
-            keys = tuple(q(n) for n, _ in node.keys)
-            ref = ctx.stage(part_node, dist, Output("hash", keys=keys), "partial aggregates by group key")
+            by = tuple(q(n) for n, _ in node.keys)
+            ref = ctx.stage(part_node, dist, Output("hash", keys=by), "partial aggregates by group key")
             out_dist = Dist("hash", out_dist_keys)
         final_node: L.Node = L.Aggregate(ref, key_cols, final)
         final_node = L.Project(final_node, tuple((n, L.col(n)) for n, _ in node.keys) + post)

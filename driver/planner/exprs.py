@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import sqlglot
 from sqlglot import exp
 
@@ -14,7 +16,7 @@ NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "U
 
 
 def parse(text: str) -> exp.Expression:
-    return sqlglot.parse_one(text, read="duckdb")
+    return cast(exp.Expression, sqlglot.parse_one(text, read="duckdb"))
 
 
 def leaves(node: L.Node) -> list[InputRef]:

@@ -15,6 +15,7 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable
+from typing import cast
 
 import pyarrow as pa
 from sqlglot import exp
@@ -69,6 +70,7 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
     groups = prune_row_groups(info, source_of, node.filters)
     sources = [source for source, _i in node.columns]
     file_groups = Counter(rg.path for rg in info.row_groups)
+    splits: tuple[tuple[Split, ...], ...]
     if replicated or ctx.world == 1:
         splits = (_splits(groups, sources, file_groups),)
     else:
@@ -91,9 +93,10 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
     )
     out: L.Node = InputRef(name, node.names)
     if node.filters:
-        out = L.Filter(
-            out, exp.and_(*[f.copy() for f in node.filters]) if len(node.filters) > 1 else node.filters[0]
-        )
+        pred = node.filters[0]
+        if len(node.filters) > 1:
+            pred = cast(exp.Expression, exp.and_(*[f.copy() for f in node.filters]))
+        out = L.Filter(out, pred)
     return out
 
 
