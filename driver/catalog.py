@@ -19,12 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from squall.driver.scan_kinds import loader, scan_kinds
 from squall.errors import DataError, OptionError
 from squall.operators.storage import Storage, scheme_of, storage_for
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FORMATS = ("parquet", "csv", "json")
-SCANS = ("parquet", "s3select")
+SCANS = scan_kinds()  # the kinds registered at import; checks use scan_kinds() (see squall.driver.scan_kinds)
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,10 @@ class TableInfo:
     row_groups: tuple[RowGroup, ...]
     #: the footer of every file, read once when the table is loaded (reused for samples)
     footers: Mapping[str, pq.FileMetaData] = field(default_factory=dict, compare=False, repr=False)
-    #: how workers scan it: "parquet" (the Storage's projected row-group reads) or "s3select"
+    #: how workers scan it: a scan kind of squall.driver.scan_kinds ("parquet": the Storage's
+    #: projected row-group reads)
     scan: str = "parquet"
-    #: options of the scan operator (e.g. format=csv for s3select), as sorted (key, value) pairs
+    #: options of the scan operator (e.g. format=csv), as sorted (key, value) pairs
     scan_options: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -132,6 +134,20 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
     return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups), footers)
 
 
+class ParquetTables:
+    """The loader of the ``parquet`` scan kind (see :mod:`squall.driver.scan_kinds`)."""
+
+    formats = ("parquet",)
+    schemes = None
+
+    @staticmethod
+    def load(name: str, location: str, storage: Storage, fmt: str) -> TableInfo:
+        return load_table(name, location, storage)
+
+
+PARQUET_TABLES = ParquetTables()
+
+
 def _span(bounds: tuple[Any, Any] | None) -> float | None:
     """Number of integer values (or days) between two bounds, inclusive."""
     if bounds is None:
@@ -149,8 +165,8 @@ class Catalog:
     """Named tables. Names are case-insensitive, like SQL identifiers."""
 
     def __init__(self, storage_options: Mapping[str, Any] | None = None, scan: str = "parquet") -> None:
-        if scan not in SCANS:
-            raise OptionError(f"scan must be one of {', '.join(SCANS)}, not {scan!r}")
+        if scan not in scan_kinds():
+            raise OptionError(f"scan must be one of {', '.join(scan_kinds())}, not {scan!r}")
         self.default_scan = scan
         # lower name -> (name, location, format, scan)
         self._locations: dict[str, tuple[str, str, str, str]] = {}
@@ -180,21 +196,27 @@ class Catalog:
     def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
         """Register (or replace) table ``name`` at ``location``. Footers are read on first use.
 
-        ``format`` is ``parquet`` (default), ``csv`` or ``json`` (JSON lines); ``scan`` is
-        ``parquet`` (projected row-group reads) or ``s3select`` (S3 Select, S3 objects only;
-        the only scan for csv/json). Default: the catalog's ``scan``.
+        ``format`` is ``parquet`` (default), ``csv`` or ``json`` (JSON lines); ``scan`` is a
+        scan kind (:mod:`squall.driver.scan_kinds`) that reads that format. Default: the
+        catalog's ``scan`` when it reads the format, else the first kind that does.
         """
         if not _NAME.match(name):
             raise OptionError(f"invalid table name {name!r}: use letters, digits and _")
         if format not in FORMATS:
             raise OptionError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
-        scan = scan or ("s3select" if format != "parquet" else self.default_scan)
-        if scan not in SCANS:
-            raise OptionError(f"scan must be one of {', '.join(SCANS)}, not {scan!r}")
-        if scan == "parquet" and format != "parquet":
-            raise OptionError(f"table {name}: {format} objects can only be scanned with scan='s3select'")
-        if scan == "s3select" and scheme_of(location) != "s3":
-            raise OptionError(f"table {name}: scan='s3select' needs an s3:// location, not {location}")
+        if scan is None:
+            readers = [kind for kind in scan_kinds() if format in loader(kind).formats]
+            scan = self.default_scan if self.default_scan in readers else readers[0]
+        if scan not in scan_kinds():
+            raise OptionError(f"scan must be one of {', '.join(scan_kinds())}, not {scan!r}")
+        kind = loader(scan)
+        if format not in kind.formats:
+            readers = " or ".join(f"scan={k!r}" for k in scan_kinds() if format in loader(k).formats)
+            raise OptionError(f"table {name}: {format} objects can only be scanned with {readers}")
+        if kind.schemes is not None and scheme_of(location) not in kind.schemes:
+            raise OptionError(
+                f"table {name}: scan={scan!r} needs an {kind.schemes[0]}:// location, not {location}"
+            )
         is_glob = any(ch in location for ch in "*?[")
         if scheme_of(location) == "file" and not is_glob and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
@@ -295,12 +317,7 @@ class Catalog:
         if entry is None:
             raise DataError(f"unknown table {name}")
         real_name, location, fmt, scan = entry
-        if scan == "s3select":
-            from squall.operators.s3select import load_s3select_table
-
-            info = load_s3select_table(real_name, location, self.storage(location), fmt)
-        else:
-            info = load_table(real_name, location, self.storage(location))
+        info = loader(scan).load(real_name, location, self.storage(location), fmt)
         with self._lock:
             self._tables[key] = info
         return info

@@ -4,12 +4,12 @@ Opt-in per table (``con.register(name, "s3://b/x.csv", format="csv", scan="s3sel
 formats ``csv`` with a header line and ``json`` lines) or for every S3 table of a connection
 (``connect(..., scan="s3select")`` / ``squall query --scan s3select``, Parquet input). The
 planner only knows "this table's scan is s3select": the ScanInput carries the table's
-format, the source columns and the pushed filters (DuckDB SQL text); this module
+format, the source columns and the pushed filters (DuckDB SQL text). The catalog half
+(listing the objects, inferring the schema from a sample) is
+:mod:`squall.driver.s3select_tables`; this module is the worker half, the
+``s3select`` reader of :mod:`squall.operators.scan_kinds`:
 
-- :func:`load_s3select_table` (driver): lists the objects, infers the schema from one
-  ranged GET of each object's first ``sample_bytes`` (64 KiB; Parquet: the footers),
-  estimates rows from object sizes, one pseudo row group per object (no pruning);
-- :func:`read_s3select` (worker): for each object of the rank's splits, one
+- :func:`read_s3select`: for each object of the rank's splits, one
   ``SelectObjectContent`` with ``SELECT <columns> FROM S3Object s [WHERE …]``, CSV or JSON
   output decoded into Arrow with the scan's types. Filters are pushed only when they are
   ``column <op> literal`` on a string (``=``/``<>``) or integer column (any comparison,
@@ -26,7 +26,6 @@ use scan='parquet')``.
 from __future__ import annotations
 
 import io
-import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,75 +36,22 @@ import pyarrow.json as pjson
 import sqlglot
 from sqlglot import exp
 
-from squall.driver.catalog import RowGroup, TableInfo, load_table
+from squall import aws
 from squall.errors import DataError
-from squall.operators.s3storage import S3Storage, parse_s3_url
+from squall.operators.s3storage import S3Storage
 from squall.operators.scan import scan_schema
 from squall.operators.storage import Storage
 from squall.plan import ScanInput
 
-SAMPLE_BYTES = 64 * 1024
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _OPS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 
 
-def _s3(storage: Storage) -> S3Storage:
+def s3_storage(storage: Storage) -> S3Storage:
+    """``storage`` as an S3Storage; DataError when the table is not on S3."""
     if not isinstance(storage, S3Storage):
         raise DataError("scan='s3select' needs an s3:// location")
     return storage
-
-
-def _sample_table(storage: S3Storage, path: str, fmt: str) -> tuple[pa.Table, int]:
-    """The first complete lines of an object, parsed; (table, bytes they took)."""
-    body = storage._get_range(path, 0, min(SAMPLE_BYTES, storage._size(path)))
-    if len(body) == SAMPLE_BYTES and b"\n" in body:
-        body = body[: body.rindex(b"\n") + 1]
-    try:
-        if fmt == "csv":
-            table = pcsv.read_csv(io.BytesIO(body))
-        else:
-            table = pjson.read_json(io.BytesIO(body))
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"cannot read {fmt} sample of {path}: {exc}".splitlines()[0]) from None
-    return table, len(body)
-
-
-def load_s3select_table(name: str, location: str, storage: Storage, fmt: str) -> TableInfo:
-    """Catalog entry of an S3 Select table (see module doc)."""
-    s3 = _s3(storage)
-    if fmt == "parquet":
-        info = load_table(name, location, s3)
-        options = (("columns", ",".join(info.schema.names)), ("format", "parquet"))
-        return TableInfo(info.name, info.location, info.files, info.schema, info.row_groups, info.footers,
-                         "s3select", options)  # fmt: skip
-    bucket, key = parse_s3_url(location)
-    suffix = f".{fmt}" if fmt == "csv" else (".json", ".jsonl", ".ndjson")
-    if not key or key.endswith("/") or any(ch in key for ch in "*?["):
-        listed = s3._list(bucket, key if not any(ch in key for ch in "*?[") else key.rpartition("/")[0] + "/")
-        import fnmatch
-
-        files = sorted(
-            f"s3://{bucket}/{k}"
-            for k in listed
-            if k.endswith(suffix)
-            and not k.rpartition("/")[2].startswith((".", "_"))
-            and (not any(ch in key for ch in "*?[") or fnmatch.fnmatchcase(k, key))
-        )
-        with s3._lock:
-            s3._sizes.update({f"s3://{bucket}/{k}": size for k, size in listed.items()})
-    else:
-        files = [location]
-    if not files:
-        raise DataError(f"no {fmt} objects at {location}")
-    sample, used = _sample_table(s3, files[0], fmt)
-    schema = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in sample.schema])
-    bytes_per_row = used / max(sample.num_rows, 1)
-    groups = tuple(
-        RowGroup(path, 0, max(1, math.ceil(s3._size(path) / bytes_per_row)) if sample.num_rows else 0, {})
-        for path in files
-    )
-    options = (("columns", ",".join(schema.names)), ("format", fmt))
-    return TableInfo(name, location, tuple(files), schema, groups, {}, "s3select", options)
 
 
 def _quote(name: str, fmt: str) -> str:
@@ -170,7 +116,7 @@ def select_expression(spec: ScanInput, schema: pa.Schema) -> str:
 def _select(storage: S3Storage, path: str, expression: str, fmt: str) -> bytes:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, key = parse_s3_url(path)
+    bucket, key = aws.parse_s3_url(path)
     inp: dict[str, Any] = (
         {"CSV": {"FileHeaderInfo": "USE"}} if fmt == "csv"
         else {"JSON": {"Type": "LINES"}} if fmt == "json"
@@ -185,7 +131,7 @@ def _select(storage: S3Storage, path: str, expression: str, fmt: str) -> bytes:
         )  # fmt: skip
         chunks = [ev["Records"]["Payload"] for ev in resp["Payload"] if "Records" in ev]
     except (ClientError, BotoCoreError) as exc:
-        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")) or type(exc).__name__
+        code = aws.error_code(exc) or type(exc).__name__
         raise DataError(
             f"S3 Select refused {expression!r} on {path}: {code} (the service supports only part of "
             "S3 Select; use scan='parquet')"
@@ -222,7 +168,7 @@ def read_s3select(spec: ScanInput, rank: int, storage_of: Callable[[str], Storag
     star = expression.startswith("SELECT * ")
     tables = []
     for split in spec.splits_for(rank):
-        storage = _s3(storage_of(split.path))
+        storage = s3_storage(storage_of(split.path))
         body = _select(storage, split.path, expression, fmt)
         if star:  # every column of the object, in file order: keep the scan's
             all_names = dict(spec.scan_options)["columns"].split(",")

@@ -1,4 +1,4 @@
-"""Parquet scan operator: reads one rank's share of a table (its row groups, needed columns)."""
+"""Scan operator: reads one rank's share of a table; the Parquet scan (its row groups, needed columns)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from squall.operators.scan_kinds import reader
 from squall.operators.storage import Storage
 from squall.plan import ScanInput
 
@@ -18,14 +19,14 @@ def scan_schema(spec: ScanInput) -> pa.Schema:
 def read_scan(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) -> pa.Table:
     """Rows of ``spec`` for ``rank``, with columns renamed to the stage's names.
 
-    ``spec.scan == "s3select"`` hands the scan to the S3 Select operator
-    (:mod:`squall.operators.s3select`); otherwise the Storage reads the split's
-    row groups (only the needed column chunks).
+    The reader is looked up by the scan's kind (``spec.scan``) in
+    :mod:`squall.operators.scan_kinds`; ``parquet`` is :func:`read_parquet`.
     """
-    if spec.scan == "s3select":
-        from squall.operators.s3select import read_s3select
+    return reader(spec.scan)(spec, rank, storage_of)
 
-        return read_s3select(spec, rank, storage_of)
+
+def read_parquet(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) -> pa.Table:
+    """The ``parquet`` scan kind: the Storage reads each split's row groups (only the needed column chunks)."""
     schema = scan_schema(spec)
     sources = [source for source, _name in spec.columns]
     tables = []
