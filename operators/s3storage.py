@@ -41,8 +41,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from squall import aws
+from squall.aws import describe_error, error_code
 from squall.errors import DataError
-from squall.exchange.s3 import describe_error, error_code, make_client
 from squall.operators.storage import Storage
 
 MiB = 1024 * 1024
@@ -52,10 +53,10 @@ _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def parse_s3_url(url: str) -> tuple[str, str]:
     """``s3://bucket/key`` -> (bucket, key); DataError when it is not an S3 URL."""
-    m = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
-    if not m:
-        raise DataError(f"not an S3 location (s3://bucket/key): {url}")
-    return m.group(1), m.group(2)
+    try:
+        return aws.parse_s3_url(url)
+    except DataError:
+        raise DataError(f"not an S3 location (s3://bucket/key): {url}") from None
 
 
 def column_chunk_ranges(
@@ -194,7 +195,15 @@ class S3Storage(Storage):
     def client(self) -> Any:
         with self._init_lock:
             if self._client_obj is None:
-                self._client_obj = make_client(self.options)
+                opts = self.options
+                self._client_obj = aws.client(
+                    "s3",
+                    endpoint_url=opts.get("endpoint_url"),
+                    region=opts.get("region"),
+                    max_pool_connections=int(opts.get("max_pool_connections", 32)),
+                    max_retries=int(opts.get("max_retries", aws.MAX_RETRIES)),
+                    retry_mode=str(opts.get("retry_mode", aws.RETRY_MODE)),
+                )
             return self._client_obj
 
     @property

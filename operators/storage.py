@@ -9,7 +9,6 @@ A table location is a Parquet file, a folder of Parquet files, or a glob
 from __future__ import annotations
 
 import glob
-import importlib
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from squall.errors import DataError
+from squall.registry import Registry
 
 
 class Storage(ABC):
@@ -120,14 +120,15 @@ class LocalStorage(Storage):
 
 
 # scheme -> "module:Class"; imported lazily (S3 needs boto3/pyarrow.fs only when used)
-_REGISTRY: dict[str, str] = {
-    "file": "squall.operators.storage:LocalStorage",
-    "s3": "squall.operators.s3storage:S3Storage",
-}
+_STORAGES: Registry[type[Storage]] = Registry(
+    "storage scheme",
+    {"file": "squall.operators.storage:LocalStorage", "s3": "squall.operators.s3storage:S3Storage"},
+    DataError,
+)
 
 
 def register_storage(scheme: str, target: str) -> None:
-    _REGISTRY[scheme] = target
+    _STORAGES.register(scheme, target)
 
 
 def scheme_of(location: str) -> str:
@@ -139,10 +140,6 @@ def scheme_of(location: str) -> str:
 def storage_for(location: str, options: Mapping[str, Any] | None = None) -> Storage:
     """A Storage for a location's scheme (``file`` when it has none)."""
     scheme = scheme_of(location)
-    try:
-        target = _REGISTRY[scheme]
-    except KeyError:
-        raise DataError(f"unsupported storage scheme {scheme!r} in {location}") from None
-    module_name, class_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(options)
+    if scheme not in _STORAGES:
+        raise DataError(f"unsupported storage scheme {scheme!r} in {location}")
+    return _STORAGES.get(scheme)(options)

@@ -36,14 +36,18 @@ def client(
     max_pool_connections: int = 32,
     max_retries: int = MAX_RETRIES,
     read_timeout_s: float = READ_TIMEOUT_S,
+    retry_mode: str = RETRY_MODE,
 ) -> Any:
-    """A thread-safe boto3 client for ``service`` ("s3", "lambda", …) with Squall's retry policy."""
+    """A thread-safe boto3 client for ``service`` ("s3", "lambda", …) with Squall's retry policy.
+
+    ``retry_mode`` "adaptive" adds botocore's client-side rate limiting to the standard policy.
+    """
     import boto3
     from botocore.config import Config
 
     cfg = Config(
         max_pool_connections=max_pool_connections,
-        retries={"mode": RETRY_MODE, "max_attempts": int(max_retries)},
+        retries={"mode": retry_mode, "max_attempts": int(max_retries)},
         connect_timeout=CONNECT_TIMEOUT_S,
         read_timeout=read_timeout_s,
         tcp_keepalive=True,
@@ -101,3 +105,24 @@ USER_CODES = frozenset(
 def is_user_error(exc: BaseException) -> bool:
     """True when an AWS error is a configuration mistake (missing bucket, no access), not a failure."""
     return error_code(exc) in USER_CODES
+
+
+def default_credentials() -> tuple[Any, str | None]:
+    """This environment's AWS credentials (None when there are none) and region (None when unset)."""
+    import boto3
+
+    session = boto3.session.Session()
+    return session.get_credentials(), session.region_name
+
+
+def sigv4_headers(
+    credentials: Any, service: str, region: str, method: str, url: str, body: bytes | None,
+    headers: dict[str, str],
+) -> dict[str, str]:  # fmt: skip
+    """``headers`` plus the SigV4 signature of a request to ``service`` (e.g. "execute-api") in ``region``."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    request = AWSRequest(method=method, url=url, data=body or b"", headers=headers)
+    SigV4Auth(credentials.get_frozen_credentials(), service, region).add_auth(request)
+    return dict(request.headers.items())

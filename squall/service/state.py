@@ -16,7 +16,6 @@ so its link is the file path and ``squall serve`` streams the file through the H
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -26,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from squall.errors import OptionError
+from squall import aws
+from squall.errors import DataError, OptionError
+from squall.registry import Registry
 
 _KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*$")
 
@@ -157,10 +158,10 @@ class S3StateStore(StateStore):
         client: Any = None,
         **_options: Any,
     ) -> None:
-        rest = url.split("://", 1)[1]
-        bucket, _, prefix = rest.partition("/")
-        if not bucket:
-            raise OptionError(f"state store URL needs a bucket: {url}")
+        try:  # the scheme's case does not matter (state_store picked this class by it)
+            bucket, prefix = aws.parse_s3_url("s3://" + url.split("://", 1)[1])
+        except DataError:
+            raise OptionError(f"state store URL needs a bucket: {url}") from None
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}"
@@ -171,14 +172,12 @@ class S3StateStore(StateStore):
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            self._client = boto3.session.Session().client(
+            self._client = aws.client(
                 "s3",
                 endpoint_url=self._endpoint_url,
-                region_name=self._region,
-                config=Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=16),
+                region=self._region,
+                max_pool_connections=16,
+                max_retries=5,
             )
         return self._client
 
@@ -250,25 +249,20 @@ class S3StateStore(StateStore):
         return Link(url=url)
 
 
-_REGISTRY: dict[str, str] = {
-    "file": "squall.service.state:LocalStateStore",
-    "s3": "squall.service.state:S3StateStore",
-}
+_STORES: Registry[type[StateStore]] = Registry(
+    "state store scheme",
+    {"file": "squall.service.state:LocalStateStore", "s3": "squall.service.state:S3StateStore"},
+    OptionError,
+)
 
 
 def register_state_store(scheme: str, target: str) -> None:
     """Make ``scheme://…`` URLs open ``target`` (``"module:Class"``)."""
-    _REGISTRY[scheme] = target
+    _STORES.register(scheme, target)
 
 
 def state_store(url: str, **options: Any) -> StateStore:
     """Open the state store at ``url`` (``s3://bucket/prefix``, a folder, or another registered scheme)."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
-    try:
-        module_name, cls_name = _REGISTRY[scheme].split(":")
-    except KeyError:
-        raise OptionError(
-            f"unknown state store scheme {scheme!r} in {url!r} (choose one of: {', '.join(sorted(_REGISTRY))})"
-        ) from None
-    cls = getattr(importlib.import_module(module_name), cls_name)
+    cls: Any = _STORES.get(scheme, where=repr(url))
     return cls(url, **options)
