@@ -20,7 +20,7 @@ def connection_for(workers: int | None) -> Connection:
     Data: ``SQUALL_DATA`` or ``s3://$SQUALL_BUCKET/$SQUALL_DATA_PREFIX``; platform: ``SQUALL_PLATFORM``
     (``lambda`` when deployed; ``lambda-local`` runs the emulator, for tests).
     """
-    count = int(workers or os.environ.get("SQUALL_DEFAULT_WORKERS", 4))
+    count = int(workers or os.environ.get("SQUALL_DEFAULT_WORKERS") or 4)
     if count not in _connections:
         data = os.environ.get("SQUALL_DATA")
         if not data and os.environ.get("SQUALL_BUCKET"):

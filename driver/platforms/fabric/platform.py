@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 from multiprocessing.connection import Listener
-from typing import Any
+from typing import Any, ClassVar
 
 from squall.driver.platforms.local.platform import LocalPlatform
 from squall.errors import OptionError
@@ -31,9 +32,9 @@ class FabricPlatform(LocalPlatform):
     """W ranks exchanging through libfabric (see module doc)."""
 
     name = "fabric"
-    exchanges = ("fabric",)
-    storages = ("file", "s3")  # a shared file system on a cluster
-    options = ("provider",)
+    exchanges: ClassVar[tuple[str, ...]] = ("fabric",)
+    storages: ClassVar[tuple[str, ...]] = ("file", "s3")  # a shared file system on a cluster
+    options: ClassVar[tuple[str, ...]] = ("provider",)
 
     def __init__(
         self,
@@ -86,9 +87,9 @@ class FabricPlatform(LocalPlatform):
     @property
     def address(self) -> tuple[str, int]:
         """Where ranks started by the cluster launcher connect (``--connect HOST:PORT``)."""
-        return self._get_listener().address  # type: ignore[return-value]
+        return self._get_listener().address
 
-    def _spawn(self, rank: int):  # type: ignore[override]
+    def _spawn(self, rank: int) -> subprocess.Popen[bytes] | None:
         if self.launcher == "external":
             return None  # the cluster launcher starts the ranks; they connect to self.address
         return super()._spawn(rank)

@@ -32,7 +32,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
@@ -87,10 +87,10 @@ class LambdaPlatform(Platform):
     """Ranks as Lambda invocations of ``function`` (see module doc)."""
 
     name = "lambda"
-    exchanges = ("s3",)
-    storages = ("s3",)  # the functions cannot see this machine's files
-    needs_s3_location = True
-    options = ("fanout", "function")
+    exchanges: ClassVar[tuple[str, ...]] = ("s3",)
+    storages: ClassVar[tuple[str, ...]] = ("s3",)  # the functions cannot see this machine's files
+    needs_s3_location: ClassVar[bool] = True
+    options: ClassVar[tuple[str, ...]] = ("fanout", "function")
 
     def __init__(
         self,
@@ -294,7 +294,7 @@ class LocalLambdaPlatform(LambdaPlatform):
     """The Lambda platform against the local emulator (real handler in local processes)."""
 
     name = "lambda-local"
-    storages = ("file", "s3")  # the emulated functions run on this machine
+    storages: ClassVar[tuple[str, ...]] = ("file", "s3")  # the emulated functions run on this machine
 
     def __init__(self, workers: int | None = None, *, concurrency: int | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("function", "squall-worker")

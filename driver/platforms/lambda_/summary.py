@@ -45,7 +45,7 @@ def details(
             _add(requests, report["exchange"].get("requests", {}))
     open_attempts = [a for atts in run.attempts.values() for a in atts if not a.finished and a.started_ms]
     for a in open_attempts:  # still running (a losing duplicate): billed until now, at least
-        billed.append((int((time.time() - a.started_ms / 1000) * 1000), int(settings["memory_mb"])))
+        billed.append((int((time.time() - (a.started_ms or 0) / 1000) * 1000), int(settings["memory_mb"])))
     _add(requests, run.requests)
     _add(requests, factory_requests)
     region = settings["region"] or os.environ.get("AWS_REGION") or "us-east-1"

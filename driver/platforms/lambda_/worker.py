@@ -144,7 +144,9 @@ def _load_plan(event: Mapping[str, Any], client: Any, bucket: str) -> Plan:
 def _invoke_children(event: Mapping[str, Any]) -> int:
     lo, hi = event["ranks"]
     kids = tree.children(lo, hi, int(event["fanout"]))
-    client = lambda_client() if kids else None
+    if not kids:
+        return 0
+    client = lambda_client()
     for a, b in kids:
         payload = json.dumps(dict(event, ranks=[a, b])).encode()
         client.invoke(FunctionName=event["function"], InvocationType="Event", Payload=payload)

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Listener, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
@@ -33,8 +33,8 @@ class LocalPlatform(Platform):
     """W warm worker processes; exchange through a shared folder unless told otherwise."""
 
     name = "local"
-    exchanges = ("local", "s3", "fabric")
-    storages = ("file", "s3")
+    exchanges: ClassVar[tuple[str, ...]] = ("local", "s3", "fabric")
+    storages: ClassVar[tuple[str, ...]] = ("file", "s3")
 
     def __init__(
         self,
@@ -191,7 +191,8 @@ class LocalPlatform(Platform):
                         self.factory.abort(config, f"rank {rank} died")
                         del pending[rank]
                 continue
-            for conn in ready:
+            for ready_conn in ready:
+                conn = cast(Connection, ready_conn)
                 rank = next(r for r, c in pending.items() if c is conn)
                 try:
                     msg = conn.recv()

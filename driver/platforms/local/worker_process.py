@@ -7,6 +7,7 @@ one query message after another until told to stop.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import traceback
@@ -18,6 +19,10 @@ from squall.errors import UserError
 from squall.exchange.base import ExchangeAborted, open_exchange
 from squall.operators.worker import Worker
 from squall.plan import Plan
+
+
+def _stage_done(conn: Connection, rank: int, stage_id: int) -> None:
+    conn.send(("stage", rank, stage_id))
 
 
 def serve(conn: Connection, threads: int | None) -> None:
@@ -43,7 +48,7 @@ def serve(conn: Connection, threads: int | None) -> None:
                     msg["query_id"],
                     threads=threads,
                     storage_options=msg.get("storage_options"),
-                    on_stage=lambda sid, r=rank: conn.send(("stage", r, sid)),
+                    on_stage=functools.partial(_stage_done, conn, rank),
                 )
                 result, report = worker.run()
             finally:
