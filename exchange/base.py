@@ -40,7 +40,7 @@ Guarantees every implementation gives (the shared suite in
 
 from __future__ import annotations
 
-import importlib
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from squall.errors import OptionError, SquallError
+from squall.registry import Registry
 
 
 class ExchangeError(SquallError):
@@ -168,40 +169,36 @@ class ExchangeFactory(ABC):
         """Tell waiting receivers to stop with ``reason`` (best effort, optional)."""
 
 
-# name -> "module:EndpointClass:FactoryClass"; modules are imported lazily so a
-# missing optional dependency (boto3, libfabric) only matters when it is used.
-_REGISTRY: dict[str, str] = {
-    "local": "squall.exchange.local:LocalExchange:LocalExchangeFactory",
-    "s3": "squall.exchange.s3:S3Exchange:S3ExchangeFactory",
-    "fabric": "squall.exchange.fabric:FabricExchange:FabricExchangeFactory",
-}
+# name -> endpoint / factory class ("module:Class"), imported lazily so a missing
+# optional dependency (boto3, libfabric) only matters when it is used.
+_ENDPOINTS: Registry[type[Exchange]] = Registry("exchange", error=ExchangeConfigError)
+_FACTORIES: Registry[type[ExchangeFactory]] = Registry("exchange", error=ExchangeConfigError)
 
 
 def register_exchange(name: str, target: str) -> None:
     """Register ``"module:EndpointClass:FactoryClass"`` under ``name``."""
-    _REGISTRY[name] = target
+    module_name, endpoint_name, factory_name = target.split(":")
+    _ENDPOINTS.register(name, f"{module_name}:{endpoint_name}")
+    _FACTORIES.register(name, f"{module_name}:{factory_name}")
+
+
+register_exchange("local", "squall.exchange.local:LocalExchange:LocalExchangeFactory")
+register_exchange("s3", "squall.exchange.s3:S3Exchange:S3ExchangeFactory")
+register_exchange("fabric", "squall.exchange.fabric:FabricExchange:FabricExchangeFactory")
 
 
 def available_exchanges() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def _resolve(name: str) -> tuple[type[Exchange], type[ExchangeFactory]]:
-    try:
-        target = _REGISTRY[name]
-    except KeyError:
-        raise ExchangeError(
-            f"unknown exchange {name!r} (choose one of: {', '.join(available_exchanges())})"
-        ) from None
-    module_name, endpoint_name, factory_name = target.split(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, endpoint_name), getattr(module, factory_name)
+    return _FACTORIES.names()
 
 
 def exchange_factory(name: str, **options: Any) -> ExchangeFactory:
-    """The driver-side factory of implementation ``name``."""
-    factory_cls = _resolve(name)[1]
-    factory: Callable[..., ExchangeFactory] = factory_cls
+    """The driver-side factory of implementation ``name`` (ExchangeConfigError when unknown)."""
+    factory: Callable[..., ExchangeFactory] = _FACTORIES.get(name)
+    params = inspect.signature(factory).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        unknown = set(options) - {p.name for p in params}
+        if unknown:
+            raise ExchangeConfigError(f"unknown {name} exchange option(s): {', '.join(sorted(unknown))}")
     return factory(**options)
 
 
@@ -210,8 +207,18 @@ def open_exchange(config: Mapping[str, Any], rank: int, world_size: int) -> Exch
 
     The config always has a ``"name"`` key naming the implementation.
     """
-    endpoint_cls = _resolve(config["name"])[0]
+    endpoint_cls = _ENDPOINTS.get(config["name"])
     return endpoint_cls(config, rank, world_size)
+
+
+def check_number(name: str, value: Any, kind: type = float, minimum: float = 0) -> None:
+    """ExchangeConfigError unless option ``name`` is a number (``kind``) of at least ``minimum``."""
+    try:
+        ok = not isinstance(value, bool) and kind(value) >= minimum
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ExchangeConfigError(f"exchange option {name} must be a number >= {minimum}, not {value!r}")
 
 
 def empty_like(schema: pa.Schema) -> pa.Table:

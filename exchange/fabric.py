@@ -73,11 +73,13 @@ import pyarrow as pa
 from squall.exchange.base import (
     Exchange,
     ExchangeAborted,
+    ExchangeConfigError,
     ExchangeError,
     ExchangeFactory,
     ExchangeSpec,
     ExchangeStats,
     ExchangeTimeout,
+    check_number,
     concat,
 )
 
@@ -108,8 +110,12 @@ class FabricTimeout(FabricError, ExchangeTimeout):
     """A libfabric operation could not be posted in time (the peer makes no progress)."""
 
 
-class FabricUnavailable(ExchangeError):
-    """The native module or libfabric is missing on this machine."""
+class FabricUnavailable(ExchangeConfigError):
+    """The native module or libfabric is missing on this machine (asked for the fabric exchange: a setup mistake)."""
+
+
+class FabricOpenError(FabricError, ExchangeConfigError):
+    """No libfabric endpoint for the requested provider/interface (e.g. an unknown provider name)."""
 
 
 # --- native module --------------------------------------------------------------------------------
@@ -199,7 +205,7 @@ class Endpoint:
             hint = (
                 " (is FI_TCP_IFACE set to an existing interface?)" if provider and "tcp" in provider else ""
             )
-            raise FabricError(
+            raise FabricOpenError(
                 f"cannot open a libfabric endpoint: {ffi.string(err).decode(errors='replace')}{hint}"
             )
         self._ep: Any = out[0]
@@ -944,9 +950,13 @@ class FabricExchangeFactory(ExchangeFactory):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        check_number("timeout_s", timeout_s)
+        check_number("port", port, int)
+        if provider is not None and not isinstance(provider, str):
+            raise ExchangeConfigError(f"fabric provider must be a name like 'tcp', not {provider!r}")
         self.provider = provider
         self.host = host
-        self.port = port
+        self.port = int(port)
         self.advertise = advertise
         self.timeout_s = timeout_s
         self.env = dict(env or {})

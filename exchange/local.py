@@ -31,6 +31,7 @@ from squall.exchange.base import (
     ExchangeFactory,
     ExchangeSpec,
     ExchangeTimeout,
+    check_number,
     concat,
 )
 
@@ -150,8 +151,9 @@ class LocalExchangeFactory(ExchangeFactory):
     name = "local"
 
     def __init__(self, root: str | os.PathLike[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+        check_number("timeout_s", timeout_s)
         self.root = Path(root) if root is not None else default_root()
-        self.timeout_s = timeout_s
+        self.timeout_s = float(timeout_s)
 
     def prepare(self, query_id: str, world_size: int) -> dict[str, Any]:
         folder = self.root / query_id

@@ -124,6 +124,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from squall import aws
 from squall.exchange.base import (
     Exchange,
     ExchangeAborted,
@@ -132,6 +133,7 @@ from squall.exchange.base import (
     ExchangeFactory,
     ExchangeSpec,
     ExchangeTimeout,
+    check_number,
     concat,
 )
 
@@ -156,6 +158,7 @@ DEFAULTS: dict[str, Any] = {
     "poll_min_s": 0.02,
     "poll_max_s": 1.0,
 }
+RETRY_MODES = ("standard", "adaptive", "legacy")
 
 
 # --- object format ------------------------------------------------------------------------------
@@ -175,7 +178,7 @@ def ipc_options(compression: str | None) -> pa.ipc.IpcWriteOptions:
     if compression in (None, "", "none"):
         return pa.ipc.IpcWriteOptions()
     if compression not in ("zstd", "lz4"):
-        raise ExchangeError(f"unsupported exchange compression {compression!r} (use zstd, lz4 or none)")
+        raise ExchangeConfigError(f"unsupported exchange compression {compression!r} (use zstd, lz4 or none)")
     return pa.ipc.IpcWriteOptions(compression=compression)
 
 
@@ -276,7 +279,7 @@ class Grid:
 def choose_levels(spec: ExchangeSpec, levels: Any, two_level_min: int) -> int:
     """1 or 2 for ``spec`` under the ``levels`` setting (1, 2 or "auto")."""
     if str(levels) not in ("1", "2", "auto"):
-        raise ExchangeError(f"exchange levels must be 1, 2 or 'auto', not {levels!r}")
+        raise ExchangeConfigError(f"exchange levels must be 1, 2 or 'auto', not {levels!r}")
     eligible = spec.kind == "hash" and sorted(spec.senders) == sorted(spec.receivers)
     if not eligible or str(levels) == "1":
         return 1
@@ -285,61 +288,47 @@ def choose_levels(spec: ExchangeSpec, levels: Any, two_level_min: int) -> int:
     return 2 if len(spec.senders) >= two_level_min else 1
 
 
+def check_options(options: Mapping[str, Any]) -> None:
+    """ExchangeConfigError (a user mistake) for an option value the exchange cannot use."""
+    ipc_options(options.get("compression", DEFAULTS["compression"]))
+    for name in ("timeout_s", "poll_min_s", "poll_max_s"):
+        if name in options:
+            check_number(name, options[name], float, 0)
+    for name in ("threads", "max_pool_connections", "two_level_min", "tail_bytes", "part_size"):
+        if name in options:
+            check_number(name, options[name], int, 1)
+    if "max_retries" in options:
+        check_number("max_retries", options["max_retries"], int, 0)
+    if options.get("retry_mode", "standard") not in RETRY_MODES:
+        raise ExchangeConfigError(
+            f"exchange retry_mode must be one of {', '.join(RETRY_MODES)}, not {options['retry_mode']!r}"
+        )
+
+
 # --- S3 client ----------------------------------------------------------------------------------
 
 
 def make_client(config: Mapping[str, Any]) -> Any:
-    """A thread-safe boto3 S3 client with retries and a connection pool from ``config``."""
-    import boto3
-    from botocore.config import Config
-
-    cfg = Config(
+    """A thread-safe boto3 S3 client (:func:`squall.aws.client`) with the pool and retries of ``config``."""
+    return aws.client(
+        "s3",
+        endpoint_url=config.get("endpoint_url"),
+        region=config.get("region"),
         max_pool_connections=int(config.get("max_pool_connections", DEFAULTS["max_pool_connections"])),
-        retries={
-            "mode": config.get("retry_mode", DEFAULTS["retry_mode"]),
-            "max_attempts": int(config.get("max_retries", DEFAULTS["max_retries"])),  # retries, not tries
-        },
-        connect_timeout=10,
-        read_timeout=60,
-        tcp_keepalive=True,
-    )
-    session = boto3.session.Session()
-    return session.client(
-        "s3", endpoint_url=config.get("endpoint_url") or None, region_name=config.get("region"), config=cfg
+        max_retries=int(config.get("max_retries", DEFAULTS["max_retries"])),
+        retry_mode=str(config.get("retry_mode", DEFAULTS["retry_mode"])),
     )
 
 
-def error_code(exc: BaseException) -> str:
-    response = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", ""))
-
-
-def _retries_of(response: Mapping[str, Any] | None) -> int:
-    return int(((response or {}).get("ResponseMetadata") or {}).get("RetryAttempts", 0))
-
-
-def describe_error(exc: BaseException, bucket: str, key: str = "") -> str:
-    """One line saying what went wrong with an S3 call (no traceback)."""
-    code = error_code(exc)
-    where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
-    if code == "NoSuchBucket":
-        return f"S3 bucket {bucket!r} does not exist"
-    if code in ("NoSuchKey", "404"):
-        return f"S3 object not found: {where}"
-    if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-        return f"access denied to {where} ({code})"
-    if code:
-        msg = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Message", "")).strip()
-        return f"S3 error {code} on {where}: {msg}".rstrip(": ")
-    return f"S3 request to {where} failed: {type(exc).__name__}: {exc}".splitlines()[0]
+error_code = aws.error_code
+describe_error = aws.describe_error
+_retries_of = aws.retries_of
 
 
 def parse_bucket_url(url: str) -> tuple[str, str]:
     """``s3://bucket/some/prefix`` -> (bucket, "some/prefix")."""
-    m = re.fullmatch(r"s3://([^/]+)/?(.*)", url)
-    if not m:
-        raise ExchangeError(f"exchange bucket_url must look like s3://bucket/prefix, not {url!r}")
-    return m.group(1), m.group(2).strip("/")
+    bucket, prefix = aws.parse_s3_url(url, ExchangeConfigError, "exchange bucket_url")
+    return bucket, prefix.strip("/")
 
 
 # --- accounting ---------------------------------------------------------------------------------
@@ -745,8 +734,9 @@ class S3ExchangeFactory(ExchangeFactory):
         self.bucket, self.base = parse_bucket_url(bucket_url)
         unknown = set(options) - set(DEFAULTS) - {"endpoint_url", "region", "check_bucket"}
         if unknown:
-            raise ExchangeError(f"unknown S3 exchange option(s): {', '.join(sorted(unknown))}")
+            raise ExchangeConfigError(f"unknown S3 exchange option(s): {', '.join(sorted(unknown))}")
         choose_levels(ExchangeSpec("q", 0, (0,), (0,)), levels, 1)  # validate
+        check_options(options)
         self.levels = levels
         self.options = options
         self.requests: dict[str, int] = {}
