@@ -5,7 +5,7 @@
 >>> con.sql("SELECT count(*) FROM lineitem").to_arrow()
 """
 
-from squall.connection import Connection, Result, connect
+from squall.connection import Connection, connect
 from squall.errors import (
     BindError,
     DataError,
@@ -18,6 +18,7 @@ from squall.errors import (
     UserError,
     WorkerError,
 )
+from squall.result import Result
 
 __version__ = "0.1.0"
 

@@ -30,10 +30,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.connection import Result
+from squall import aws
 from squall.driver.platforms.base import Progress
 from squall.errors import NotSupportedError, OptionError, QueryCancelled, SquallError, UserError
 from squall.plan import Plan
+from squall.result import Result
 
 ProgressArg = bool | Callable[[Progress], None] | None
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -160,25 +161,17 @@ class RemoteConnection:
     # --- HTTP -----------------------------------------------------------------------------------
 
     def _sign(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> dict[str, str]:
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
-
         if self._credentials is None:
-            import boto3
-
-            session = boto3.session.Session()
-            credentials = session.get_credentials()
+            credentials, default_region = aws.default_credentials()
             if credentials is None:
                 raise AuthenticationError("auth='iam' needs AWS credentials (none found)", 0)
             self._credentials = credentials
             if self._region is None:
                 match = _REGION.search(urllib.parse.urlsplit(self.endpoint).netloc)
-                self._region = match.group(1) if match else session.region_name
+                self._region = match.group(1) if match else default_region
             if not self._region:
                 raise OptionError("auth='iam' needs a region: pass region=… or set AWS_DEFAULT_REGION")
-        request = AWSRequest(method=method, url=url, data=body or b"", headers=headers)
-        SigV4Auth(self._credentials.get_frozen_credentials(), "execute-api", self._region).add_auth(request)
-        return dict(request.headers.items())
+        return aws.sigv4_headers(self._credentials, "execute-api", self._region, method, url, body, headers)
 
     def _headers(
         self, method: str, url: str, body: bytes | None, extra: dict[str, str] | None

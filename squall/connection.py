@@ -6,10 +6,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pyarrow as pa
-
+from squall.client import RemoteConnection
 from squall.driver.catalog import Catalog
 from squall.driver.compile import compile_sql
 from squall.driver.explain import explain_plan
@@ -19,55 +18,7 @@ from squall.driver.stats import summarize
 from squall.errors import OptionError
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from squall.client import RemoteConnection
-
-
-class Result:
-    """A finished query: the rows (Arrow) and the statistics of the run."""
-
-    def __init__(self, table: pa.Table, stats: dict[str, Any], plan: Plan | None = None) -> None:
-        self._table = table
-        self.stats = stats
-        self.plan = plan
-
-    @property
-    def columns(self) -> list[str]:
-        return list(self._table.column_names)
-
-    @property
-    def num_rows(self) -> int:
-        return self._table.num_rows
-
-    def to_arrow(self) -> pa.Table:
-        """The result as a ``pyarrow.Table`` (column names as the query wrote them)."""
-        return self._table
-
-            if data is not None:
-                platform.check_storage(str(data))
-    def to_pandas(self) -> pd.DataFrame:
-        """The result as a pandas DataFrame (needs pandas installed)."""
-        try:
-            if data is not None:
-                cls.check_storage(str(data))
-            import pandas  # noqa: F401
-        except ImportError:
-            raise OptionError("to_pandas() needs pandas: pip install 'squall[pandas]'") from None
-        return self._table.to_pandas()
-
-    def fetchall(self) -> list[tuple[Any, ...]]:
-        """Rows as Python tuples."""
-        columns = [c.to_pylist() for c in self._table.columns]
-        return list(zip(*columns)) if columns else []
-
-    def __len__(self) -> int:
-        return self._table.num_rows
-
-    def __repr__(self) -> str:
-        return f"<squall.Result {self._table.num_rows} rows x {self._table.num_columns} columns>"
+from squall.result import Result
 
 
 class Connection:
@@ -77,7 +28,6 @@ class Connection:
     the folder and runs queries on a warm pool of 4 local worker processes.
     Use it as a context manager or call :meth:`close` to stop the workers.
     """
-        self.platform.check_storage(str(location))
 
     def __init__(
         self,
@@ -96,9 +46,13 @@ class Connection:
         if data is not None:
             self.catalog.register_folder(str(data))
         if isinstance(platform, Platform):
+            if data is not None:
+                platform.check_storage(str(data))
             self.platform = platform
         else:
             cls = platform_class(platform)
+            if data is not None:
+                cls.check_storage(str(data))
             kwargs: dict[str, Any] = {"workers": workers, "storage_options": storage_options}
             if exchange is not None:
                 kwargs["exchange"] = _exchange_name(exchange, exchange_options)
@@ -123,6 +77,7 @@ class Connection:
         object, or a glob in the last component. ``format="csv"|"json"`` with
         ``scan="s3select"`` scans CSV/JSON-lines objects with S3 Select (opt-in).
         """
+        self.platform.check_storage(str(location))
         self.catalog.register(name, str(location), format=format, scan=scan)
 
     def tables(self) -> list[str]:
@@ -222,7 +177,5 @@ def connect(
     """
     # --- remote endpoints (squall.client) ---
     if isinstance(data, str) and data.lower().startswith(("http://", "https://")):
-        from squall.client import RemoteConnection
-
         return RemoteConnection(data, workers=workers, **options)
     return Connection(data, workers=workers, **options)

@@ -21,28 +21,17 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any
 
+from squall import aws
 from squall.connection import Connection
-from squall.errors import DataError, OptionError, SquallError
+from squall.errors import OptionError, SquallError
 from squall.service import records
 from squall.service.errors import Busy, squall_error
-from squall.service.runner import run_query
+from squall.service.runner import describe_tables, run_query
 from squall.service.state import StateStore
 
 log = logging.getLogger("squall.service")
 
-
-def describe_tables(connection: Connection) -> list[dict[str, Any]]:
-    """The catalog of ``connection``: name, columns (name, Arrow type, nullable) and row count per table."""
-    out: list[dict[str, Any]] = []
-    for name in connection.tables():
-        try:
-            info = connection.catalog.table(name)
-        except DataError as err:
-            out.append({"name": name, "columns": [], "rows": None, "error": str(err)})
-            continue
-        columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in info.schema]
-        out.append({"name": info.name, "columns": columns, "rows": info.num_rows})
-    return out
+__all__ = ["Backend", "LambdaBackend", "LocalBackend", "describe_tables"]
 
 
 class Backend(ABC):
@@ -210,12 +199,7 @@ class LambdaBackend(Backend):
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            self._client = boto3.session.Session().client(
-                "lambda", config=Config(read_timeout=28, retries={"max_attempts": 2, "mode": "standard"})
-            )
+            self._client = aws.client("lambda", max_retries=2, read_timeout_s=28)
         return self._client
 
     def check(self, sql: str, workers: int | None) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from squall.connection import Connection
 from squall.driver.platforms.base import Progress
-from squall.errors import SquallError, UserError
+from squall.errors import DataError, SquallError, UserError
 from squall.service import records
 from squall.service.formats import encode
 from squall.service.state import StateStore, state_store
@@ -224,6 +224,20 @@ def run_query(
         return "failed"
 
 
+def describe_tables(connection: Connection) -> list[dict[str, Any]]:
+    """The catalog of ``connection``: name, columns (name, Arrow type, nullable) and row count per table."""
+    out: list[dict[str, Any]] = []
+    for name in connection.tables():
+        try:
+            info = connection.catalog.table(name)
+        except DataError as err:
+            out.append({"name": name, "columns": [], "rows": None, "error": str(err)})
+            continue
+        columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in info.schema]
+        out.append({"name": info.name, "columns": columns, "rows": info.num_rows})
+    return out
+
+
 def handle_driver_event(
     event: dict[str, Any], connection_for: ConnectionFor, store: StateStore | None = None
 ) -> dict[str, Any]:
@@ -237,8 +251,6 @@ def handle_driver_event(
 
     User errors come back as ``{"error": ClassName, "detail": message}``.
     """
-    from squall.service.backend import describe_tables
-
     op = event.get("op", "run")
     try:
         if op == "run":
