@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from squall.aws import describe_error
 from squall.errors import DataError
-from squall.exchange.s3 import describe_error
 from squall.operators.s3storage import RangeFile, S3Storage, column_chunk_ranges, plan_ranges
 from squall.operators.storage import storage_for
 
