@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -74,6 +75,17 @@ class StateStore(ABC):
     @abstractmethod
     def link(self, key: str, *, expires_s: int, content_type: str, filename: str) -> Link:
         """A way to fetch ``key`` without the API (presigned URL, or a local path)."""
+
+    @abstractmethod
+    def children(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        """Names one level below ``prefix`` (``""``: the root), files and folders alike, in ascending order:
+        only those after ``start_after``, at most ``limit``."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object at ``key`` and every object under ``key/`` (nothing to remove is no error)."""
 
     def put_json(self, key: str, value: Any, *, create_only: bool = False) -> bool:
         """Write ``value`` as JSON (see :meth:`put`)."""
@@ -140,6 +152,25 @@ class LocalStateStore(StateStore):
 
     def link(self, key: str, *, expires_s: int, content_type: str, filename: str) -> Link:
         return Link(path=str(self.path(key)))
+
+    def children(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        folder = self.path(prefix) if prefix else self.root
+        try:
+            names = sorted(n for n in os.listdir(folder) if _KEY.match(n))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        if start_after is not None:
+            names = [n for n in names if n > start_after]
+        return names[:limit] if limit is not None else names
+
+    def delete(self, key: str) -> None:
+        target = self.path(key)
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
 
 
 class S3StateStore(StateStore):
@@ -247,6 +278,33 @@ class S3StateStore(StateStore):
             ExpiresIn=expires_s,
         )
         return Link(url=url)
+
+    def children(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> list[str]:
+        base = self._key(prefix) + "/" if prefix else self.prefix
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base, "Delimiter": "/"}
+        if start_after is not None:
+            kwargs["StartAfter"] = base + start_after  # keys under start_after/ still come: filtered below
+        names: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
+            found = [p["Prefix"][len(base) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
+            found += [o["Key"][len(base) :] for o in page.get("Contents", [])]
+            names.extend(n for n in sorted(found) if start_after is None or n > start_after)
+            if limit is not None and len(names) >= limit:
+                break
+        names = sorted(set(names))
+        return names[:limit] if limit is not None else names
+
+    def delete(self, key: str) -> None:
+        full = self._key(key)
+        keys = [full]
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full + "/")
+        for page in pages:
+            keys.extend(o["Key"] for o in page.get("Contents", []))
+        for i in range(0, len(keys), 1000):
+            batch = [{"Key": k} for k in keys[i : i + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
 
 
 _STORES: Registry[type[StateStore]] = Registry(

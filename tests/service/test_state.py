@@ -84,3 +84,23 @@ def test_lookup_by_scheme(tmp_path):
         state_store("gs://bucket/x")
     with pytest.raises(OptionError, match="bucket"):
         state_store("s3:///x")
+
+
+def test_children_and_delete(store):
+    for key in ("qb/status.json", "qb/result.arrow", "qb/pages/json-0-10.json", "qa/status.json",
+                "qc/request.json", "_idempotency/k1.json", "_idempotency/k2.json"):  # fmt: skip
+        store.put(key, b"x")
+    assert store.children() == ["_idempotency", "qa", "qb", "qc"]
+    assert store.children("", start_after="qa") == ["qb", "qc"]
+    assert store.children("", start_after="q", limit=2) == ["qa", "qb"]
+    assert store.children("qb") == ["pages", "result.arrow", "status.json"]
+    assert store.children("_idempotency") == ["k1.json", "k2.json"]
+    assert store.children("nothing") == []
+
+    store.delete("qb")  # the key and everything under it
+    assert store.children() == ["_idempotency", "qa", "qc"]
+    assert store.get("qb/pages/json-0-10.json") is None and store.get("qb/status.json") is None
+    store.delete("_idempotency/k1.json")
+    assert store.children("_idempotency") == ["k2.json"]
+    store.delete("missing")  # nothing to delete is no error
+    assert store.get("qa/status.json") == b"x"
