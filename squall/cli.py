@@ -128,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--inline-limit", type=int, default=None, help="results up to this many bytes go inline")
     s.add_argument("--access-log", action="store_true", help="log every request on stderr")
+    s.add_argument(
+        "--result-ttl", default="24h", metavar="DURATION",
+        help="delete finished queries and their results this long after they end (e.g. 30m, 24h, 7d; "
+        "off: keep them; default 24h)",
+    )  # fmt: skip
     return p
 
 
@@ -367,7 +372,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise OptionError(f"--port must be between 0 and 65535, got {args.port}")
     try:
         from squall.service.server import serve
-        from squall.service.service import DEFAULT_INLINE_LIMIT
+        from squall.service.service import DEFAULT_INLINE_LIMIT, parse_ttl
     except ImportError as err:
         raise OptionError(f"squall serve needs the aws extra (pip install 'squall[aws]'): {err}") from None
     if args.inline_limit is not None and args.inline_limit < 0:
@@ -382,6 +387,7 @@ def _serve(args: argparse.Namespace) -> int:
         state=args.state,
         inline_limit=DEFAULT_INLINE_LIMIT if args.inline_limit is None else args.inline_limit,
         access_log=args.access_log,
+        result_ttl_s=parse_ttl(args.result_ttl),
     )
     return 0
 

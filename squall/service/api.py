@@ -5,19 +5,27 @@ Endpoints (all JSON unless noted; errors are ``{"error", "detail"}``):
 =======  ===============================  ===================================================================
 POST     ``/v1/queries``                  ``{sql, workers?, format?, timeout_s?}`` → 202 ``{query_id, status}``
                                           with ``Location``; ``Idempotency-Key`` header: same key, same query
+GET      ``/v1/queries``                  history, newest first: ``?limit=`` (20), ``?page_token=`` → ``{queries,
+                                          next_page_token, next}``
 GET      ``/v1/queries/{id}``             status, progress, error, stats
-GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json``: the bytes when small; when large
-                                          303 to a presigned URL (S3 state), or streamed by ``squall serve``
+GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json`` (else by ``Accept``), ``?offset=``,
+                                          ``?limit=`` (CSV/JSON: 1000 rows a page by default); headers
+                                          ``X-Total-Rows``, ``X-Offset``, ``X-Rows``, ``Link: <…>; rel="next"``.
+                                          The bytes when small; when large 303 to a presigned URL (S3
+                                          state), or streamed by ``squall serve``
 DELETE   ``/v1/queries/{id}``             cancel → 202 with the status
 GET      ``/v1/tables``                   the catalog with schemas
 POST     ``/v1/explain``                  ``{sql, workers?}`` → the distributed plan
 GET      ``/v1/openapi.json``             this API's OpenAPI 3.1 document (no token needed)
+GET      ``/healthz``                     liveness and version (no token needed)
+GET      ``/``, ``/console/<file>``       the web console (static files; no token needed to load it)
 =======  ===============================  ===================================================================
 
 Status codes: squall.errors.UserError subclasses → 400 (``error`` is the class name), bad token → 401,
-unknown id or route → 404, known route with another method → 405, result not ready / query failed / reused Idempotency-Key → 409, malformed body or
-parameter → 422, full queue → 429. :func:`make_handler` adds the bearer-token check in front of the
-resolver, so an unauthenticated request gets 401 before any validation.
+unknown id or route → 404, known route with another method → 405, no format for ``Accept`` → 406, result
+not ready / query failed / reused Idempotency-Key → 409, query expired (older than the result TTL) → 410,
+malformed body or parameter → 422, full queue → 429. :func:`make_handler` adds the bearer-token check in
+front of the resolver, so an unauthenticated request gets 401 before any validation.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -47,32 +57,55 @@ from squall.service.models import (
     ErrorBody,
     ExplainRequest,
     ExplainResponse,
+    Health,
     QueryAccepted,
+    QueryList,
     QueryRequest,
     QueryStatus,
     ResultFormat,
     ResultLink,
     TablesResponse,
 )
-from squall.service.service import Service
+from squall.service.records import QUERY_ID
+from squall.service.service import MAX_PAGE_ROWS, ResultBody, Service
 
 log = logging.getLogger("squall.service")
 
 #: Response header by which the resolver asks ``squall serve`` to stream a local file (never sent out).
 FILE_HEADER = "X-Squall-Internal-File"
 OPENAPI_PATH = "/v1/openapi.json"
+HEALTH_PATH = "/healthz"
+#: The web console's static files (``/`` is its index.html, ``/console/<file>`` the rest).
+CONSOLE_DIR = Path(__file__).parent / "console"
+CONSOLE_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+CONSOLE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'",
+}
+_PUBLIC_PATHS = frozenset({OPENAPI_PATH, HEALTH_PATH, "/"})
 
 #: (method, path pattern) of every route, to answer 405 with ``Allow`` for a known path.
 ROUTES = [
     (method, re.compile("^" + re.sub(r"<\w+>", "[^/]+", path) + "$"))
     for method, path in (
         ("POST", "/v1/queries"),
+        ("GET", "/v1/queries"),
         ("GET", "/v1/queries/<query_id>"),
         ("DELETE", "/v1/queries/<query_id>"),
         ("GET", "/v1/queries/<query_id>/result"),
         ("GET", "/v1/tables"),
         ("POST", "/v1/explain"),
         ("GET", OPENAPI_PATH),
+        ("GET", HEALTH_PATH),
+        ("GET", "/"),
+        ("GET", "/console/<name>"),
     )
 ]
 
@@ -87,7 +120,9 @@ def _error(status: int, error: str, detail: str, headers: dict[str, str] | None 
 
 def _errors(*codes: int) -> dict[int, Any]:
     text = {400: "bad SQL or option", 401: "missing or wrong token", 404: "unknown query",
-            409: "conflict: not ready, failed, or Idempotency-Key reuse", 422: "malformed request",
+            406: "no result format matches Accept",
+            409: "conflict: not ready, failed, or Idempotency-Key reuse",
+            410: "the query expired (older than the server's result TTL)", 422: "malformed request",
             429: "queue full"}  # fmt: skip
     return {c: {"description": text[c], "content": {"application/json": {"model": ErrorBody}}} for c in codes}
 
@@ -134,11 +169,31 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         return Response(202, content_types.APPLICATION_JSON, accepted, headers=headers)
 
     @app.get(
+        "/v1/queries",
+        summary="Query history, newest first",
+        responses={
+            200: {"description": "a page of queries", "content": {"application/json": {"model": QueryList}}},
+            **_errors(401, 422),
+        },
+    )
+    def list_queries(
+        limit: Annotated[int, Query(ge=1, le=100, description="queries per page")] = 20,
+        page_token: Annotated[
+            str | None, Query(pattern=QUERY_ID.pattern, description="next_page_token of the previous page")
+        ] = None,
+    ) -> Response[QueryList]:
+        doc = service.history(limit, page_token)
+        token = doc["next_page_token"]
+        query = urlencode({"limit": limit, "page_token": token}) if token else None
+        doc["next"] = _location(app, f"/v1/queries?{query}") if query else None
+        return Response(200, content_types.APPLICATION_JSON, QueryList.model_validate(doc))
+
+    @app.get(
         "/v1/queries/<query_id>",
         summary="Status, progress, error and statistics of a query",
         responses={
             200: {"description": "the status", "content": {"application/json": {"model": QueryStatus}}},
-            **_errors(401, 404),
+            **_errors(401, 404, 410),
         },
     )
     def get_query(query_id: str) -> Response[QueryStatus]:
@@ -150,7 +205,7 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         summary="Cancel a query",
         responses={
             202: {"description": "cancelling", "content": {"application/json": {"model": QueryStatus}}},
-            **_errors(401, 404, 409),
+            **_errors(401, 404, 409, 410),
         },
     )
     def cancel_query(query_id: str) -> Response[QueryStatus]:
@@ -159,7 +214,11 @@ def create_app(service: Service) -> APIGatewayRestResolver:
 
     @app.get(
         "/v1/queries/<query_id>/result",
-        summary="The result of a finished query",
+        summary="The result of a finished query, or a page of it",
+        description="Without ?format= the format follows Accept (a wildcard or none: the submitted format, "
+        "else JSON). CSV and JSON come in pages (?offset=, ?limit=; 1000 rows by default), Arrow and Parquet "
+        "whole unless ?limit= is given. Headers: X-Total-Rows, X-Offset, X-Rows, and Link: <…>; "
+        'rel="next" while more rows follow.',
         responses={
             200: {
                 "description": "the result (Arrow IPC stream, Parquet, CSV or JSON rows)",
@@ -174,13 +233,20 @@ def create_app(service: Service) -> APIGatewayRestResolver:
                 "description": "large result: presigned URL",
                 "content": {"application/json": {"model": ResultLink}},
             },
-            **_errors(401, 404, 409, 422),
+            **_errors(401, 404, 406, 409, 410, 422),
         },
     )
     # no return annotation: Powertools would serialize (and UTF-8 decode) the bytes through pydantic
-    def get_result(query_id: str, format: Annotated[ResultFormat | None, Query()] = None):
-        body = service.result(query_id, format)
-        headers = {"Content-Disposition": f'attachment; filename="{body.filename}"'}
+    def get_result(
+        query_id: str,
+        format: Annotated[ResultFormat | None, Query()] = None,
+        offset: Annotated[int, Query(ge=0, le=2**53, description="first row")] = 0,
+        limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE_ROWS, description="rows in the page")] = None,
+    ):
+        accept = _header(app.current_event.raw_event, "accept")
+        body = service.result(query_id, format, accept=accept, offset=offset, limit=limit)
+        headers = {"Content-Disposition": f'attachment; filename="{body.filename}"', "Vary": "Accept",
+                   **_page_headers(app, query_id, body)}  # fmt: skip
         if body.data is not None:
             data: bytes | str = body.data.decode() if body.format in TEXT_FORMATS else body.data
             return Response(200, body.content_type, data, headers=headers)
@@ -188,9 +254,12 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         if body.link.url is not None:
             link = ResultLink.model_validate(
                 {"url": body.link.url, "expires_in": service.link_expires_s, "format": body.format,
-                 "bytes": body.size}
+                 "bytes": body.size, "total_rows": body.total_rows, "offset": body.offset, "rows": body.rows,
+                 "next": _next_page(app, query_id, body)}
             )  # fmt: skip
-            return Response(303, content_types.APPLICATION_JSON, link, headers={"Location": body.link.url})
+            headers = {k: v for k, v in headers.items() if k != "Content-Disposition"}
+            headers["Location"] = body.link.url
+            return Response(303, content_types.APPLICATION_JSON, link, headers=headers)
         headers[FILE_HEADER] = str(body.link.path)
         return Response(200, body.content_type, b"", headers=headers)
 
@@ -217,6 +286,22 @@ def create_app(service: Service) -> APIGatewayRestResolver:
     def explain(body: ExplainRequest) -> Response[ExplainResponse]:
         doc = ExplainResponse.model_validate(service.explain(body.sql, body.workers))
         return Response(200, content_types.APPLICATION_JSON, doc)
+
+    @app.get(
+        HEALTH_PATH,
+        summary="Liveness and version (no token needed)",
+        responses={200: {"description": "alive", "content": {"application/json": {"model": Health}}}},
+    )
+    def health() -> Response[Health]:
+        return Response(200, content_types.APPLICATION_JSON, Health(status="ok", version=squall.__version__))
+
+    @app.get("/", include_in_schema=False)
+    def console_index():
+        return _console_file("index.html")
+
+    @app.get("/console/<name>", include_in_schema=False)
+    def console_asset(name: str):
+        return _console_file(name)
 
     @app.get(OPENAPI_PATH, include_in_schema=False)
     def openapi_document():  # returns Response; unannotated like get_result
@@ -272,15 +357,56 @@ def create_app(service: Service) -> APIGatewayRestResolver:
     return app
 
 
+def _next_page(app: APIGatewayRestResolver, query_id: str, body: ResultBody) -> str | None:
+    if body.next_offset is None:
+        return None
+    query = {"format": body.format, "offset": body.next_offset}
+    if body.limit is not None:
+        query["limit"] = body.limit
+    return _location(app, f"/v1/queries/{query_id}/result?{urlencode(query)}")
+
+
+def _page_headers(app: APIGatewayRestResolver, query_id: str, body: ResultBody) -> dict[str, str]:
+    """X-Total-Rows, X-Offset, X-Rows and (while more rows follow) ``Link: <next>; rel="next"``."""
+    headers = {}
+    if body.total_rows is not None:
+        headers["X-Total-Rows"] = str(body.total_rows)
+        headers["X-Offset"] = str(body.offset)
+        headers["X-Rows"] = str(body.rows)
+    following = _next_page(app, query_id, body)
+    if following is not None:
+        headers["Link"] = f'<{following}>; rel="next"'
+    return headers
+
+
+_console_cache: dict[str, bytes] = {}
+
+
+def _console_file(name: str) -> Response:
+    """A static file of the web console, with its content type (404 JSON for anything else)."""
+    path = CONSOLE_DIR / name
+    content_type = CONSOLE_TYPES.get(path.suffix)
+    if content_type is None or "/" in name or name.startswith(".") or not path.is_file():
+        return _error(404, "NotFound", f"no console file {name!r}")
+    if name not in _console_cache:
+        _console_cache[name] = path.read_bytes()
+    return Response(200, content_type, _console_cache[name].decode(), headers=CONSOLE_HEADERS)
+
+
 def openapi_json(app: APIGatewayRestResolver, *, secured: bool) -> str:
-    """The OpenAPI 3.1 document of ``app`` (bearer auth declared when ``secured``)."""
-    return app.get_openapi_json_schema(
+    """The OpenAPI 3.1 document of ``app`` (bearer auth declared when ``secured``; ``/healthz`` is public)."""
+    text = app.get_openapi_json_schema(
         title="Squall",
         version=squall.__version__,
         description="Serverless SQL over Parquet: submit a query, poll its status, fetch its result.",
         security_schemes={"bearer": HTTPBearer()} if secured else None,
         security=[{"bearer": []}] if secured else None,
     )
+    if not secured:
+        return text
+    doc = json.loads(text)
+    doc["paths"][HEALTH_PATH]["get"]["security"] = []
+    return json.dumps(doc, indent=2)
 
 
 def _header(event: Event, name: str) -> str | None:
@@ -319,12 +445,15 @@ def _json_body(event: Event) -> bool:
 
 def make_handler(service: Service, app: APIGatewayRestResolver | None = None) -> Handler:
     """A Lambda-style ``handler(event, context)``: bearer-token check (when the service has a token), a
-    JSON-only body check (415 otherwise), then the resolver. ``GET /v1/openapi.json`` needs no token."""
+    JSON-only body check (415 otherwise), then the resolver. The OpenAPI document, ``/healthz`` and the
+    console's static files need no token (the console sends it with its API calls)."""
     resolver = app or create_app(service)
     token = service.token
 
     def handler(event: Event, context: Any) -> dict[str, Any]:
-        if token is not None and event.get("path") != OPENAPI_PATH:
+        path = str(event.get("path") or "")
+        public = path in _PUBLIC_PATHS or path.startswith("/console/")
+        if token is not None and not public:
             given = _header(event, "authorization") or ""
             scheme, _, value = given.partition(" ")
             if scheme.lower() != "bearer" or not value:

@@ -37,6 +37,20 @@ class Conflict(ServiceError):
     error = "Conflict"
 
 
+class Gone(ServiceError):
+    """The query's result and state have expired (410): older than the server's result TTL."""
+
+    status = 410
+    error = "Expired"
+
+
+class NotAcceptable(ServiceError):
+    """No result format matches the request's ``Accept`` header (406)."""
+
+    status = 406
+    error = "NotAcceptable"
+
+
 class Unauthorized(ServiceError):
     """Missing or wrong bearer token (401)."""
 

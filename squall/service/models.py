@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 ResultFormat = Literal["arrow", "parquet", "csv", "json"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 MAX_SQL = 1_000_000
+#: History items show the SQL cut to this many characters.
+SQL_PREVIEW = 200
 
 
 class QueryRequest(BaseModel):
@@ -20,8 +22,10 @@ class QueryRequest(BaseModel):
     workers: int | None = Field(
         default=None, ge=1, le=1024, description="workers to run on (default: server's)"
     )
-    format: ResultFormat = Field(
-        default="arrow", description="result format prepared when the query finishes"
+    format: ResultFormat | None = Field(
+        default=None,
+        description="result format prepared when the query finishes (Arrow is always kept); also what "
+        "GET …/result answers when neither ?format= nor Accept names one",
     )
     timeout_s: float | None = Field(
         default=None, gt=0, le=86400, description="cancel the query after this long"
@@ -89,6 +93,41 @@ class ResultLink(BaseModel):
     expires_in: int
     format: ResultFormat
     bytes: int
+    total_rows: int | None = Field(default=None, description="rows in the whole result")
+    offset: int | None = Field(default=None, description="first row of this page")
+    rows: int | None = Field(default=None, description="rows in this page")
+    next: str | None = Field(default=None, description="the next page (null: this is the last)")
+
+
+class QuerySummary(BaseModel):
+    """One query of the history (``GET /v1/queries``)."""
+
+    query_id: str
+    status: Status
+    sql: str = Field(description=f"the query text, cut to {SQL_PREVIEW} characters")
+    workers: int | None = None
+    created_at: float | None = Field(default=None, description="submitted (seconds since the epoch)")
+    started_at: float | None = None
+    finished_at: float | None = None
+    rows: int | None = Field(default=None, description="result rows (succeeded queries)")
+    elapsed_s: float | None = None
+    cost_usd: float | None = Field(default=None, description="what the query cost (Lambda platforms)")
+    error: ErrorBody | None = None
+
+
+class QueryList(BaseModel):
+    """``GET /v1/queries``: newest first."""
+
+    queries: list[QuerySummary]
+    next_page_token: str | None = Field(default=None, description="pass as ?page_token= for the next page")
+    next: str | None = Field(default=None, description="the next page's path (null: this is the last)")
+
+
+class Health(BaseModel):
+    """``GET /healthz``."""
+
+    status: Literal["ok"]
+    version: str
 
 
 class ColumnInfo(BaseModel):

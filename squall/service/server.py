@@ -9,16 +9,22 @@ Queries run on a :class:`~squall.service.backend.LocalBackend`: one background t
 a FIFO queue of at most 32 waiting queries (then 429). State (status, results) goes to ``--state``: a folder
 (default: a temporary folder removed on exit) or ``s3://bucket/prefix``. With a folder there are no
 presigned URLs: results larger than the inline limit are streamed from their file by this server.
+
+``/`` serves the web console (static files in ``squall/service/console``, through the same resolver).
+Finished queries expire after ``--result-ttl`` (default 24 h): a sweeper thread deletes their state, and the
+API answers 410 for them. Bound beyond loopback without a token, the server warns on stderr.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -30,7 +36,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from squall.errors import OptionError
 from squall.service.api import FILE_HEADER, Handler, make_handler
 from squall.service.backend import LocalBackend
-from squall.service.service import DEFAULT_INLINE_LIMIT, Service
+from squall.service.service import DEFAULT_INLINE_LIMIT, DEFAULT_RESULT_TTL_S, Service
 from squall.service.state import state_store
 
 log = logging.getLogger("squall.service")
@@ -188,11 +194,43 @@ class ApiServer(ThreadingHTTPServer):
         self.handler = handler
         self.access_log = access_log
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that went away mid-response (a browser tab closed, a poll aborted) is not an error
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            return
+        super().handle_error(request, client_address)
+
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` (an address or a name) only reaches this machine."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def _sweep_loop(service: Service, stop: threading.Event, interval_s: float) -> None:
+    """Delete expired queries now and then every ``interval_s`` until ``stop``."""
+    while True:
+        try:
+            removed = service.sweep()
+            if removed:
+                log.info("expired %d queries", removed)
+        except Exception:
+            log.warning("cannot sweep expired queries", exc_info=True)
+        if stop.wait(interval_s):
+            return
 
 
 def serve(
@@ -207,21 +245,28 @@ def serve(
     inline_limit: int = DEFAULT_INLINE_LIMIT,
     access_log: bool = False,
     ready: threading.Event | None = None,
+    result_ttl_s: float | None = DEFAULT_RESULT_TTL_S,
 ) -> None:
-    """Run the API until SIGINT/SIGTERM. Prints ``serving on http://HOST:PORT`` on stderr when ready."""
+    """Run the API until SIGINT/SIGTERM. Prints ``serving on http://HOST:PORT`` on stderr when ready.
+    ``result_ttl_s``: finished queries are deleted this long after they end (None: kept)."""
     temp_state = None
     if state is None:
         temp_state = tempfile.mkdtemp(prefix="squall-state-")
         state = temp_state
     store = state_store(state)
     backend = LocalBackend(data, workers=workers, platform=platform)
-    service = Service(store, backend, inline_limit=inline_limit, token=token)
+    service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
         try:
             server = ApiServer((host, port), make_handler(service), access_log=access_log)
         except OSError as err:
             raise OptionError(f"cannot listen on {host}:{port}: {err.strerror}") from None
         stop = threading.Event()
+        if result_ttl_s:
+            interval = min(60.0, max(0.5, result_ttl_s / 10))
+            threading.Thread(
+                target=_sweep_loop, args=(service, stop, interval), name="squall-sweeper", daemon=True
+            ).start()
 
         def _terminate(signum: int, frame: Any) -> None:
             if not stop.is_set():
@@ -232,13 +277,23 @@ def serve(
             signal.signal(signal.SIGTERM, _terminate)
             signal.signal(signal.SIGINT, _terminate)
         auth = "bearer token required" if token else "no token"
+        if not token and not is_loopback(host):
+            print(
+                f"warning: listening on {host} without --token: anyone who can reach port "
+                f"{server.server_address[1]} can run queries (set --token or $SQUALL_TOKEN)",
+                file=sys.stderr,
+                flush=True,
+            )
         print(
-            f"serving on {server.url} (data {data}, state {store.url}, {auth})", file=sys.stderr, flush=True
+            f"serving on {server.url} (web console: {server.url}/; data {data}, state {store.url}, {auth})",
+            file=sys.stderr,
+            flush=True,
         )
         if ready is not None:
             ready.set()
         with server:
             server.serve_forever(poll_interval=0.2)
+        stop.set()
     finally:
         service.close()
         if temp_state is not None:

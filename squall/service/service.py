@@ -1,29 +1,105 @@
-"""The operations behind the REST endpoints, independent of HTTP: submit, status, result, cancel, tables.
+"""The operations behind the REST endpoints, independent of HTTP: submit, status, result, cancel, history,
+tables, and the expiry of old queries.
 
 A :class:`Service` joins a :class:`~squall.service.state.StateStore` (query state) and a
 :class:`~squall.service.backend.Backend` (where queries run). :mod:`squall.service.api` maps HTTP onto it.
+
+Results expire: with ``result_ttl_s`` a query that finished longer ago than that answers 410 (``Expired``),
+and :meth:`Service.sweep` deletes its state (``squall serve`` sweeps in a background thread; the deployed
+stack's bucket has lifecycle rules on the same prefix).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from squall.errors import OptionError
 from squall.service import records
 from squall.service.backend import Backend
-from squall.service.errors import Busy, Conflict, NotFound
-from squall.service.formats import CONTENT_TYPES, decode_arrow, encode
+from squall.service.errors import Busy, Conflict, Gone, NotAcceptable, NotFound
+from squall.service.formats import CONTENT_TYPES, TEXT_FORMATS, decode_arrow, encode
+from squall.service.models import SQL_PREVIEW
 from squall.service.state import Link, StateStore, state_store
+
+log = logging.getLogger("squall.service")
 
 #: Results up to this size are sent in the response body; larger ones as a link. Lambda's response limit is
 #: 6 MB and binary bodies are base64-encoded (x4/3), so 4 MiB is the largest safe default.
 DEFAULT_INLINE_LIMIT = 4 * 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 255
+#: Rows per page of a CSV or JSON result when the request gives no ``limit``.
+DEFAULT_PAGE_ROWS = 1000
+MAX_PAGE_ROWS = 1_000_000
+#: ``squall serve --result-ttl`` default: a day.
+DEFAULT_RESULT_TTL_S = 24 * 3600
+
+#: Accept media types → result format.
+MEDIA_TYPES: dict[str, str] = {
+    "application/json": "json",
+    "text/csv": "csv",
+    "application/vnd.apache.arrow.stream": "arrow",
+    "application/vnd.apache.parquet": "parquet",
+    "application/x-parquet": "parquet",
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_ttl(text: str) -> float | None:
+    """A duration such as ``3600``, ``90s``, ``30m``, ``24h`` or ``7d`` in seconds; ``0``, ``off`` or
+    ``never``: None (never expire). OptionError otherwise."""
+    if text.strip().lower() in ("off", "never", "none"):
+        return None
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise OptionError(f"invalid duration {text!r}: use seconds or a number with s, m, h or d (24h)")
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    return seconds or None
+
+
+def negotiate(accept: str | None, submitted: str | None) -> str:
+    """The result format for an ``Accept`` header: the first listed media type we serve (by ``q``);
+    a wildcard (curl's ``*/*``) or no header: the format the query was submitted with, else JSON.
+    NotAcceptable when nothing listed is served."""
+    fallback = submitted or "json"
+    if not accept or not accept.strip():
+        return fallback
+    ranked: list[tuple[float, int, str]] = []
+    for i, item in enumerate(accept.split(",")):
+        media, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if media and q > 0:
+            ranked.append((-q, i, media.lower()))
+    for _, _, media in sorted(ranked):
+        if media in MEDIA_TYPES:
+            return MEDIA_TYPES[media]
+        if media == "*/*" or media == "*":
+            return fallback
+        if media == "application/*":
+            return fallback if fallback != "csv" else "json"
+        if media == "text/*":
+            return "csv"
+    raise NotAcceptable(
+        f"cannot answer Accept: {accept[:200]}; results are " + ", ".join(sorted(set(MEDIA_TYPES)))
+    )
 
 
 @dataclass(frozen=True)
@@ -36,6 +112,13 @@ class ResultBody:
     size: int
     data: bytes | None = None
     link: Link | None = None
+    #: rows of the whole result; this body holds rows ``offset`` … ``offset + rows - 1``
+    total_rows: int | None = None
+    offset: int = 0
+    rows: int | None = None
+    #: where the next page starts (None: this is the last page)
+    next_offset: int | None = None
+    limit: int | None = None
 
 
 class Service:
@@ -43,7 +126,8 @@ class Service:
 
     ``inline_limit``: results up to this many bytes are returned inline, larger ones as a presigned URL
     (S3 store) or streamed from the file by ``squall serve`` (local store). ``link_expires_s``: lifetime of
-    presigned URLs. ``token``: bearer token the API requires (None: no token check).
+    presigned URLs. ``token``: bearer token the API requires (None: no token check). ``result_ttl_s``: a
+    finished query expires this long after it finished (None: never).
     """
 
     def __init__(
@@ -54,18 +138,23 @@ class Service:
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         link_expires_s: int = 3600,
         token: str | None = None,
+        result_ttl_s: float | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
         self.inline_limit = inline_limit
         self.link_expires_s = link_expires_s
         self.token = token or None
+        self.result_ttl_s = result_ttl_s or None
+        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
+        self._tables_lock = threading.Lock()
 
     @classmethod
     def from_env(cls) -> Service:
         """The deployed API's service: S3 state (``SQUALL_STATE`` or ``s3://$SQUALL_BUCKET/$SQUALL_QUERIES_PREFIX``),
         queries on the driver function (``SQUALL_DRIVER_FUNCTION``), ``SQUALL_MAX_WORKERS``,
-        ``SQUALL_INLINE_LIMIT``, ``SQUALL_API_TOKEN`` (optional bearer token)."""
+        ``SQUALL_INLINE_LIMIT``, ``SQUALL_API_TOKEN`` (optional bearer token), ``SQUALL_RESULT_TTL`` (e.g.
+        ``7d``: answer 410 for older queries; the bucket's lifecycle rule deletes them)."""
         from squall.service.backend import LambdaBackend
 
         url = os.environ.get("SQUALL_STATE")
@@ -83,6 +172,7 @@ class Service:
             backend,
             inline_limit=int(os.environ.get("SQUALL_INLINE_LIMIT", DEFAULT_INLINE_LIMIT)),
             token=os.environ.get("SQUALL_API_TOKEN"),
+            result_ttl_s=parse_ttl(os.environ.get("SQUALL_RESULT_TTL") or "off"),
         )
 
     # --- queries --------------------------------------------------------------------------------
@@ -92,7 +182,7 @@ class Service:
         sql: str,
         *,
         workers: int | None = None,
-        fmt: str = "arrow",
+        fmt: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
@@ -150,15 +240,33 @@ class Service:
             self.store.put_json(records.status_key(query_id), status)
             raise
 
+    def _cutoff(self, now: float | None = None) -> float | None:
+        """Queries that finished before this time have expired (None: nothing expires)."""
+        if self.result_ttl_s is None:
+            return None
+        return (time.time() if now is None else now) - self.result_ttl_s
+
+    def _gone(self, query_id: str) -> Gone:
+        hours = (self.result_ttl_s or 0) / 3600
+        return Gone(f"query {query_id} has expired (results are kept {hours:g} h after the query ends)")
+
     def _raw_status(self, query_id: str) -> dict[str, Any]:
         if not records.valid_query_id(query_id):
             raise NotFound(f"no query {query_id!r}")
+        cutoff = self._cutoff()
         doc = self.store.get_json(records.status_key(query_id))
         if doc is None:
             request = self.store.get_json(records.request_key(query_id))
             if request is None:
+                created = records.query_time(query_id)
+                if cutoff is not None and created is not None and created < cutoff:
+                    raise self._gone(query_id)
                 raise NotFound(f"no query {query_id}")
             doc = {"query_id": query_id, "status": "queued", **request}
+        if cutoff is not None and doc.get("status") in records.TERMINAL:
+            finished = doc.get("finished_at") or doc.get("created_at")
+            if isinstance(finished, (int, float)) and finished < cutoff:
+                raise self._gone(query_id)
         return doc
 
     def status(self, query_id: str) -> dict[str, Any]:
@@ -181,8 +289,22 @@ class Service:
             self.backend.cancel(query_id)
         return self.status(query_id)
 
-    def result(self, query_id: str, fmt: str | None = None) -> ResultBody:
-        """The result of a finished query in ``fmt`` (default: the format it was submitted with)."""
+    def result(
+        self,
+        query_id: str,
+        fmt: str | None = None,
+        *,
+        accept: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> ResultBody:
+        """The result of a finished query, or one page of it.
+
+        ``fmt``: the format (default: by ``accept``, see :func:`negotiate`). Rows ``offset`` … ``offset +
+        limit - 1``; without ``limit`` CSV and JSON come in pages of :data:`DEFAULT_PAGE_ROWS` rows and
+        Arrow and Parquet whole. The whole result is kept per format in the store; a page is encoded from
+        the Arrow result on each request (and stored only when it is too large to send inline).
+        """
         doc = self.status(query_id)
         state = doc["status"]
         if state != "succeeded":
@@ -191,28 +313,124 @@ class Service:
                 raise Conflict(f"query {query_id} {state}: {error.get('detail', '')}",
                                error=error.get("error", "Conflict"))  # fmt: skip
             raise Conflict(f"query {query_id} is {state}; its result is not ready", error="NotReady")
-        fmt = fmt or doc.get("format") or "arrow"
+        fmt = fmt or negotiate(accept, doc.get("format"))
+        if limit is None and fmt in TEXT_FORMATS:
+            limit = DEFAULT_PAGE_ROWS
+        total = (doc.get("result") or {}).get("rows")
+        if not isinstance(total, int):
+            total = self._table(query_id).num_rows
+        offset = max(0, int(offset))
+        end = total if limit is None else min(total, offset + limit)
+        end = max(end, offset)
+        page = {"total_rows": total, "offset": offset, "rows": max(0, min(end, total) - min(offset, total)),
+                "next_offset": end if end < total else None, "limit": limit}  # fmt: skip
+        if offset == 0 and end >= total:
+            return self._whole(query_id, fmt, page)
+        data = encode(self._table(query_id).slice(min(offset, total), page["rows"]), fmt)
+        ext = records.EXTENSIONS[fmt]
+        filename = f"{query_id}-rows-{offset}-{offset + page['rows']}.{ext}"
+        if len(data) <= self.inline_limit:
+            return ResultBody(fmt, CONTENT_TYPES[fmt], filename, len(data), data=data, **page)
+        key = records.page_key(query_id, fmt, offset, offset + page["rows"])
+        self.store.put(key, data, content_type=CONTENT_TYPES[fmt])
+        link = self.store.link(
+            key, expires_s=self.link_expires_s, content_type=CONTENT_TYPES[fmt], filename=filename
+        )
+        return ResultBody(fmt, CONTENT_TYPES[fmt], filename, len(data), link=link, **page)
+
+    def _whole(self, query_id: str, fmt: str, page: dict[str, Any]) -> ResultBody:
+        """The whole result in ``fmt``: encoded from the Arrow result on the first request, kept after."""
         key = records.result_key(query_id, fmt)
         size = self.store.size(key)
         data = None
         if size is None:  # first download in this format: convert the Arrow result once
-            arrow = self.store.get(records.result_key(query_id, "arrow"))
-            if arrow is None:
-                raise NotFound(f"the result of query {query_id} has expired")
-            data = encode(decode_arrow(arrow), fmt)
+            data = encode(self._table(query_id), fmt)
             self.store.put(key, data)
             size = len(data)
         filename = f"{query_id}.{records.EXTENSIONS[fmt]}"
-        body = ResultBody(fmt, CONTENT_TYPES[fmt], filename, size)
+        content_type = CONTENT_TYPES[fmt]
         if size <= self.inline_limit:
             data = data if data is not None else self.store.get(key)
             if data is None:
-                raise NotFound(f"the result of query {query_id} has expired")
-            return ResultBody(fmt, body.content_type, filename, size, data=data)
+                raise self._gone(query_id)
+            return ResultBody(fmt, content_type, filename, size, data=data, **page)
         link = self.store.link(
-            key, expires_s=self.link_expires_s, content_type=body.content_type, filename=filename
+            key, expires_s=self.link_expires_s, content_type=content_type, filename=filename
         )
-        return ResultBody(fmt, body.content_type, filename, size, link=link)
+        return ResultBody(fmt, content_type, filename, size, link=link, **page)
+
+    def _table(self, query_id: str) -> pa.Table:
+        """The query's Arrow result (the last few are kept decoded: paging reads the same one again)."""
+        with self._tables_lock:
+            table = self._tables.get(query_id)
+            if table is not None:
+                self._tables.move_to_end(query_id)
+                return table
+        data = self.store.get(records.result_key(query_id, "arrow"))
+        if data is None:
+            raise self._gone(query_id)
+        table = decode_arrow(data)
+        with self._tables_lock:
+            self._tables[query_id] = table
+            while len(self._tables) > 2:
+                self._tables.popitem(last=False)
+        return table
+
+    # --- history and expiry -----------------------------------------------------------------------
+
+    def history(self, limit: int = 20, page_token: str | None = None) -> dict[str, Any]:
+        """Queries, newest first: ``{"queries": [summary, …], "next_page_token": id or None}``. Ids sort
+        newest first (see :mod:`~squall.service.records`), so a page is a listing after the last id seen."""
+        names = self.store.children("", start_after=page_token or "q", limit=limit + 1)
+        ids = [n for n in names if records.valid_query_id(n)]
+        more = len(ids) > limit
+        items = []
+        for query_id in ids[:limit]:
+            try:
+                doc = self.status(query_id)
+            except (NotFound, Gone):  # deleted or expired in between
+                continue
+            items.append(summary(doc))
+        return {"queries": items, "next_page_token": ids[limit - 1] if more else None}
+
+    def sweep(self, now: float | None = None) -> int:
+        """Delete the state of queries that finished more than ``result_ttl_s`` ago, and Idempotency-Keys
+        older than that; returns how many queries were deleted."""
+        cutoff = self._cutoff(now)
+        if cutoff is None:
+            return 0
+        removed = 0
+        for name in self.store.children(""):
+            try:
+                if name == "_idempotency":
+                    self._sweep_keys(cutoff)
+                elif records.valid_query_id(name) and self._expired(name, cutoff):
+                    self.store.delete(name)
+                    with self._tables_lock:
+                        self._tables.pop(name, None)
+                    removed += 1
+            except Exception:
+                log.warning("cannot sweep %s", name, exc_info=True)
+        return removed
+
+    def _expired(self, query_id: str, cutoff: float) -> bool:
+        created = records.query_time(query_id)
+        if created is not None and created >= cutoff:
+            return False  # made after the cutoff: cannot have finished before it
+        doc = self.store.get_json(records.status_key(query_id))
+        if doc is None:  # a submission that never got a status
+            return created is not None
+        finished = doc.get("finished_at") or doc.get("created_at")
+        return (
+            doc.get("status") in records.TERMINAL and isinstance(finished, (int, float)) and finished < cutoff
+        )
+
+    def _sweep_keys(self, cutoff: float) -> None:
+        for name in self.store.children("_idempotency"):
+            key = f"_idempotency/{name}"
+            entry = self.store.get_json(key)
+            if entry is not None and float(entry.get("created_at") or 0) < cutoff:
+                self.store.delete(key)
 
     # --- catalog --------------------------------------------------------------------------------
 
@@ -225,3 +443,25 @@ class Service:
     def close(self) -> None:
         self.backend.close()
         self.store.close()
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """A history item from a status document."""
+    sql = str(doc.get("sql") or "")
+    if len(sql) > SQL_PREVIEW:
+        sql = sql[: SQL_PREVIEW - 1] + "…"
+    stats = doc.get("stats") or {}
+    error = doc.get("error")
+    return {
+        "query_id": doc["query_id"],
+        "status": doc["status"],
+        "sql": sql,
+        "workers": doc.get("workers"),
+        "created_at": doc.get("created_at"),
+        "started_at": doc.get("started_at"),
+        "finished_at": doc.get("finished_at"),
+        "rows": (doc.get("result") or {}).get("rows"),
+        "elapsed_s": stats.get("elapsed_s"),
+        "cost_usd": stats.get("cost_usd"),
+        "error": error if isinstance(error, dict) else None,
+    }

@@ -119,7 +119,7 @@ def test_large_result_is_streamed_from_the_local_state_folder(server, reference_
     sql = "SELECT o_orderkey, o_comment FROM orders ORDER BY o_orderkey LIMIT 3000"
     query_id = submit(server, sql)["query_id"]
     assert wait(server, query_id)[-1]["status"] == "succeeded"
-    response = call(server, "GET", f"/v1/queries/{query_id}/result")
+    response = call(server, "GET", f"/v1/queries/{query_id}/result", params={"format": "arrow"})
     assert response.status_code == 200
     assert int(response.headers["Content-Length"]) == len(response.content) > 4096
     assert "attachment" in response.headers["Content-Disposition"]
@@ -127,7 +127,9 @@ def test_large_result_is_streamed_from_the_local_state_folder(server, reference_
     assert_same_result(
         pa.ipc.open_stream(response.content).read_all(), reference_sf001.sql(sql).to_arrow_table(), sql
     )
-    csv_response = call(server, "GET", f"/v1/queries/{query_id}/result", params={"format": "csv"})
+    csv_response = call(
+        server, "GET", f"/v1/queries/{query_id}/result", params={"format": "csv", "limit": 3000}
+    )
     assert csv_response.status_code == 200 and csv_response.text.count("\n") == 3001
     assert (server.state / query_id / "result.csv").exists()
 

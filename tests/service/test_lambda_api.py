@@ -110,9 +110,16 @@ def test_submit_poll_fetch_through_the_lambda_handler(lambda_api, reference_sf00
     assert result["statusCode"] == 200 and result["isBase64Encoded"] is True
     table = pa.ipc.open_stream(body_of(result)).read_all()
     assert table.to_pydict() == {"n_regionkey": [0, 1, 2, 3, 4], "n": [5] * 5}
-    csv = lambda_api.handler(with_query_id(event("get_result", queryStringParameters=None,
-                                                  multiValueQueryStringParameters=None), query_id), None)  # fmt: skip
+    plain = event("get_result", queryStringParameters=None, multiValueQueryStringParameters=None)
+    plain["headers"]["Accept"] = "*/*"  # no ?format= and any format: the submitted one (csv)
+    plain["multiValueHeaders"]["Accept"] = ["*/*"]
+    csv = lambda_api.handler(with_query_id(plain, query_id), None)
     assert csv["isBase64Encoded"] is False and body_of(csv).decode().splitlines()[1] == "0,5"
+    assert headers_of(csv)["X-Total-Rows"] == "5" and "Link" not in headers_of(csv)
+    # Accept chooses when there is no ?format=
+    as_json = lambda_api.handler(with_query_id(event("get_result", queryStringParameters=None,
+                                                     multiValueQueryStringParameters=None), query_id), None)  # fmt: skip
+    assert json.loads(body_of(as_json)) == [{"n_regionkey": k, "n": 5} for k in range(5)]
 
 
 def test_large_results_are_presigned_urls(lambda_api, reference_sf001):
