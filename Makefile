@@ -28,7 +28,7 @@ data: venv
 run: data
 	$(PY) -m squall.demo --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
 
-test: venv checkov-venv native
+test: venv checkov-venv native browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -q
@@ -70,6 +70,16 @@ bootstrap: venv
 
 deploy: venv build/layer-$(ARCH).zip
 	$(CDK) deploy -c architecture=$(ARCH) $(CONTEXT) $(CDK_ARGS)
+
+.PHONY: browser
+# --- web console test: Debian's chromium + chromedriver (selenium drives them; no browser is downloaded) ---
+# `browser` apt-installs them when missing (root); otherwise it says what to install and the test skips.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else echo "browser: chromium and chromedriver are missing; as root: apt-get install chromium chromium-driver" \
+		"(tests/service/test_console.py skips without them)"; fi
 
 # --- fabric exchange: native libfabric core (rdma-backend/) -----------------------------------------
 # `native` apt-installs libfabric-dev when missing (root), then builds squall_fabric._native into the
