@@ -19,8 +19,7 @@ from squall.errors import (
     WorkerError,
 )
 from squall.result import Result
-
-__version__ = "0.1.0"
+from squall.version import __version__
 
 __all__ = [
     "BindError",

@@ -35,6 +35,7 @@ from squall.driver.platforms.base import Progress
 from squall.errors import NotSupportedError, OptionError, QueryCancelled, SquallError, UserError
 from squall.plan import Plan
 from squall.result import Result
+from squall.version import __version__
 
 ProgressArg = bool | Callable[[Progress], None] | None
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -176,11 +177,9 @@ class RemoteConnection:
     def _headers(
         self, method: str, url: str, body: bytes | None, extra: dict[str, str] | None
     ) -> dict[str, str]:
-        import squall
-
         headers = {
             "Accept": "application/json",
-            "User-Agent": f"squall/{squall.__version__}",
+            "User-Agent": f"squall/{__version__}",
             **(extra or {}),
         }
         if body is not None:
