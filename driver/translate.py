@@ -455,11 +455,19 @@ class Translator(SubqueryMixin):
     def _select_rest(
         self, sel: exp.Select, node: L.Node, scope: Scope, ctes: dict[str, exp.Expression]
     ) -> Planned:
-        projections = list(sel.expressions)
+        projections = _expand_columns(list(sel.expressions), scope)
         having = sel.args.get("having")
         group = sel.args.get("group")
         order = sel.args.get("order")
         agg_exprs = [a for p in projections for a in self._find_aggs(p)]
+        if group is not None and group.args.get("all"):
+            # GROUP BY ALL: every select-list expression without an aggregate or a window
+            keys = [
+                (p.this if isinstance(p, exp.Alias) else p).copy()
+                for p in projections
+                if not self._find_aggs(p) and p.find(exp.Window) is None
+            ]
+            group = exp.Group(expressions=keys)
         if having is not None:
             agg_exprs += self._find_aggs(having.this)
         if order is not None:
@@ -526,12 +534,13 @@ class Translator(SubqueryMixin):
     ) -> Planned:
         order = e.args.get("order")
         if order is not None:
+            order_items = _order_all(order.expressions, len(outputs))
             by_visible = {}
             for v, i in outputs:
                 by_visible.setdefault(v, i)
             keys = []
             extra: list[tuple[str, exp.Expression]] = []
-            for o in order.expressions:
+            for o in order_items:
                 target = o.this
                 internal = None
                 if isinstance(target, exp.Literal) and not target.is_string:
@@ -654,26 +663,63 @@ class Translator(SubqueryMixin):
         win_node = L.Window(node, tuple(exprs), shared)
 
         def rewrite_w(e: exp.Expression) -> exp.Expression:
+            # windows become references to their output columns (marked internal, so the
+            # rewrite below, which may be an aggregate's, passes them through untouched)
             def pre(n: exp.Expression) -> exp.Expression:
                 if isinstance(n, exp.Window) and n.sql(DIALECT) in by_sql:
-                    return exp.column(f"__w{list(by_sql).index(n.sql(DIALECT))}")
+                    return exp.column(by_sql[n.sql(DIALECT)], table=INTERNAL)
                 return n
 
-            placeholder = e.copy().transform(pre)
-            converted = rewrite(placeholder) if not _only_placeholders(placeholder) else placeholder
-
-            def post(n: exp.Expression) -> exp.Expression:
-                if isinstance(n, exp.Column) and n.name.startswith("__w") and n.name[3:].isdigit():
-                    return L.col(list(by_sql.values())[int(n.name[3:])])
-                return n
-
-            return converted.transform(post)
+            return rewrite(e.copy().transform(pre))
 
         return win_node, rewrite_w
 
 
-def _only_placeholders(e: exp.Expression) -> bool:
-    return isinstance(e, exp.Column) and e.name.startswith("__w")
+def _expand_columns(projections: list[exp.Expression], scope: Scope) -> list[exp.Expression]:
+    """``COLUMNS('regex')`` / ``COLUMNS(*)``: the select item once per matching column, in FROM order."""
+    out: list[exp.Expression] = []
+    for p in projections:
+        found = list(p.find_all(exp.Columns))
+        if not found:
+            out.append(p)
+            continue
+        pattern = found[0].this
+        if len(found) > 1 or not (
+            isinstance(pattern, exp.Star) or (isinstance(pattern, exp.Literal) and pattern.is_string)
+        ):
+            raise NotSupportedError(
+                f"COLUMNS(…) other than one regex or * per select item: {p.sql(DIALECT)[:80]}"
+            )
+        regex = None if isinstance(pattern, exp.Star) else re.compile(pattern.this)
+        for alias, column in list(scope.columns):
+            if regex is not None and not regex.search(column):
+                continue
+            ref = exp.column(column, table=alias)
+
+            def put(n: exp.Expression, ref: exp.Expression = ref) -> exp.Expression:
+                return ref.copy() if isinstance(n, exp.Columns) else n
+
+            item = p.copy().transform(put)
+            if isinstance(item, (exp.Alias, exp.Column)):
+                out.append(item)
+            else:
+                out.append(exp.alias_(item, column))
+    return out
+
+
+def _order_all(items: list[exp.Ordered], width: int) -> list[exp.Ordered]:
+    """``ORDER BY ALL [DESC] [NULLS …]``: every output column, left to right, in that direction."""
+    if len(items) == 1 and isinstance(items[0].this, exp.Var) and items[0].this.name.upper() == "ALL":
+        first = items[0]
+        return [
+            exp.Ordered(
+                this=exp.Literal.number(i + 1),
+                desc=first.args.get("desc"),
+                nulls_first=first.args.get("nulls_first"),
+            )
+            for i in range(width)
+        ]
+    return items
 
 
 def _exprs_of(node: L.Node) -> list[tuple[str, exp.Expression]]:

@@ -88,6 +88,17 @@ QUERIES = {
     "rank": "SELECT id, rank() OVER (PARTITION BY grp ORDER BY flag) AS r FROM t1",
     "running_sum": "SELECT id, sum(val) OVER (PARTITION BY grp ORDER BY id) AS run FROM t1",
     "window_global": "SELECT id, sum(val) OVER () AS total, row_number() OVER (ORDER BY id) AS rn FROM t1",
+    "window_over_aggregate": "SELECT grp, sum(val) AS s, rank() OVER (ORDER BY sum(val) DESC) AS r FROM t1 GROUP BY grp",
+    "window_ratio_over_aggregate": "SELECT grp, flag, sum(val) * 100 / sum(sum(val)) OVER (PARTITION BY flag) AS ratio "
+    "FROM t1 GROUP BY grp, flag ORDER BY flag, ratio",
+    # select-list and grouping shorthands
+    "group_by_all": "SELECT grp, id % 3 AS m, count(*) AS n FROM t1 GROUP BY ALL",
+    "order_by_all": "SELECT grp, flag, count(*) AS n FROM t1 GROUP BY ALL ORDER BY ALL DESC NULLS FIRST",
+    "union_order_by_all": "SELECT grp FROM t1 UNION SELECT cat FROM t2 ORDER BY ALL",
+    "star_exclude": "SELECT * EXCLUDE (name, d) FROM t1 WHERE id < 30",
+    "star_replace": "SELECT * REPLACE (val + 1 AS val) FROM t1 WHERE id < 30",
+    "columns_regex": "SELECT COLUMNS('^[gi].*') FROM t1 WHERE id < 30",
+    "columns_in_aggregate": "SELECT max(COLUMNS('a')) FROM t1 JOIN t3 ON t1.grp = t3.cat",
     # expressions
     "case_like": "SELECT id, CASE WHEN name LIKE 'a%' THEN 'A' WHEN name LIKE '%z' THEN 'Z' ELSE 'other' END FROM t1",
     "string_functions": "SELECT upper(name), length(name), substr(name, 2, 3), name || '-' || grp, "
