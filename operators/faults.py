@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from squall import aws
 from squall.errors import OptionError
 
 
@@ -120,22 +121,17 @@ def _s3_error_hook(rate: float, rng: random.Random) -> Callable[..., Any]:
 def install_s3_errors(rate: float, seed: int | None = None) -> None:
     """Make every S3 client created from now on in this process fail requests with probability ``rate``.
 
-    Fault injection only: wraps ``boto3.session.Session.client`` once per process so that every new
-    S3 client (exchange, storage, status objects) gets a ``before-send`` hook that answers with a
+    Fault injection only: a :func:`squall.aws.add_client_hook` (once per process) gives every new
+    S3 client (exchange, storage, status objects) a ``before-send`` hook that answers with a
     retryable 503 SlowDown instead of sending the request.
     """
     if rate <= 0 or _installed:
         return
-    import boto3.session
-
     _installed.append(rate)
     rng = random.Random(seed)
-    original = boto3.session.Session.client
 
-    def client(self: Any, service_name: str, *args: Any, **kwargs: Any) -> Any:
-        made = original(self, service_name, *args, **kwargs)
-        if service_name == "s3":
+    def hook(service: str, made: Any) -> None:
+        if service == "s3":
             made.meta.events.register("before-send.s3", _s3_error_hook(rate, rng))
-        return made
 
-    boto3.session.Session.client = client  # type: ignore[method-assign]
+    aws.add_client_hook(hook)

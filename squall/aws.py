@@ -15,6 +15,7 @@ May import: the standard library and :mod:`squall.errors` only.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from squall.errors import DataError, UserError
@@ -26,6 +27,14 @@ CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 60
 
 _S3_URL = re.compile(r"s3://([^/]+)/?(.*)")
+
+#: called with (service, client) for every client made from now on (fault injection, tests)
+_client_hooks: list[Callable[[str, Any], None]] = []
+
+
+def add_client_hook(hook: Callable[[str, Any], None]) -> None:
+    """Call ``hook(service, client)`` on every client :func:`client` makes from now on in this process."""
+    _client_hooks.append(hook)
 
 
 def client(
@@ -52,9 +61,12 @@ def client(
         read_timeout=read_timeout_s,
         tcp_keepalive=True,
     )
-    return boto3.session.Session().client(
+    made = boto3.session.Session().client(
         service, endpoint_url=endpoint_url or None, region_name=region or None, config=cfg
     )
+    for hook in _client_hooks:
+        hook(service, made)
+    return made
 
 
 def is_s3_url(url: str) -> bool:

@@ -265,3 +265,23 @@ def test_range_file_serves_fetched_bytes_and_falls_back():
     assert f.read(300) == data[90:390] and calls[2:] == [(90, 100), (350, 390)]
     f.seek(120)
     assert f.read(200) == data[120:320] and len(calls) == 4
+
+
+def test_injected_s3_errors_reach_squall_clients(s3):
+    """``s3_error`` faults hook every S3 client squall.aws makes: retried, then a one-line SlowDown error."""
+    import subprocess
+    import sys
+
+    code = f"""
+from squall.errors import DataError
+from squall.operators.faults import install_s3_errors
+from squall.operators.storage import storage_for
+install_s3_errors(1.0, seed=1)
+storage = storage_for("s3://{BUCKET}/", {{"endpoint_url": "{s3.endpoint_url}", "max_retries": 2}})
+try:
+    storage.read_metadata("s3://{BUCKET}/t/part-0.parquet")
+except DataError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("S3 error SlowDown on s3://squall-storage-test/t/part-0.parquet"), out.stderr
