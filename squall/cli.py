@@ -7,6 +7,7 @@
                  [--provider tcp|shm|efa]
     squall explain SQL | -f FILE --data DIR [--workers W]
     squall gen-tpch --sf SF --out DIR [--parts N]
+    squall gen-tpcds --sf SF --out DIR
     squall tables --data DIR | --endpoint URL
     squall serve --data DIR|s3://… [--port P] [--token T] [--workers W] [--state DIR|s3://…]
 
@@ -106,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--parts", type=int, default=None, help="split each table into N files (<table>/*.parquet)"
     )
+    gd = sub.add_parser("gen-tpcds", help="write the 24 TPC-DS tables as Parquet (DuckDB's dsdgen)")
+    gd.add_argument("--sf", type=float, required=True, help="scale factor, at least 0.01 (e.g. 0.1, 1)")
+    gd.add_argument("--out", required=True, help="output folder (<table>.parquet)")
     # --- service: tables, serve ---
     t = sub.add_parser("tables", help="list the tables and their columns")
     t.add_argument("--data", help="folder of <table>.parquet files or <table>/ folders")
@@ -274,6 +278,14 @@ def _gen_tpch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gen_tpcds(args: argparse.Namespace) -> int:
+    from squall import tpcds
+
+    files = tpcds.generate(args.sf, args.out)
+    print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
+    return 0
+
+
 # --- service: remote connections, tables, serve ---
 
 
@@ -397,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         handler = {"query": _query, "explain": _explain, "gen-tpch": _gen_tpch, "tables": _tables,
-                   "serve": _serve}[args.command]  # fmt: skip
+                   "serve": _serve, "gen-tpcds": _gen_tpcds}[args.command]  # fmt: skip
         return handler(args)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
