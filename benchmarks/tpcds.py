@@ -1,0 +1,298 @@
+"""The 99 TPC-DS queries on Squall's local platform against one DuckDB process, on the same Parquet files.
+
+    python benchmarks/tpcds.py --sf 1 --workers 3            # data in data/tpcds-sf1, generated if missing
+    python benchmarks/tpcds.py --sf 0.1 --workers 1,3,4 --queries 1,5,9 --repeat 3 --json report.json
+
+For every worker count and query: DuckDB runs the query (a warm-up, then ``--repeat`` timed runs, the best
+counts); Squall plans it (``con.plan``), runs it the same way, and the result is checked with
+``squall.testing.assert_same_result``. Each query ends as one of
+
+- ``pass``     Squall's result equals DuckDB's;
+- ``refused``  Squall raised ``NotSupportedError`` (its message is printed);
+- ``wrong``    Squall returned a different result (the first difference is printed);
+- ``error``    Squall failed with any other exception (an internal error: DuckDB answers the query);
+
+and shows its times, the ratio squall/duckdb, and the shape of its plan: ``distributed``, or ``one-rank`` when a stage
+before the last (the merge of the result on rank 0) runs on a single rank over data sent by several ranks (its
+stage number and the planner's note are printed). The summary per W counts each outcome
+and gives the geometric mean of the time ratios over the passing queries. Exit status 1 when any query was
+wrong or an error (refusals alone exit 0), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import duckdb
+import pyarrow as pa
+
+import squall
+import squall.tpcds as tpcds
+from squall.errors import DataError, NotSupportedError, SquallError
+from squall.testing import assert_same_result
+
+
+@dataclass
+class Outcome:
+    """What happened to one query at one worker count."""
+
+    query: int
+    workers: int
+    status: str  # pass | refused | wrong | error | duckdb-error
+    message: str = ""
+    squall_s: float | None = None
+    duckdb_s: float | None = None
+    stages: int = 0
+    one_rank_stages: list[str] = field(default_factory=list)  # "stage N: note" of non-final one-rank stages
+
+    @property
+    def ratio(self) -> float | None:
+        if self.squall_s is None or not self.duckdb_s:
+            return None
+        return self.squall_s / self.duckdb_s
+
+    @property
+    def shape(self) -> str:
+        if not self.stages:
+            return ""
+        return "one-rank" if self.one_rank_stages else "distributed"
+
+
+def _parse_list(text: str, lo: int, hi: int, what: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} wants numbers like 1,3,5, got {text!r}") from None
+    if not numbers or any(not lo <= n <= hi for n in numbers):
+        raise argparse.ArgumentTypeError(f"{what} must be {lo}..{hi}, got {text!r}")
+    return numbers
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of the benchmark."""
+    parser = argparse.ArgumentParser(prog="benchmarks/tpcds.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sf", type=_positive_float, default=1.0, help="scale factor (default 1)")
+    parser.add_argument(
+        "--data", type=Path, help="TPC-DS Parquet folder (default data/tpcds-sf<SF>; made if missing)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=lambda t: _parse_list(t, 1, 1024, "--workers"),
+        default=[3],
+        help="Squall worker counts, e.g. 1,3,4 (default 3)",
+    )
+    parser.add_argument(
+        "--queries",
+        type=lambda t: _parse_list(t, 1, 99, "--queries"),
+        default=list(tpcds.QUERY_NUMBERS),
+        help="e.g. 1,5,9 (default all 99)",
+    )
+    parser.add_argument("--repeat", type=_positive_int, default=1, help="timed runs per query; best counts")
+    parser.add_argument("--json", type=Path, help="also write every outcome to this JSON file")
+    return parser
+
+
+def duckdb_peer(data: Path) -> duckdb.DuckDBPyConnection:
+    """A plain DuckDB connection (all cores) with one view per TPC-DS table over the Parquet files."""
+    con = duckdb.connect()
+    for table, files in tpcds.dataset_files(data).items():
+        paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+        con.execute(f"create view {table} as select * from read_parquet([{paths}])")
+    return con
+
+
+def _best(run: Callable[[], pa.Table], repeat: int) -> tuple[pa.Table, float]:
+    """Warm-up run (its result is returned), then the best wall time of ``repeat`` runs."""
+    table = run()
+    best = math.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return table, best
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def plan_shape(plan: Any) -> tuple[int, list[str]]:
+    """(number of stages, the one-rank parts of the plan as ``stage N: note``).
+
+    A one-rank part is a stage before the last that runs on a single rank although it reads what several
+    ranks sent it (data funnelled to one rank for more than the final merge). A stage on one rank that only
+    scans a table of one row group is not one: that is all the data there is.
+    """
+    stages = {s.id: s for s in plan.stages}
+    lonely = []
+    for s in list(plan.stages)[:-1]:
+        if plan.world_size <= 1 or len(s.ranks) != 1:
+            continue
+        sources = [stages[i.stage] for i in s.inputs if getattr(i, "kind", "") == "exchange"]
+        if any(len(src.ranks) > 1 for src in sources):
+            lonely.append(f"stage {s.id}: {s.note or 'no note'}")
+    return len(stages), lonely
+
+
+def run_query(con: Any, peer: duckdb.DuckDBPyConnection, n: int, workers: int, repeat: int) -> Outcome:
+    """Run TPC-DS query ``n`` on both engines and classify the outcome."""
+    sql = tpcds.query(n)
+    out = Outcome(n, workers, "pass")
+    try:
+        expected, out.duckdb_s = _best(lambda: peer.sql(sql).to_arrow_table(), repeat)
+    except Exception as exc:
+        out.status, out.message = "duckdb-error", _one_line(exc)
+        return out
+    try:
+        out.stages, out.one_rank_stages = plan_shape(con.plan(sql))
+        actual, out.squall_s = _best(lambda: con.sql(sql).to_arrow(), repeat)
+    except NotSupportedError as exc:
+        out.status, out.message = "refused", str(exc).strip().splitlines()[0]
+        return out
+    except Exception as exc:
+        out.status, out.message = "error", _one_line(exc)
+        return out
+    try:
+        assert_same_result(actual, expected, sql)
+    except AssertionError as exc:
+        out.status, out.message = "wrong", str(exc).strip().splitlines()[0] if str(exc).strip() else "differs"
+    return out
+
+
+def _line(o: Outcome) -> str:
+    parts = [f"Q{o.query:02d} W{o.workers}", f"{o.status:<8}"]
+    if o.squall_s is not None:
+        parts.append(f"squall {o.squall_s:7.3f}s")
+    if o.duckdb_s is not None:
+        parts.append(f"duckdb {o.duckdb_s:7.3f}s")
+    if o.ratio is not None:
+        parts.append(f"ratio {o.ratio:6.2f}")
+    if o.shape:
+        parts.append(f"{o.shape} ({o.stages} stages)")
+    text = "  ".join(parts)
+    if o.message:
+        text += f"\n      {o.message}"
+    for stage in o.one_rank_stages:
+        text += f"\n      one rank: {stage}"
+    return text
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    good = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in good) / len(good)) if good else None
+
+
+def summary(outcomes: Sequence[Outcome]) -> list[str]:
+    """Summary lines of one worker count's outcomes."""
+    if not outcomes:
+        return []
+    counts = Counter(o.status for o in outcomes)
+    passed = [o for o in outcomes if o.status == "pass"]
+    mean = geomean([o.ratio for o in passed if o.ratio is not None])
+    shapes = Counter(o.shape for o in passed)
+    lines = [
+        f"W={outcomes[0].workers}: {len(outcomes)} queries: "
+        + ", ".join(
+            f"{counts[s]} {s}" for s in ("pass", "refused", "wrong", "error", "duckdb-error") if counts[s]
+        )
+        + f"; passing: {shapes['distributed']} distributed, {shapes['one-rank']} with a one-rank part"
+        + f"; geomean ratio squall/duckdb over passing: {'n/a' if mean is None else f'{mean:.2f}'}"
+    ]
+    for status in ("wrong", "error", "duckdb-error"):
+        names = [f"q{o.query:02d}" for o in outcomes if o.status == status]
+        if names:
+            lines.append(f"  {status}: {' '.join(names)}")
+    reasons: dict[str, list[str]] = {}
+    for o in outcomes:
+        if o.status == "refused":
+            reasons.setdefault(o.message, []).append(f"q{o.query:02d}")
+    for message, names in sorted(reasons.items(), key=lambda item: (-len(item[1]), item[0])):
+        lines.append(f"  refused ({len(names)}): {' '.join(names)}: {message}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the benchmark; return the exit status (0 no wrong answer nor error, 1 otherwise, 2 bad arguments)."""
+    out = out or sys.stdout
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    data: Path = args.data or Path("data") / f"tpcds-sf{args.sf:g}"
+    if tpcds.dataset_sf(data) != args.sf:
+        print(f"generating TPC-DS SF {args.sf:g} into {data} ...", file=out, flush=True)
+        start = time.perf_counter()
+        try:
+            tpcds.generate(args.sf, data)
+        except SquallError as exc:
+            print(f"error: {exc}", file=out)
+            return 1
+        print(f"generated in {time.perf_counter() - start:.1f}s", file=out, flush=True)
+    try:
+        tpcds.dataset_files(data)
+    except DataError as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+
+    peer = duckdb_peer(data)
+    results: dict[int, list[Outcome]] = {}
+    try:
+        for workers in args.workers:
+            try:
+                con = squall.connect(data=str(data), workers=workers)
+            except Exception as exc:
+                print(f"error: squall.connect(workers={workers}) failed: {_one_line(exc)}", file=out)
+                return 1
+            try:
+                for n in args.queries:
+                    outcome = run_query(con, peer, n, workers, args.repeat)
+                    results.setdefault(workers, []).append(outcome)
+                    print(_line(outcome), file=out, flush=True)
+            finally:
+                con.close()
+    finally:
+        peer.close()
+
+    print(f"\nTPC-DS SF {args.sf:g}", file=out)
+    for outcomes in results.values():
+        for line in summary(outcomes):
+            print(line, file=out)
+    if args.json:
+        records = [asdict(o) | {"ratio": o.ratio, "shape": o.shape} for os_ in results.values() for o in os_]
+        args.json.write_text(json.dumps({"sf": args.sf, "outcomes": records}, indent=1) + "\n")
+    bad = any(o.status in ("wrong", "error") for os_ in results.values() for o in os_)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
