@@ -155,11 +155,18 @@ class AggCall:
 
 @dataclass(frozen=True)
 class Aggregate(Node):
-    """GROUP BY ``keys`` (name, expression) computing ``aggs`` (name, AggCall)."""
+    """GROUP BY ``keys`` (name, expression) computing ``aggs`` (name, AggCall).
+
+    With ``sets`` (GROUPING SETS / ROLLUP / CUBE) each set is a tuple of key indices and the
+    output gains a last column ``gid``: DuckDB's ``GROUPING(all keys)`` (bit set = key rolled
+    up), which tells a rolled-up key's NULL from a real one.
+    """
 
     input: Node
     keys: tuple[tuple[str, exp.Expression], ...]
     aggs: tuple[tuple[str, AggCall], ...]
+    sets: tuple[tuple[int, ...], ...] = ()
+    gid: str = ""
 
     @property
     def children(self) -> tuple[Node, ...]:
@@ -167,7 +174,8 @@ class Aggregate(Node):
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(n for n, _ in self.keys) + tuple(n for n, _ in self.aggs)
+        extra = (self.gid,) if self.sets else ()
+        return tuple(n for n, _ in self.keys) + tuple(n for n, _ in self.aggs) + extra
 
 
 @dataclass(frozen=True)
@@ -273,6 +281,9 @@ def describe(node: Node, indent: int = 0) -> str:
             + "] "
             + ", ".join(f"{a.sql()} AS {n}" for n, a in node.aggs)
         )
+        if node.sets:
+            sets = ", ".join("(" + ", ".join(node.keys[i][0] for i in s) + ")" for s in node.sets)
+            detail += f" GROUPING SETS ({sets}) id {node.gid}"
     elif isinstance(node, Sort):
         detail = ", ".join(k.sql() for k in node.keys)
     elif isinstance(node, Limit):

@@ -49,7 +49,7 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
             need |= columns_in(e)
         for _n, a in aggs:
             need |= columns_in(a.expression)
-        return L.Aggregate(prune(node.input, need), node.keys, aggs)
+        return dataclasses.replace(node, input=prune(node.input, need), aggs=aggs)
     if isinstance(node, L.Sort):
         need = set(required)
         for k in node.keys:

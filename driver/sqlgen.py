@@ -102,6 +102,13 @@ def render(node: L.Node) -> str:
     if isinstance(node, L.Aggregate):
         keys = [(n, e) for n, e in node.keys]
         aggs = [(n, a.expression) for n, a in node.aggs]
+        if node.sets:
+            key_sql = [sql_of(e) for _n, e in node.keys]
+            gid = f"GROUPING({', '.join(key_sql)})" if key_sql else "0"
+            items = [x for x in (_select_list(tuple(keys + aggs)), f"{gid} AS {q(node.gid)}") if x]
+            text = "SELECT " + ", ".join(items)
+            sets = ", ".join("(" + ", ".join(key_sql[i] for i in s) + ")" for s in node.sets)
+            return text + f"\nFROM {_sub(node.input)} AS t\nGROUP BY GROUPING SETS ({sets})"
         text = f"SELECT {_select_list(tuple(keys + aggs))}\nFROM {_sub(node.input)} AS t"
         if node.keys:
             text += "\nGROUP BY " + ", ".join(sql_of(e) for _n, e in node.keys)

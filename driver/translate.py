@@ -422,7 +422,7 @@ class Translator(SubqueryMixin):
     # --- aggregation, projection, order -------------------------------------------------------
 
     def _is_agg(self, node: exp.Expression) -> bool:
-        if isinstance(node, exp.Window):
+        if isinstance(node, (exp.Window, exp.Grouping, exp.GroupingId)):
             return False
         if isinstance(node, exp.AggFunc):
             return True
@@ -584,23 +584,29 @@ class Translator(SubqueryMixin):
     ) -> tuple[L.Node, Callable[[exp.Expression], exp.Expression]]:
         keys: list[tuple[str, exp.Expression]] = []
         key_by_sql: dict[str, str] = {}
+        group_sets: list[list[exp.Expression]] | None = None
         if group is not None:
-            for kind, label in (
-                (exp.GroupingSets, "GROUPING SETS"),
-                (exp.Rollup, "ROLLUP"),
-                (exp.Cube, "CUBE"),
-            ):
-                if group.find(kind) is not None:
-                    raise NotSupportedError(f"GROUP BY {label}")
-            for g in group.expressions:
+            key_list, group_sets = _grouping_sets(group)
+            for g in key_list:
                 converted = self.convert(g, scope)
                 text = converted.sql(DIALECT)
                 if text in key_by_sql:
+                    key_by_sql[g.sql(DIALECT)] = key_by_sql[text]
                     continue
                 name = converted.name if isinstance(converted, exp.Column) else self.names.fresh("key")
+                if any(name == n for n, _e in keys):
+                    name = self.names.fresh("key")
                 keys.append((name, converted))
                 key_by_sql[text] = name
                 key_by_sql[g.sql(DIALECT)] = name
+        key_index = {n: i for i, (n, _e) in enumerate(keys)}
+        sets: tuple[tuple[int, ...], ...] = ()
+        if group_sets is not None:
+            indexed = [tuple(sorted({key_index[key_by_sql[g.sql(DIALECT)]] for g in s})) for s in group_sets]
+            if len(set(indexed)) != len(indexed):
+                raise NotSupportedError("GROUPING SETS that repeat a set")
+            sets = tuple(indexed)
+        gid = self.names.fresh("grouping_id") if sets else ""
         calls: list[tuple[str, L.AggCall]] = []
         call_by_sql: dict[str, str] = {}
         for a in aggs:
@@ -613,12 +619,44 @@ class Translator(SubqueryMixin):
             calls.append((name, _agg_call(converted)))
             call_by_sql[text] = name
             call_by_sql[a.sql(DIALECT)] = name
-        agg_node = L.Aggregate(node, tuple(keys), tuple(calls))
+        agg_node = L.Aggregate(node, tuple(keys), tuple(calls), sets, gid)
+
+        def grouping(n: exp.Grouping | exp.GroupingId) -> exp.Expression:
+            """``GROUPING(k…)``: bits of the grouping id (0 without grouping sets)."""
+            bits: list[exp.Expression] = []
+            for arg in n.expressions:
+                name = key_by_sql.get(arg.sql(DIALECT)) or key_by_sql.get(
+                    self.convert(arg, scope).sql(DIALECT)
+                )
+                if name is None:
+                    raise BindError(f"GROUPING() argument {arg.sql(DIALECT)} is not a GROUP BY key")
+                if not sets:
+                    continue
+                shift = len(keys) - 1 - key_index[name]
+                bits.append(
+                    exp.BitwiseAnd(
+                        this=exp.paren(
+                            exp.BitwiseRightShift(this=L.col(gid), expression=exp.Literal.number(shift))
+                        ),
+                        expression=exp.Literal.number(1),
+                    )
+                )
+            if not bits:
+                return exp.cast(exp.Literal.number(0), exp.DataType.build("BIGINT"))
+            out: exp.Expression = exp.paren(bits[0])
+            for bit in bits[1:]:
+                out = exp.BitwiseOr(
+                    this=exp.paren(exp.BitwiseLeftShift(this=out, expression=exp.Literal.number(1))),
+                    expression=exp.paren(bit),
+                )
+            return exp.paren(out)
 
         def rewrite(e: exp.Expression) -> exp.Expression:
             def fix(n: exp.Expression) -> exp.Expression:
                 if isinstance(n, exp.Column) and n.table == INTERNAL:
                     return L.col(n.name)
+                if isinstance(n, (exp.Grouping, exp.GroupingId)):
+                    return grouping(n)
                 text = n.sql(DIALECT)
                 if text in call_by_sql:
                     return L.col(call_by_sql[text])
@@ -705,6 +743,52 @@ def _expand_columns(projections: list[exp.Expression], scope: Scope) -> list[exp
             else:
                 out.append(exp.alias_(item, column))
     return out
+
+
+def _grouping_sets(group: exp.Group) -> tuple[list[exp.Expression], list[list[exp.Expression]] | None]:
+    """GROUP BY items → (every key expression, the grouping sets or None for a plain GROUP BY).
+
+    ``a, ROLLUP(b, c), CUBE(d), GROUPING SETS (…)`` is the cross product of each item's sets,
+    as in DuckDB."""
+
+    def unit(e: exp.Expression) -> list[exp.Expression]:
+        if isinstance(e, exp.Tuple):
+            return list(e.expressions)
+        if isinstance(e, exp.Paren):
+            return unit(e.this)
+        return [e]
+
+    def sets_of(e: exp.Expression) -> list[list[exp.Expression]]:
+        if isinstance(e, exp.Rollup):
+            parts = [unit(x) for x in e.expressions]
+            return [[x for p in parts[:i] for x in p] for i in range(len(parts), -1, -1)]
+        if isinstance(e, exp.Cube):
+            parts = [unit(x) for x in e.expressions]
+            out: list[list[exp.Expression]] = [[]]
+            for p in parts:
+                out = [s + p for s in out] + out
+            return out
+        if isinstance(e, exp.GroupingSets):
+            return [s for item in e.expressions for s in sets_of(item)]
+        return [unit(e)]
+
+    items = list(group.expressions)
+    for key in ("grouping_sets", "rollup", "cube"):  # older sqlglot keeps them apart
+        items += list(group.args.get(key) or [])
+    keys: list[exp.Expression] = []
+    seen: set[str] = set()
+    for item in items:
+        for s in sets_of(item):
+            for k in s:
+                if k.sql(DIALECT) not in seen:
+                    seen.add(k.sql(DIALECT))
+                    keys.append(k)
+    if not any(isinstance(i, (exp.Rollup, exp.Cube, exp.GroupingSets)) for i in items):
+        return keys, None
+    combined: list[list[exp.Expression]] = [[]]
+    for item in items:
+        combined = [a + b for a in combined for b in sets_of(item)]
+    return keys, combined
 
 
 def _order_all(items: list[exp.Ordered], width: int) -> list[exp.Ordered]:

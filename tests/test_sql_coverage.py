@@ -76,6 +76,16 @@ QUERIES = {
     "group_by_high_card": "SELECT id, count(*) FROM t2 GROUP BY id",
     "bool_aggs": "SELECT grp, bool_and(flag), bool_or(flag) FROM t1 GROUP BY grp",
     "string_agg_holistic": "SELECT grp, median(val) AS m FROM t1 GROUP BY grp",
+    "rollup": "SELECT grp, count(*) FROM t1 GROUP BY ROLLUP (grp)",
+    "grouping_sets": "SELECT grp, flag, count(*) FROM t1 GROUP BY GROUPING SETS ((grp), (flag))",
+    "cube_grouping": "SELECT grp, flag, count(*), sum(val), avg(val), grouping(grp), grouping(flag, grp), "
+    "grouping_id(grp, flag) FROM t1 GROUP BY CUBE (grp, flag)",
+    "rollup_partial_key": "SELECT grp, count(*) FROM t1 GROUP BY grp, ROLLUP (flag) HAVING grouping(flag) = 1",
+    "rollup_on_empty": "SELECT cat, count(*), sum(score) FROM t2_empty GROUP BY ROLLUP (cat)",
+    "rollup_holistic": "SELECT grp, flag, median(val), count(DISTINCT name) FROM t1 GROUP BY ROLLUP (grp, flag)",
+    "rollup_rank": "SELECT grp, id % 5 AS m, sum(val) AS s, grouping(grp) + grouping(id % 5) AS lvl, "
+    "rank() OVER (PARTITION BY grouping(grp) + grouping(id % 5) ORDER BY sum(val) DESC) AS r "
+    "FROM t1 GROUP BY ROLLUP (grp, id % 5) ORDER BY lvl DESC, r, grp, m LIMIT 20",
     # ordering and limits
     "order_nulls_first": "SELECT id, val FROM t1 ORDER BY val NULLS FIRST, id LIMIT 30",
     "order_nulls_last_desc": "SELECT id, val FROM t1 ORDER BY val DESC NULLS LAST, id LIMIT 30",
@@ -121,8 +131,6 @@ QUERIES = {
     "unnest_without_from": "SELECT unnest([1, 2, 3]) AS x",
     # refused with "not supported: …" (never a wrong answer); the list only shrinks
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
-    "grouping_sets": "SELECT grp, flag, count(*) FROM t1 GROUP BY GROUPING SETS ((grp), (flag))",
-    "rollup": "SELECT grp, count(*) FROM t1 GROUP BY ROLLUP (grp)",
     "distinct_on": "SELECT DISTINCT ON (grp) grp, id FROM t1 ORDER BY grp, id",
     "qualify": "SELECT id, grp FROM t1 QUALIFY row_number() OVER (PARTITION BY grp ORDER BY id) = 1",
     "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
@@ -135,8 +143,6 @@ QUERIES = {
 
 NOT_SUPPORTED = {
     "recursive_cte",
-    "grouping_sets",
-    "rollup",
     "distinct_on",
     "qualify",
     "lateral",

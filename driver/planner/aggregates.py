@@ -41,6 +41,8 @@ Aggs = tuple[tuple[str, L.AggCall], ...]
 
 def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
     child, dist = ctx.build(node.input)
+    if node.sets:
+        return _plan_sets(ctx, node, child, dist)
     key_texts = [L.sql_of(e) for _n, e in node.keys]
     out_dist_keys = tuple(frozenset([q(n)]) for n, _e in node.keys)
     if ctx.world == 1 or dist.kind in ("single", "replicated"):
@@ -86,6 +88,33 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         key_exprs = tuple(L.col(n) for n, _e in node.keys)
     ref, _ = ctx.to_hash(pre, dist, key_exprs, "aggregate that cannot be split: rows by group key")
     return L.Aggregate(ref, node.keys, node.aggs), Dist("hash", out_dist_keys)
+
+
+def _plan_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tuple[L.Node, Dist]:
+    """GROUPING SETS / ROLLUP / CUBE in one pass: every rank aggregates its rows per grouping set
+    (the grouping id an extra output), the final GROUP BY (keys, grouping id) merges the partials
+    of one group, which lie on one rank after a gather or a hash exchange on (keys, id)."""
+    here = dataclasses.replace(node, input=child)
+    if ctx.world == 1 or dist.kind in ("single", "replicated"):
+        return here, dist if dist.kind != "hash" else RANDOM
+    if not all(a.func in _DECOMPOSABLE and not a.distinct for _n, a in node.aggs):
+        ref = ctx.gather(child, dist, "grouping sets with an aggregate that cannot be split: rows to rank 0")
+        return dataclasses.replace(node, input=ref), SINGLE
+    partial, final, post = _split_aggs(ctx, node)
+    part_node = dataclasses.replace(node, input=child, aggs=partial)
+    names = tuple(n for n, _e in node.keys) + (node.gid,)
+    if _est_groups(ctx, node) * len(node.sets) <= ctx.options.gather_groups:
+        ref = ctx.gather(part_node, dist, "partial aggregates per grouping set to rank 0")
+        out_dist = SINGLE
+    else:
+        by = tuple(q(n) for n in names)
+        ref = ctx.stage(
+            part_node, dist, Output("hash", keys=by), "partial aggregates by (group key, grouping id)"
+        )
+        out_dist = Dist("hash", tuple(frozenset([k]) for k in by))
+    final_node: L.Node = L.Aggregate(ref, tuple((n, L.col(n)) for n in names), final)
+    keys = tuple((n, L.col(n)) for n, _ in node.keys)
+    return L.Project(final_node, keys + post + ((node.gid, L.col(node.gid)),)), out_dist
 
 
 def _est_groups(ctx: Context, node: L.Aggregate) -> float:
