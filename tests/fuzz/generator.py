@@ -1,0 +1,985 @@
+"""A seeded grammar generator of read-only SQL over the fuzz data (TPC-H + NULL-heavy twins).
+
+``QueryGenerator(seed).query(i)`` is a pure function of ``(seed, i)``: the same seed always gives the same
+queries, whatever ran before. Coverage: joins of every kind (inner/left/right/full, cross with a filter,
+semi via ``EXISTS``/``IN``, anti via ``NOT EXISTS``/``NOT IN``), derived tables and CTEs, scalar and
+correlated subqueries, aggregates (``DISTINCT``, ``FILTER``, ``HAVING``, ``COUNT(*)``, ``AVG``/``STDDEV``/
+``VAR_POP``), windows (ranking, running and partition aggregates, frames, windows over aggregates), set
+operations (``UNION``/``INTERSECT``/``EXCEPT`` with and without ``ALL``), ``ORDER BY``/``LIMIT``/``OFFSET``,
+``CASE``, NULL-heavy predicates (``IS [NOT] NULL``, ``IS DISTINCT FROM``, ``COALESCE``, ``NULLIF``,
+comparisons with ``NULL``), casts, string and date functions.
+
+Only deterministic queries are generated: a ``LIMIT`` inside a subquery orders by every output column (tied
+rows are then identical), ``row_number``/``lag``/``lead``/``first_value``/``ROWS`` frames order by a total
+key (the primary keys of every joined table), top-level ``ORDER BY`` items are output columns (so the
+comparison is tie-aware), no order-sensitive aggregates (``string_agg``, ``list``, ``first``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+# --- schema -----------------------------------------------------------------------------------------------
+
+# type classes: int, num (decimal/double), str, date
+_TABLES: dict[str, tuple[int, tuple[str, ...], list[tuple[str, str, str | None, bool]]]] = {
+    # name: (rows, primary key, [(column, type, key domain, groupable)])
+    "region": (
+        5,
+        ("r_regionkey",),
+        [
+            ("r_regionkey", "int", "region", True),
+            ("r_name", "str", None, True),
+            ("r_comment", "str", None, False),
+        ],
+    ),
+    "nation": (
+        25,
+        ("n_nationkey",),
+        [
+            ("n_nationkey", "int", "nation", True),
+            ("n_name", "str", None, True),
+            ("n_regionkey", "int", "region", True),
+            ("n_comment", "str", None, False),
+        ],
+    ),
+    "supplier": (
+        100,
+        ("s_suppkey",),
+        [
+            ("s_suppkey", "int", "supp", False),
+            ("s_name", "str", None, False),
+            ("s_address", "str", None, False),
+            ("s_nationkey", "int", "nation", True),
+            ("s_phone", "str", None, False),
+            ("s_acctbal", "num", None, False),
+            ("s_comment", "str", None, False),
+        ],
+    ),
+    "customer": (
+        1500,
+        ("c_custkey",),
+        [
+            ("c_custkey", "int", "cust", False),
+            ("c_name", "str", None, False),
+            ("c_address", "str", None, False),
+            ("c_nationkey", "int", "nation", True),
+            ("c_phone", "str", None, False),
+            ("c_acctbal", "num", None, False),
+            ("c_mktsegment", "str", None, True),
+            ("c_comment", "str", None, False),
+        ],
+    ),
+    "part": (
+        2000,
+        ("p_partkey",),
+        [
+            ("p_partkey", "int", "part", False),
+            ("p_name", "str", None, False),
+            ("p_mfgr", "str", None, True),
+            ("p_brand", "str", None, True),
+            ("p_type", "str", None, False),
+            ("p_size", "int", None, True),
+            ("p_container", "str", None, True),
+            ("p_retailprice", "num", None, False),
+            ("p_comment", "str", None, False),
+        ],
+    ),
+    "partsupp": (
+        8000,
+        ("ps_partkey", "ps_suppkey"),
+        [
+            ("ps_partkey", "int", "part", False),
+            ("ps_suppkey", "int", "supp", False),
+            ("ps_availqty", "int", None, False),
+            ("ps_supplycost", "num", None, False),
+            ("ps_comment", "str", None, False),
+        ],
+    ),
+    "orders": (
+        15000,
+        ("o_orderkey",),
+        [
+            ("o_orderkey", "int", "order", False),
+            ("o_custkey", "int", "cust", False),
+            ("o_orderstatus", "str", None, True),
+            ("o_totalprice", "num", None, False),
+            ("o_orderdate", "date", None, False),
+            ("o_orderpriority", "str", None, True),
+            ("o_clerk", "str", None, False),
+            ("o_shippriority", "int", None, True),
+            ("o_comment", "str", None, False),
+        ],
+    ),
+    "lineitem": (
+        60175,
+        ("l_orderkey", "l_linenumber"),
+        [
+            ("l_orderkey", "int", "order", False),
+            ("l_partkey", "int", "part", False),
+            ("l_suppkey", "int", "supp", False),
+            ("l_linenumber", "int", None, True),
+            ("l_quantity", "num", None, True),
+            ("l_extendedprice", "num", None, False),
+            ("l_discount", "num", None, True),
+            ("l_tax", "num", None, True),
+            ("l_returnflag", "str", None, True),
+            ("l_linestatus", "str", None, True),
+            ("l_shipdate", "date", None, False),
+            ("l_commitdate", "date", None, False),
+            ("l_receiptdate", "date", None, False),
+            ("l_shipinstruct", "str", None, True),
+            ("l_shipmode", "str", None, True),
+            ("l_comment", "str", None, False),
+        ],
+    ),
+    # NULL-heavy and empty twins (tests/fuzz/dataset.py); keys may be NULL, so no primary key
+    "orders_n": (
+        5000,
+        (),
+        [
+            ("o_orderkey", "int", "order", False),
+            ("o_custkey", "int", "cust", False),
+            ("o_orderstatus", "str", None, True),
+            ("o_totalprice", "num", None, False),
+            ("o_orderdate", "date", None, False),
+            ("o_orderpriority", "str", None, True),
+        ],
+    ),
+    "customer_n": (
+        750,
+        ("c_custkey",),
+        [
+            ("c_custkey", "int", "cust", False),
+            ("c_name", "str", None, False),
+            ("c_nationkey", "int", "nation", True),
+            ("c_acctbal", "num", None, False),
+            ("c_mktsegment", "str", None, True),
+        ],
+    ),
+    "nation_n": (
+        25,
+        (),
+        [
+            ("n_nationkey", "int", "nation", True),
+            ("n_name", "str", None, True),
+            ("n_regionkey", "int", "region", True),
+        ],
+    ),
+    "nation_e": (
+        0,
+        ("n_nationkey",),
+        [
+            ("n_nationkey", "int", "nation", True),
+            ("n_name", "str", None, True),
+            ("n_regionkey", "int", "region", True),
+            ("n_comment", "str", None, False),
+        ],
+    ),
+}
+
+# unique key column per domain and table (a join on it cannot multiply rows)
+_UNIQUE = {
+    ("region", "r_regionkey"),
+    ("nation", "n_nationkey"),
+    ("supplier", "s_suppkey"),
+    ("customer", "c_custkey"),
+    ("part", "p_partkey"),
+    ("orders", "o_orderkey"),
+    ("customer_n", "c_custkey"),
+    ("nation_e", "n_nationkey"),
+}
+
+# table weights: small tables are cheap and frequent
+_TABLE_WEIGHTS = {
+    "region": 4,
+    "nation": 7,
+    "supplier": 6,
+    "customer": 5,
+    "part": 4,
+    "partsupp": 2,
+    "orders": 4,
+    "lineitem": 3,
+    "orders_n": 5,
+    "customer_n": 5,
+    "nation_n": 6,
+    "nation_e": 2,
+}
+
+# literals per column (taken from the data; strings include values that occur)
+_INT_LITS = [0, 1, 2, 3, 5, 7, 10, 15, 20, 24, 25, 50, 100, 500, 1000, 1500, 3000, 10000, 30000]
+_NUM_LITS = [
+    "0",
+    "0.05",
+    "0.1",
+    "1.5",
+    "10",
+    "25.5",
+    "100",
+    "1000.25",
+    "2500",
+    "5000",
+    "-100.5",
+    "50000",
+    "150000",
+]
+_DATE_LITS = [
+    "1992-01-01",
+    "1993-06-15",
+    "1994-01-01",
+    "1995-03-15",
+    "1996-01-01",
+    "1996-12-31",
+    "1997-07-01",
+    "1998-08-02",
+    "1998-12-01",
+]
+_STR_LITS = {
+    "r_name": ["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"],
+    "n_name": ["ALGERIA", "BRAZIL", "CANADA", "FRANCE", "GERMANY", "JAPAN", "PERU", "UNITED STATES"],
+    "c_mktsegment": ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"],
+    "o_orderstatus": ["F", "O", "P"],
+    "o_orderpriority": ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"],
+    "l_returnflag": ["A", "N", "R"],
+    "l_linestatus": ["F", "O"],
+    "l_shipmode": ["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"],
+    "l_shipinstruct": ["COLLECT COD", "DELIVER IN PERSON", "NONE", "TAKE BACK RETURN"],
+    "p_mfgr": ["Manufacturer#1", "Manufacturer#3", "Manufacturer#5"],
+    "p_brand": ["Brand#12", "Brand#23", "Brand#34", "Brand#45"],
+    "p_container": ["JUMBO BOX", "LG CASE", "MED BAG", "SM PKG", "WRAP JAR"],
+}
+_GENERIC_STR = ["a", "A", "Customer#000000001", "Supplier#000000010", "", "x", "furiously", "ASIA", "F"]
+# value ranges of numeric columns (literals are drawn from them, so predicates select something)
+_RANGES = {
+    "nationkey": (0, 24),
+    "regionkey": (0, 4),
+    "custkey": (1, 1500),
+    "orderkey": (1, 60000),
+    "partkey": (1, 2000),
+    "suppkey": (1, 100),
+    "size": (1, 50),
+    "linenumber": (1, 7),
+    "availqty": (1, 9999),
+    "shippriority": (0, 1),
+    "acctbal": (-999, 9999),
+    "totalprice": (900, 400000),
+    "quantity": (1, 50),
+    "discount": (0, 0.1),
+    "tax": (0, 0.08),
+    "extendedprice": (900, 90000),
+    "retailprice": (900, 2100),
+    "supplycost": (1, 1000),
+}
+_BARE = re.compile(r"^t\d+\.\w+$")
+_LIKE = ["%a%", "A%", "%requests%", "%special%", "B%", "%#1%", "%ly", "_A%", "%STEEL%", "%s"]
+
+
+@dataclass(frozen=True)
+class Col:
+    ref: str  # SQL to refer to it, e.g. "t3.o_orderkey"
+    type: str
+    name: str  # bare column name (literal lookup)
+    domain: str | None = None
+    groupable: bool = False
+
+
+@dataclass
+class Scope:
+    cols: list[Col] = field(default_factory=list)
+    total_key: list[str] | None = field(default_factory=list)  # refs that order rows totally; None: unknown
+    rows: float = 1.0
+    tables: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Relation:
+    """A FROM item: a base table or a derived table (subquery / CTE) with its output columns."""
+
+    sql: str  # e.g. "orders AS t1" or "(SELECT …) AS t2"
+    alias: str
+    cols: list[Col]
+    key: list[str] | None
+    rows: float
+    table: str | None  # base table name, if any
+
+
+class QueryGenerator:
+    """Deterministic random queries: ``query(i)`` depends only on ``(seed, i)``."""
+
+    def __init__(self, seed: int, *, max_depth: int = 2) -> None:
+        self.seed = seed
+        self.max_depth = max_depth
+        self.r = random.Random(0)
+        self._alias = 0
+        self._ctes: list[tuple[str, Relation]] = []
+
+    # --- entry points -------------------------------------------------------------------------------------
+
+    def query(self, index: int) -> str:
+        self.r = random.Random(f"{self.seed}:{index}")
+        self._alias = 0
+        self._ctes = []
+        roll = self.r.random()
+        if roll < 0.12:
+            body = self._set_operation(0)
+        else:
+            kind = self.r.choices(["plain", "agg", "distinct"], [40, 52, 8])[0]
+            if self.r.random() < 0.12:
+                self._make_cte()
+            body, _ = self._select(0, None, kind=kind, top=True)
+        if self._ctes:
+            ctes = ", ".join(f"{name} AS ({rel.sql})" for name, rel in self._ctes)
+            return f"WITH {ctes} {body}"
+        return body
+
+    def queries(self, n: int, start: int = 0) -> list[str]:
+        return [self.query(i) for i in range(start, start + n)]
+
+    # --- helpers ------------------------------------------------------------------------------------------
+
+    def _new_alias(self) -> str:
+        self._alias += 1
+        return f"t{self._alias}"
+
+    def _chance(self, p: float) -> bool:
+        return self.r.random() < p
+
+    def _pick(self, seq):  # type: ignore[no-untyped-def]
+        return seq[self.r.randrange(len(seq))]
+
+    def _table_relation(self, name: str | None = None) -> Relation:
+        if name is None:
+            names = list(_TABLE_WEIGHTS)
+            name = self.r.choices(names, [_TABLE_WEIGHTS[n] for n in names])[0]
+        rows, pk, cols = _TABLES[name]
+        alias = self._new_alias()
+        out = [Col(f"{alias}.{c}", t, c, d, g) for c, t, d, g in cols]
+        key = [f"{alias}.{c}" for c in pk] if pk else None
+        return Relation(f"{name} AS {alias}", alias, out, key, float(rows), name)
+
+    # --- literals and expressions -------------------------------------------------------------------------
+
+    def _literal(self, typ: str, col: Col | None = None) -> str:
+        r = self.r
+        if r.random() < 0.04:
+            return "NULL"
+        span = _RANGES.get(col.name.split("_", 1)[-1]) if col is not None else None
+        if typ == "int":
+            if span is not None and r.random() < 0.8:
+                return str(r.randint(int(span[0]), int(span[1])))
+            return str(r.choice(_INT_LITS))
+        if typ == "num":
+            if span is not None and r.random() < 0.8:
+                return str(round(r.uniform(span[0], span[1]), 2))
+            return r.choice(_NUM_LITS)
+        if typ == "date":
+            return f"DATE '{r.choice(_DATE_LITS)}'"
+        values = _STR_LITS.get(col.name, []) if col is not None else []
+        text = r.choice(values) if values and r.random() < 0.85 else r.choice(_GENERIC_STR)
+        return "'" + text.replace("'", "''") + "'"
+
+    def _cols_of(self, scope: Scope, typ: str) -> list[Col]:
+        return [c for c in scope.cols if c.type == typ]
+
+    def _expr(self, scope: Scope, typ: str, depth: int = 0) -> str:
+        """A scalar expression of type class ``typ`` over ``scope`` (no aggregates)."""
+        r = self.r
+        cols = self._cols_of(scope, typ)
+        if depth >= 2 or r.random() < 0.55:
+            if cols and r.random() < 0.85:
+                return r.choice(cols).ref
+            if not cols and typ != "str" and r.random() < 0.5:
+                pass
+            else:
+                return self._literal(typ)
+        d = depth + 1
+        e = lambda t: self._expr(scope, t, d)  # noqa: E731
+        if typ == "int":
+            opts = [
+                lambda: f"({e('int')} + {e('int')})",
+                lambda: f"({e('int')} - {r.choice(_INT_LITS)})",
+                lambda: f"({e('int')} * {r.choice([2, 3, -1])})",
+                lambda: f"({e('int')} % {r.choice([2, 3, 5, 7, 10])})",
+                lambda: f"length({e('str')})",
+                lambda: f"year({e('date')})",
+                lambda: f"month({e('date')})",
+                lambda: f"extract(day FROM {e('date')})",
+                lambda: f"CAST({e('num')} AS INTEGER)",
+                lambda: f"coalesce({e('int')}, {self._literal('int')})",
+                lambda: f"nullif({e('int')}, {self._literal('int')})",
+                lambda: f"abs({e('int')})",
+                lambda: f"datediff('day', {e('date')}, {e('date')})",
+                lambda: f"TRY_CAST({e('str')} AS INTEGER)",
+                lambda: f"CASE WHEN {self._pred(scope, d)} THEN {e('int')} ELSE {e('int')} END",
+                lambda: f"greatest({e('int')}, {e('int')})",
+            ]
+        elif typ == "num":
+            opts = [
+                lambda: f"({e('num')} + {e('num')})",
+                lambda: f"({e('num')} - {e('num')})",
+                lambda: f"({e('num')} * {r.choice(['2', '0.5', '1.1', '(1 - 0.05)'])})",
+                lambda: f"round({e('num')}, {r.choice([0, 1, 2])})",
+                lambda: f"CAST({e('int')} AS DOUBLE)",
+                lambda: f"CAST({e('int')} AS DECIMAL(12, 2))",
+                lambda: f"coalesce({e('num')}, {self._literal('num')})",
+                lambda: f"nullif({e('num')}, {self._literal('num')})",
+                lambda: f"abs({e('num')})",
+                lambda: f"floor({e('num')})",
+                lambda: f"CASE WHEN {self._pred(scope, d)} THEN {e('num')} ELSE {e('num')} END",
+                lambda: f"CASE WHEN {self._pred(scope, d)} THEN {e('num')} END",
+                lambda: f"least({e('num')}, {e('num')})",
+            ]
+        elif typ == "str":
+            opts = [
+                lambda: f"upper({e('str')})",
+                lambda: f"lower({e('str')})",
+                lambda: f"substr({e('str')}, {r.randint(1, 4)}, {r.randint(1, 6)})",
+                lambda: f"({e('str')} || {e('str')})",
+                lambda: (
+                    f"replace({e('str')}, '{r.choice(['a', 'e', '#', ' '])}', '{r.choice(['', 'X', '-'])}')"
+                ),
+                lambda: f"trim({e('str')})",
+                lambda: f"left({e('str')}, {r.randint(0, 5)})",
+                lambda: f"CAST({e('int')} AS VARCHAR)",
+                lambda: f"CAST({e('date')} AS VARCHAR)",
+                lambda: f"strftime({e('date')}, '%Y-%m')",
+                lambda: f"coalesce({e('str')}, {self._literal('str')})",
+                lambda: f"nullif({e('str')}, {self._literal('str')})",
+                lambda: f"lpad({e('str')}, {r.randint(1, 8)}, '*')",
+                lambda: f"CASE WHEN {self._pred(scope, d)} THEN {e('str')} ELSE {self._literal('str')} END",
+                lambda: f"concat_ws('/', {e('str')}, {e('str')})",
+            ]
+        else:  # date
+            opts = [
+                lambda: f"({e('date')} + {r.choice([1, 7, 30, 365, -90])})",
+                lambda: f"CAST(date_trunc('{r.choice(['month', 'year', 'quarter'])}', {e('date')}) AS DATE)",
+                lambda: f"coalesce({e('date')}, {self._literal('date')})",
+                lambda: f"nullif({e('date')}, {self._literal('date')})",
+                lambda: f"CASE WHEN {self._pred(scope, d)} THEN {e('date')} END",
+                lambda: f"greatest({e('date')}, {e('date')})",
+                lambda: f"last_day({e('date')})",
+            ]
+        return r.choice(opts)()
+
+    def _comparable(self, scope: Scope) -> tuple[str, Col | None]:
+        types = [c.type for c in scope.cols] or ["int"]
+        typ = self.r.choice(types)
+        cols = self._cols_of(scope, typ)
+        return typ, (self.r.choice(cols) if cols else None)
+
+    def _pred(self, scope: Scope, depth: int = 0, subqueries: bool = False, sub_depth: int = 0) -> str:
+        """A boolean expression over ``scope``; ``subqueries`` allows EXISTS/IN/scalar subqueries."""
+        r = self.r
+        if depth < 2 and r.random() < 0.3:
+            op = r.choice(["AND", "AND", "OR"])
+            # subqueries under OR are refused by Squall; keep them rare
+            sub_right = subqueries and (op == "AND" or r.random() < 0.15)
+            left = self._pred(scope, depth + 1, subqueries, sub_depth)
+            right = self._pred(scope, depth + 1, sub_right, sub_depth)
+            return f"({left} {op} {right})"
+        if subqueries and sub_depth < self.max_depth and r.random() < 0.3:
+            return self._subquery_pred(scope, sub_depth)
+        typ, col = self._comparable(scope)
+        lhs = col.ref if col is not None and r.random() < 0.7 else self._expr(scope, typ, depth + 1)
+        kind = r.choices(
+            [
+                "cmp",
+                "cmpcol",
+                "null",
+                "between",
+                "inlist",
+                "like",
+                "not",
+                "distinct",
+                "coalesce",
+                "nullcmp",
+                "case",
+            ],
+            [30, 10, 12, 6, 8, 6, 5, 5, 6, 2, 3],
+        )[0]
+        if kind == "like" and typ != "str":
+            kind = "cmp"
+        if kind == "cmp":
+            return f"{lhs} {r.choice(['=', '<>', '<', '<=', '>', '>='])} {self._literal(typ, col)}"
+        if kind == "cmpcol":
+            return f"{lhs} {r.choice(['=', '<>', '<', '>='])} {self._expr(scope, typ, depth + 1)}"
+        if kind == "null":
+            return f"{self._expr(scope, typ, depth + 1)} IS {r.choice(['', 'NOT '])}NULL"
+        if kind == "between":
+            a, b = sorted([self._literal(typ, col) for _ in range(2)])
+            return f"{lhs} {r.choice(['', 'NOT '])}BETWEEN {a} AND {b}"
+        if kind == "inlist":
+            items = ", ".join(self._literal(typ, col) for _ in range(r.randint(1, 4)))
+            return f"{lhs} {r.choice(['', 'NOT '])}IN ({items})"
+        if kind == "like":
+            return f"{lhs} {r.choice(['', 'NOT '])}{r.choice(['LIKE', 'ILIKE'])} '{r.choice(_LIKE)}'"
+        if kind == "not":
+            return f"NOT ({self._pred(scope, depth + 1)})"
+        if kind == "distinct":
+            return f"{lhs} IS {r.choice(['', 'NOT '])}DISTINCT FROM {self._expr(scope, typ, depth + 1)}"
+        if kind == "coalesce":
+            return f"coalesce({lhs}, {self._literal(typ, col)}) {r.choice(['=', '<>', '>'])} {self._literal(typ, col)}"
+        if kind == "nullcmp":
+            return f"{lhs} {r.choice(['=', '<>', '<'])} NULL"
+        return f"CASE WHEN {lhs} IS NULL THEN {r.choice(['true', 'false', 'NULL'])} ELSE {self._pred(scope, depth + 1)} END"
+
+    # --- subqueries ---------------------------------------------------------------------------------------
+
+    def _correlation(self, outer: Scope, inner: Relation) -> str | None:
+        """An equality between an inner column and an outer one of the same key domain (or type)."""
+        pairs = [(i, o) for i in inner.cols for o in outer.cols if i.domain and i.domain == o.domain]
+        if not pairs:
+            pairs = [(i, o) for i in inner.cols for o in outer.cols if i.type == o.type and i.type != "str"]
+            if not pairs or self._chance(0.6):
+                return None
+        i, o = self.r.choice(pairs)
+        op = "=" if self._chance(0.95) else self.r.choice(["<", "<>", ">="])
+        return f"{i.ref} {op} {o.ref}"
+
+    def _subquery_pred(self, outer: Scope, sub_depth: int) -> str:
+        r = self.r
+        rel = self._table_relation()
+        inner = Scope(list(rel.cols), rel.key, rel.rows, [rel.table or ""])
+        corr = self._correlation(outer, rel)
+        where = []
+        if corr is not None and (r.random() < 0.8):
+            where.append(corr)
+        if r.random() < 0.5:
+            where.append(
+                self._pred(inner, 1, subqueries=sub_depth + 1 < self.max_depth, sub_depth=sub_depth + 1)
+            )
+        # reference to an outer column two levels down is possible through the nested call's outer scope? no:
+        # nested subqueries only see their own scope (Squall refuses deeper correlation; keep it rare)
+        w = f" WHERE {' AND '.join(where)}" if where else ""
+        kind = r.choices(["exists", "in", "scalar"], [35, 35, 30])[0]
+        if kind == "exists":
+            return f"{r.choice(['', 'NOT '])}EXISTS (SELECT 1 FROM {rel.sql}{w})"
+        if kind == "in":
+            pairs = [(i, o) for i in rel.cols for o in outer.cols if i.domain and i.domain == o.domain]
+            if not pairs:
+                pairs = [(i, o) for i in rel.cols for o in outer.cols if i.type == o.type]
+            if not pairs:
+                return f"EXISTS (SELECT 1 FROM {rel.sql}{w})"
+            i, o = r.choice(pairs)
+            return f"{o.ref} {r.choice(['', 'NOT '])}IN (SELECT {i.ref} FROM {rel.sql}{w})"
+        # scalar: an aggregate (always one row) compared with an outer expression
+        typ = r.choice(["int", "num", "date"])
+        cols = self._cols_of(inner, typ) or self._cols_of(inner, "int")
+        ocols = [c for c in outer.cols if c.type == (cols[0].type if cols else "int")]
+        if not cols or not ocols:
+            return f"NOT EXISTS (SELECT 1 FROM {rel.sql}{w})"
+        c = r.choice(cols)
+        fn = r.choice(["max", "min"] if c.type == "date" else ["max", "min", "avg", "sum", "count"])
+        o = r.choice(ocols)
+        return f"{o.ref} {r.choice(['=', '<', '>', '<=', '<>'])} (SELECT {fn}({c.ref}) FROM {rel.sql}{w})"
+
+    def _scalar_select_item(self, outer: Scope) -> str:
+        rel = self._table_relation(
+            self.r.choice(["nation", "region", "supplier", "customer", "nation_n", "orders_n"])
+        )
+        corr = self._correlation(outer, rel)
+        w = f" WHERE {corr}" if corr is not None and self._chance(0.7) else ""
+        nums = [c for c in rel.cols if c.type in ("int", "num")]
+        c = self.r.choice(nums)
+        fn = self.r.choice(["max", "min", "sum", "avg", "count"])
+        return f"(SELECT {fn}({c.ref}) FROM {rel.sql}{w})"
+
+    # --- FROM ---------------------------------------------------------------------------------------------
+
+    def _derived(self, depth: int) -> Relation:
+        alias = self._new_alias()
+        kind = self.r.choice(["agg", "plain", "agg"])
+        sql, outs = self._select(depth + 1, None, kind=kind, top=False, keyed=True)
+        cols = [Col(f"{alias}.{name}", t, name, dom, True) for name, t, dom in outs]
+        return Relation(f"({sql}) AS {alias}", alias, cols, None, 1000.0, None)
+
+    def _make_cte(self) -> None:
+        name = f"cte{len(self._ctes) + 1}"
+        kind = self.r.choice(["agg", "plain"])
+        sql, outs = self._select(1, None, kind=kind, top=False, keyed=True)
+        cols = [Col(f"{name}.{n}", t, n, dom, True) for n, t, dom in outs]
+        self._ctes.append((name, Relation(sql, name, cols, None, 1000.0, None)))
+
+    def _cte_relation(self) -> Relation:
+        name, rel = self.r.choice(self._ctes)
+        alias = self._new_alias()
+        cols = [Col(f"{alias}.{c.name}", c.type, c.name, c.domain, True) for c in rel.cols]
+        return Relation(f"{name} AS {alias}", alias, cols, None, rel.rows, None)
+
+    def _from(self, depth: int, outer: Scope | None) -> tuple[str, Scope, list[str]]:
+        """FROM clause text, the scope it produces, and WHERE conjuncts it needs (cross-join filters)."""
+        r = self.r
+        if self._ctes and r.random() < 0.6:
+            first = self._cte_relation()
+        elif depth < self.max_depth and r.random() < 0.12:
+            first = self._derived(depth)
+        else:
+            first = self._table_relation()
+        scope = Scope(
+            list(first.cols),
+            list(first.key) if first.key else None,
+            max(first.rows, 1.0),
+            [first.table or "?"],
+        )
+        parts = [first.sql]
+        extra: list[str] = []
+        n_joins = r.choices([0, 1, 2, 3], [30, 40, 22, 8])[0]
+        for _ in range(n_joins):
+            joined = self._join(scope, depth, parts, extra)
+            if not joined:
+                break
+        return " ".join(parts), scope, extra
+
+    def _join(self, scope: Scope, depth: int, parts: list[str], extra: list[str]) -> bool:
+        r = self.r
+        if depth < self.max_depth and r.random() < 0.1:
+            rel = self._derived(depth)
+        elif self._ctes and r.random() < 0.3:
+            rel = self._cte_relation()
+        else:
+            rel = self._table_relation()
+        pairs = [(a, b) for a in scope.cols for b in rel.cols if a.domain and a.domain == b.domain]
+        cross_ok = scope.rows * max(rel.rows, 1) <= 40_000
+        if not pairs and not cross_ok:
+            return False
+        kind = r.choices(["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN", "CROSS"], [40, 25, 12, 12, 11])[0]
+        if kind == "CROSS" and not cross_ok:
+            kind = "JOIN"
+        if kind != "CROSS" and not pairs:
+            kind = "CROSS"
+        if kind == "CROSS":
+            parts.append(f"CROSS JOIN {rel.sql}")
+            new_rows = scope.rows * max(rel.rows, 1)
+            # a filter linking both sides (or a plain one) in WHERE
+            both = Scope(scope.cols + rel.cols)
+            same = [(a, b) for a in scope.cols for b in rel.cols if a.type == b.type and a.type != "str"]
+            if same and r.random() < 0.7:
+                a, b = r.choice(same)
+                extra.append(f"{a.ref} {r.choice(['=', '<', '<>'])} {b.ref}")
+            else:
+                extra.append(self._pred(both, 1))
+        else:
+            a, b = r.choice(pairs)
+            unique_b = (rel.table, b.name) in _UNIQUE
+            unique_a = len(scope.tables) == 1 and (scope.tables[0], a.name) in _UNIQUE
+            new_rows = (
+                scope.rows if unique_b else (rel.rows if unique_a else scope.rows * max(rel.rows, 1) / 25)
+            )
+            if new_rows > 150_000:
+                return False
+            cond = [f"{a.ref} = {b.ref}"]
+            if r.random() < 0.2:
+                both = Scope(scope.cols + rel.cols)
+                same = [
+                    (x, y)
+                    for x in scope.cols
+                    for y in rel.cols
+                    if x.type == y.type and x.type in ("num", "date", "int")
+                ]
+                if same and r.random() < 0.6:
+                    x, y = r.choice(same)
+                    cond.append(f"{x.ref} {r.choice(['<', '>=', '<>'])} {y.ref}")
+                else:
+                    cond.append(self._pred(Scope(list(rel.cols)) if r.random() < 0.5 else both, 1))
+            parts.append(f"{kind} {rel.sql} ON {' AND '.join(cond)}")
+        scope.cols.extend(rel.cols)
+        scope.rows = max(new_rows, 1.0)
+        scope.tables.append(rel.table or "?")
+        if scope.total_key is not None and rel.key is not None:
+            scope.total_key.extend(rel.key)
+        else:
+            scope.total_key = None
+        return True
+
+    # --- SELECT -------------------------------------------------------------------------------------------
+
+    def _group_key(self, scope: Scope) -> tuple[str, str]:
+        r = self.r
+        groupable = [c for c in scope.cols if c.groupable]
+        if groupable and r.random() < 0.7:
+            c = r.choice(groupable)
+            return c.ref, c.type
+        opts: list[tuple[str, str]] = []
+        for c in scope.cols:
+            if c.type == "date":
+                opts.append((f"year({c.ref})", "int"))
+                opts.append((f"CAST(date_trunc('month', {c.ref}) AS DATE)", "date"))
+            elif c.type == "int":
+                opts.append((f"{c.ref} % {r.choice([3, 5, 10])}", "int"))
+            elif c.type == "str":
+                opts.append((f"substr({c.ref}, 1, 1)", "str"))
+            elif c.type == "num":
+                opts.append((f"round({c.ref} / 1000)", "num"))
+        if not opts:
+            c = r.choice(scope.cols)
+            return c.ref, c.type
+        if r.random() < 0.15:
+            return f"CASE WHEN {self._pred(scope, 1)} THEN 1 ELSE 0 END", "int"
+        return r.choice(opts)
+
+    def _aggregate(self, scope: Scope) -> tuple[str, str]:
+        r = self.r
+        kind = r.choices(
+            [
+                "count_star",
+                "count",
+                "count_distinct",
+                "sum",
+                "avg",
+                "minmax",
+                "stddev",
+                "sum_case",
+                "filter",
+                "sum_distinct",
+            ],
+            [14, 8, 10, 16, 10, 14, 6, 6, 2, 2],
+        )[0]
+        nums = [c for c in scope.cols if c.type in ("int", "num")]
+        if kind == "count_star":
+            return "count(*)", "int"
+        if kind == "count":
+            typ, _ = self._comparable(scope)
+            return f"count({self._expr(scope, typ, 1)})", "int"
+        if kind == "count_distinct":
+            typ, _ = self._comparable(scope)
+            return f"count(DISTINCT {self._expr(scope, typ, 1)})", "int"
+        if kind == "minmax":
+            typ, _ = self._comparable(scope)
+            return f"{r.choice(['min', 'max'])}({self._expr(scope, typ, 1)})", typ
+        if not nums:
+            return "count(*)", "int"
+        typ = r.choice([c.type for c in nums])
+        x = self._expr(scope, typ, 1)
+        if kind == "sum":
+            return f"sum({x})", typ
+        if kind == "avg":
+            return f"avg({x})", "num"
+        if kind == "stddev":
+            return f"{r.choice(['stddev', 'stddev_samp', 'stddev_pop', 'var_pop', 'variance'])}({x})", "num"
+        if kind == "sum_case":
+            return f"sum(CASE WHEN {self._pred(scope, 1)} THEN {x} ELSE 0 END)", typ
+        if kind == "filter":
+            fn = r.choice(["count(*)", f"sum({x})", f"max({x})"])
+            return f"{fn} FILTER (WHERE {self._pred(scope, 1)})", typ if "count" not in fn else "int"
+        return f"{r.choice(['sum', 'avg', 'count'])}(DISTINCT {x})", "num"
+
+    def _window(
+        self, scope: Scope, agg_items: list[tuple[str, str]] | None, keys: list[str]
+    ) -> tuple[str, str]:
+        """A window function; over aggregates when ``agg_items`` is given (aggregate query)."""
+        r = self.r
+        if agg_items is not None:  # window over an aggregate query: operands are keys or aggregates
+            agg, typ = r.choice(agg_items)
+            part = f"PARTITION BY {r.choice(keys)} " if keys and r.random() < 0.6 else ""
+            if r.random() < 0.5:
+                return f"{r.choice(['rank', 'dense_rank'])}() OVER ({part}ORDER BY {agg})", "int"
+            fn = "sum" if typ in ("int", "num") else r.choice(["min", "max", "count"])
+            return f"{fn}({agg}) OVER ({part.strip()})", typ if fn != "count" else "int"
+        groupable = [c for c in scope.cols if c.groupable] or scope.cols
+        part = f"PARTITION BY {r.choice(groupable).ref}" if r.random() < 0.75 else ""
+        typ, _ = self._comparable(scope)
+        order_col = r.choice(scope.cols)
+        x_cols = [c for c in scope.cols if c.type in ("int", "num")] or scope.cols
+        x = r.choice(x_cols)
+        total = scope.total_key
+        kind = r.choices(["rank", "agg_part", "agg_running", "total"], [25, 30, 25, 20])[0]
+        if kind == "total" and not total:
+            kind = "rank"
+        nulls = r.choice(["", " NULLS FIRST", " DESC NULLS LAST", " DESC"])
+        if kind == "rank":
+            fn = r.choice(["rank()", "dense_rank()", "percent_rank()", "cume_dist()"])
+            return f"{fn} OVER ({part} ORDER BY {order_col.ref}{nulls})", "num" if "_" in fn else "int"
+        if kind == "agg_part":
+            fn = r.choice(["sum", "count", "min", "max", "avg"])
+            return f"{fn}({x.ref}) OVER ({part})", "num" if fn == "avg" else (
+                x.type if fn != "count" else "int"
+            )
+        if kind == "agg_running":
+            fn = r.choice(["sum", "count", "max"])
+            return (
+                f"{fn}({x.ref}) OVER ({part} ORDER BY {order_col.ref}{nulls})",
+                x.type if fn != "count" else "int",
+            )
+        assert total is not None
+        order = ", ".join([order_col.ref + nulls] + total)
+        fn, t = r.choice(
+            [
+                ("row_number()", "int"),
+                (f"lag({x.ref})", x.type),
+                (f"lead({x.ref}, 2)", x.type),
+                (f"first_value({x.ref})", x.type),
+                ("ntile(4)", "int"),
+                (f"sum({x.ref})", x.type),
+            ]
+        )
+        frame = ""
+        if fn.startswith("sum") or fn.startswith("first"):
+            frame = r.choice(
+                [
+                    "",
+                    " ROWS BETWEEN 1 PRECEDING AND CURRENT ROW",
+                    " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING",
+                ]
+            )
+        return f"{fn} OVER ({part} ORDER BY {order}{frame})", t
+
+    def _select(
+        self,
+        depth: int,
+        outer: Scope | None,
+        *,
+        kind: str,
+        top: bool,
+        keyed: bool = False,
+        types: list[str] | None = None,
+    ) -> tuple[str, list[tuple[str, str, str | None]]]:
+        """One SELECT; returns its SQL and output columns (name, type, key domain).
+
+        ``types``: the output must have exactly these type classes (set operations). ``keyed``: a derived
+        table or CTE (every output column gets an alias usable outside).
+        """
+        r = self.r
+        from_sql, scope, where = self._from(depth, outer)
+        if r.random() < 0.5:
+            where.append(self._pred(scope, 0, subqueries=depth < self.max_depth, sub_depth=depth))
+        items: list[tuple[str, str, str | None]] = []  # (expr, type, domain)
+        group_sql = ""
+        having = ""
+        if kind == "agg":
+            n_keys = r.choices([0, 1, 2, 3], [20, 45, 28, 7])[0] if types is None else min(len(types), 2)
+            keys: list[tuple[str, str]] = []
+            for _ in range(n_keys):
+                k = self._group_key(scope)
+                if k[0] not in [x[0] for x in keys]:
+                    keys.append(k)
+            aggs = [self._aggregate(scope) for _ in range(r.randint(1, 3))]
+            if types is not None:
+                keys, aggs = self._fit_types(scope, keys, aggs, types)
+            doms = {c.ref: c.domain for c in scope.cols}
+            items = [(k, t, doms.get(k)) for k, t in keys] + [(a, t, None) for a, t in aggs]
+            if keys:
+                if r.random() < 0.3:
+                    group_sql = " GROUP BY " + ", ".join(str(i + 1) for i in range(len(keys)))
+                else:
+                    group_sql = " GROUP BY " + ", ".join(k for k, _ in keys)
+            if r.random() < 0.2:
+                agg, t = self._aggregate(scope)
+                lit = self._literal(t) if t in ("int", "num", "date") else "'M'"
+                having = f" HAVING {agg} {r.choice(['>', '<', '>=', '<>'])} {lit}"
+                if r.random() < 0.15 and t in ("int", "num"):
+                    having = f" HAVING {agg} > (SELECT {r.choice(['avg', 'min'])}(n_nationkey) FROM nation)"
+            if types is None and not keyed and r.random() < 0.15:
+                items.append((*self._window(scope, aggs, [k for k, _ in keys]), None))
+        else:
+            if types is not None:
+                items = [(self._expr(scope, t, 1 if r.random() < 0.5 else 2), t, None) for t in types]
+            else:
+                n = r.choices([1, 2, 3, 4, 5], [15, 30, 25, 18, 12])[0]
+                for _ in range(n):
+                    roll = r.random()
+                    if roll < 0.5:
+                        c = r.choice(scope.cols)
+                        items.append((c.ref, c.type, c.domain))
+                    elif roll < 0.8 or kind == "distinct":
+                        typ, _ = self._comparable(scope)
+                        items.append((self._expr(scope, typ, 0), typ, None))
+                    elif roll < 0.93 and not keyed:
+                        items.append((*self._window(scope, None, []), None))
+                    else:
+                        items.append((self._scalar_select_item(scope), "num", None))
+        # names: bare column names when unique, else aliases
+        outs: list[tuple[str, str, str | None]] = []
+        sel: list[str] = []
+        used: set[str] = set()
+        for i, (e, t, dom) in enumerate(items):
+            bare = e.split(".", 1)[1] if _BARE.match(e) else None
+            if bare is not None and bare not in used and r.random() < 0.6:
+                name = bare
+                sel.append(e)
+            else:
+                name = f"c{i}"
+                while name in used:
+                    name += "_"
+                sel.append(f"{e} AS {name}")
+            used.add(name)
+            outs.append((name, t, dom))
+        distinct = "DISTINCT " if kind == "distinct" else ""
+        sql = f"SELECT {distinct}{', '.join(sel)} FROM {from_sql}"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += group_sql + having
+        if top:
+            sql += self._order_limit(len(outs), scope)
+        elif not keyed and types is None:
+            pass
+        elif r.random() < 0.15 and types is None:
+            # LIMIT in a derived table: order by every output column, so tied rows are identical
+            order = ", ".join(f"{i + 1}{r.choice(['', ' DESC'])}" for i in range(len(outs)))
+            sql += f" ORDER BY {order} LIMIT {r.choice([1, 3, 10, 50])}"
+        return sql, outs
+
+    def _fit_types(self, scope, keys, aggs, types):  # type: ignore[no-untyped-def]
+        """Make an aggregate select produce exactly ``types`` (keys first, then aggregates)."""
+        out_keys: list[tuple[str, str]] = []
+        out_aggs: list[tuple[str, str]] = []
+        for t in types:
+            k = next((x for x in keys if x[1] == t and x not in out_keys), None)
+            if k is not None and not out_aggs:
+                out_keys.append(k)
+                continue
+            if t in ("int",):
+                out_aggs.append(
+                    ("count(*)", "int")
+                    if self._chance(0.5)
+                    else (f"count({self._expr(scope, 'str', 1)})", "int")
+                )
+            elif t == "num":
+                out_aggs.append((f"sum({self._expr(scope, 'num', 1)})", "num"))
+            else:
+                out_aggs.append((f"{self.r.choice(['min', 'max'])}({self._expr(scope, t, 1)})", t))
+        return out_keys, out_aggs
+
+    def _order_limit(self, n_out: int, scope: Scope) -> str:
+        r = self.r
+        roll = r.random()
+        if roll < 0.45:
+            return ""
+        positions = list(range(1, n_out + 1))
+        r.shuffle(positions)
+        chosen = positions[: r.randint(1, n_out)]
+        order = ", ".join(
+            f"{p}{r.choice(['', ' DESC', ' NULLS FIRST', ' DESC NULLS LAST', ' ASC NULLS LAST'])}"
+            for p in chosen
+        )
+        out = f" ORDER BY {order}"
+        if roll < 0.9:
+            out += f" LIMIT {r.choice([1, 5, 10, 20, 100])}"
+            if r.random() < 0.15:
+                out += f" OFFSET {r.choice([1, 3, 10])}"
+        elif roll < 0.95:
+            out += f" OFFSET {r.choice([2, 5])}"
+        return out
+
+    def _set_operation(self, depth: int) -> str:
+        r = self.r
+        n = r.choices([1, 2, 3], [45, 40, 15])[0]
+        types = [r.choice(["int", "int", "str", "num", "date"]) for _ in range(n)]
+        op = r.choice(
+            ["UNION", "UNION ALL", "INTERSECT", "EXCEPT", "INTERSECT ALL", "EXCEPT ALL", "UNION ALL"]
+        )
+        left, _ = self._select(depth + 1, None, kind=r.choice(["plain", "agg"]), top=False, types=types)
+        right, _ = self._select(depth + 1, None, kind=r.choice(["plain", "agg"]), top=False, types=types)
+        sql = f"{left} {op} {right}"
+        if r.random() < 0.2:
+            third, _ = self._select(depth + 1, None, kind="plain", top=False, types=types)
+            sql = f"({sql}) {r.choice(['UNION', 'EXCEPT', 'UNION ALL'])} ({third})"
+            sql = f"SELECT * FROM ({sql}) AS u"
+        roll = r.random()
+        if roll < 0.4:
+            order = ", ".join(str(i + 1) for i in range(n))
+            sql += f" ORDER BY {order}"
+            if r.random() < 0.7:
+                sql += f" LIMIT {r.choice([3, 10, 50])}"
+        return sql

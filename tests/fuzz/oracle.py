@@ -1,0 +1,144 @@
+"""The oracle: one query on DuckDB (the reference) and on Squall at some worker counts; the outcome classified.
+
+Rules:
+
+- DuckDB raises → ``rejected`` (the generator made an invalid query; counted, Squall is not asked).
+- Squall raises ``NotSupportedError`` (``not supported: …``) → ``refused`` (a to-do, not a failure).
+- Squall returns rows that differ from DuckDB's (``squall.testing.compare_results``: float tolerance,
+  tie-aware ORDER BY/LIMIT) → ``wrong``.
+- Squall raises any other ``UserError`` (bind error on SQL it generated itself, runtime error, …) where DuckDB
+  answered → ``error``; anything else (a Python exception, a crashed worker) → ``internal``.
+- Otherwise ``passed``.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+import squall
+from squall.errors import NotSupportedError, UserError
+from squall.testing import compare_results
+
+from .dataset import duckdb_reference
+
+FAILURES = ("wrong", "error", "internal")
+
+
+@dataclass
+class Outcome:
+    kind: str  # passed, rejected, refused, wrong, error, internal
+    workers: int | None = None  # the worker count that failed or refused
+    detail: str = ""  # what differed / the error message (one paragraph)
+    error_type: str = ""  # exception class name for refused/error/internal
+    seconds: float = 0.0
+    rows: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.kind in FAILURES
+
+    def signature(self) -> tuple[str, str]:
+        """What must stay the same while minimising: the kind and, for errors, the exception type."""
+        return (self.kind, self.error_type)
+
+
+def refusal_reason(message: str) -> str:
+    """``not supported: X (details)`` → ``X`` for the refusal histogram."""
+    text = message.split("not supported:", 1)[-1].strip()
+    for sep in (" (", ": ", "; "):
+        text = text.split(sep, 1)[0]
+    return text[:100]
+
+
+@dataclass
+class Oracle:
+    """Warm connections: one DuckDB and one Squall connection per worker count (workers are processes)."""
+
+    data: Path
+    workers: tuple[int, ...] = (1, 2, 3, 4)
+    _squall: dict[int, squall.Connection] = field(default_factory=dict)
+    _duck: duckdb.DuckDBPyConnection | None = None
+
+    def duck(self) -> duckdb.DuckDBPyConnection:
+        if self._duck is None:
+            self._duck = duckdb_reference(self.data)
+        return self._duck
+
+    def engine(self, w: int) -> squall.Connection:
+        if w not in self._squall:
+            self._squall[w] = squall.connect(data=str(self.data), workers=w)  # type: ignore[assignment]
+        return self._squall[w]
+
+    def close(self) -> None:
+        for con in self._squall.values():
+            con.close()
+        self._squall.clear()
+        if self._duck is not None:
+            self._duck.close()
+            self._duck = None
+
+    def __enter__(self) -> Oracle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reference(self, sql: str):  # type: ignore[no-untyped-def]
+        """DuckDB's answer (Arrow table), or the exception it raised."""
+        try:
+            return self.duck().sql(sql).to_arrow_table()
+        except Exception as exc:
+            return exc
+
+    def run_squall(self, sql: str, w: int, expected) -> Outcome:  # type: ignore[no-untyped-def]
+        start = time.perf_counter()
+        try:
+            actual = self.engine(w).sql(sql).to_arrow()
+        except NotSupportedError as exc:
+            return Outcome("refused", w, str(exc), type(exc).__name__, time.perf_counter() - start)
+        except UserError as exc:
+            return Outcome(
+                "error", w, f"{type(exc).__name__}: {exc}", type(exc).__name__, time.perf_counter() - start
+            )
+        except Exception as exc:
+            tb = traceback.format_exception(exc)
+            last = "".join(tb[-3:]).strip()
+            return Outcome(
+                "internal",
+                w,
+                f"{type(exc).__name__}: {exc}\n{last}",
+                type(exc).__name__,
+                time.perf_counter() - start,
+            )
+        problem = compare_results(actual, expected, sql)
+        elapsed = time.perf_counter() - start
+        if problem is not None:
+            return Outcome("wrong", w, problem, "", elapsed, actual.num_rows)
+        return Outcome("passed", w, "", "", elapsed, actual.num_rows)
+
+    def check(self, sql: str, workers: tuple[int, ...] | None = None) -> Outcome:
+        """Run ``sql`` on DuckDB, then on Squall at each worker count (stopping at the first non-pass)."""
+        expected = self.reference(sql)
+        if isinstance(expected, Exception):
+            first = str(expected).splitlines()[0] if str(expected) else ""
+            return Outcome("rejected", None, f"{type(expected).__name__}: {first}", type(expected).__name__)
+        total = 0.0
+        for w in workers or self.workers:
+            out = self.run_squall(sql, w, expected)
+            total += out.seconds
+            if out.kind != "passed":
+                out.seconds = total
+                return out
+        return Outcome("passed", None, "", "", total, expected.num_rows)
+
+    def failing_workers(self, sql: str, workers: tuple[int, ...] = (1, 2, 3, 4)) -> list[int]:
+        """The worker counts at which ``sql`` fails (wrong/error/internal)."""
+        expected = self.reference(sql)
+        if isinstance(expected, Exception):
+            return []
+        return [w for w in workers if self.run_squall(sql, w, expected).failed]
