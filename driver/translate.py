@@ -248,7 +248,7 @@ class Translator(SubqueryMixin):
 
     def select(self, sel: exp.Select, ctes: dict[str, exp.Expression]) -> Planned:
         ctes = self._with(sel, ctes)
-        for unsupported in ("laterals", "pivots", "connect", "qualify", "sample", "windows"):
+        for unsupported in ("laterals", "pivots", "connect", "sample", "windows"):
             if sel.args.get(unsupported):
                 raise NotSupportedError(unsupported.upper().rstrip("S"))
         scope = Scope()
@@ -459,7 +459,10 @@ class Translator(SubqueryMixin):
         having = sel.args.get("having")
         group = sel.args.get("group")
         order = sel.args.get("order")
+        qualify = _qualify_condition(sel, projections)
         agg_exprs = [a for p in projections for a in self._find_aggs(p)]
+        if qualify is not None:
+            agg_exprs += self._find_aggs(qualify)
         if group is not None and group.args.get("all"):
             # GROUP BY ALL: every select-list expression without an aggregate or a window
             keys = [
@@ -499,8 +502,14 @@ class Translator(SubqueryMixin):
         windows = [w for p in projections for w in p.find_all(exp.Window)]
         if order is not None:
             windows += [w for o in order.expressions for w in o.find_all(exp.Window)]
+        if qualify is not None:
+            windows += list(qualify.find_all(exp.Window))
         if windows:
             node, rewrite = self._windows(node, windows, rewrite)
+        if qualify is not None:
+            if _has_subquery(qualify):
+                raise NotSupportedError("subquery in QUALIFY")
+            node = L.Filter(node, rewrite(qualify))
 
         exprs = []
         outputs = []
@@ -514,9 +523,7 @@ class Translator(SubqueryMixin):
             exprs.append((name, converted))
             outputs.append((visible, name))
         project = L.Project(node, tuple(exprs))
-        if sel.args.get("distinct"):
-            if sel.args["distinct"].args.get("on"):
-                raise NotSupportedError("DISTINCT ON")
+        if sel.args.get("distinct") and not sel.args["distinct"].args.get("on"):
             keys = tuple((n, L.col(n)) for n, _ in exprs)
             return self._order_limit(
                 sel, L.Aggregate(project, keys, ()), tuple(outputs), scope, rewrite, True
@@ -789,6 +796,45 @@ def _grouping_sets(group: exp.Group) -> tuple[list[exp.Expression], list[list[ex
     for item in items:
         combined = [a + b for a in combined for b in sets_of(item)]
     return keys, combined
+
+
+def _qualify_condition(sel: exp.Select, projections: list[exp.Expression]) -> exp.Expression | None:
+    """The QUALIFY predicate; ``DISTINCT ON (k…) … ORDER BY o…`` adds ``row_number() OVER
+    (PARTITION BY k… ORDER BY o…) = 1`` (the first row of each k by the query's order)."""
+    qualify = sel.args.get("qualify")
+    cond = qualify.this.copy() if qualify is not None else None
+    distinct = sel.args.get("distinct")
+    on = distinct.args.get("on") if distinct is not None else None
+    if on is None:
+        return cond
+    if cond is not None:
+        raise NotSupportedError("DISTINCT ON together with QUALIFY")
+    by_alias = {p.alias: p.this for p in projections if isinstance(p, exp.Alias)}
+
+    def resolve(e: exp.Expression) -> exp.Expression:
+        if isinstance(e, exp.Literal) and not e.is_string:
+            pos = int(e.this)
+            if not 1 <= pos <= len(projections):
+                raise BindError(f"position {pos} is not in the select list")
+            p = projections[pos - 1]
+            return (p.this if isinstance(p, exp.Alias) else p).copy()
+        if isinstance(e, exp.Column) and not e.table and e.name in by_alias:
+            return by_alias[e.name].copy()
+        return e.copy()
+
+    keys = [resolve(k) for k in (on.expressions if isinstance(on, exp.Tuple) else [on])]
+    order = sel.args.get("order")
+    ordered = []
+    for o in order.expressions if order is not None else []:
+        item = o.copy()
+        item.set("this", resolve(o.this))
+        ordered.append(item)
+    window = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=keys,
+        order=exp.Order(expressions=ordered) if ordered else None,
+    )
+    return exp.EQ(this=window, expression=exp.Literal.number(1))
 
 
 def _order_all(items: list[exp.Ordered], width: int) -> list[exp.Ordered]:

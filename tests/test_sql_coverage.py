@@ -101,6 +101,15 @@ QUERIES = {
     "window_over_aggregate": "SELECT grp, sum(val) AS s, rank() OVER (ORDER BY sum(val) DESC) AS r FROM t1 GROUP BY grp",
     "window_ratio_over_aggregate": "SELECT grp, flag, sum(val) * 100 / sum(sum(val)) OVER (PARTITION BY flag) AS ratio "
     "FROM t1 GROUP BY grp, flag ORDER BY flag, ratio",
+    "qualify": "SELECT id, grp FROM t1 QUALIFY row_number() OVER (PARTITION BY grp ORDER BY id) = 1",
+    "qualify_alias": "SELECT id, grp, row_number() OVER (PARTITION BY grp ORDER BY id) AS r FROM t1 QUALIFY r <= 2",
+    "qualify_over_aggregate": "SELECT grp, sum(val) AS s FROM t1 GROUP BY grp "
+    "QUALIFY rank() OVER (ORDER BY sum(val) DESC) <= 3",
+    "distinct_on": "SELECT DISTINCT ON (grp) grp, id FROM t1 ORDER BY grp, id",
+    "distinct_on_alias_position": "SELECT DISTINCT ON (1, flag) grp AS g, flag, id, val FROM t1 "
+    "ORDER BY g NULLS FIRST, 2, val DESC NULLS LAST, id",
+    "distinct_on_aggregate": "SELECT DISTINCT ON (grp) grp, count(*) AS n FROM t1 GROUP BY grp, flag "
+    "ORDER BY grp, n DESC, flag",
     # select-list and grouping shorthands
     "group_by_all": "SELECT grp, id % 3 AS m, count(*) AS n FROM t1 GROUP BY ALL",
     "order_by_all": "SELECT grp, flag, count(*) AS n FROM t1 GROUP BY ALL ORDER BY ALL DESC NULLS FIRST",
@@ -131,8 +140,6 @@ QUERIES = {
     "unnest_without_from": "SELECT unnest([1, 2, 3]) AS x",
     # refused with "not supported: …" (never a wrong answer); the list only shrinks
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
-    "distinct_on": "SELECT DISTINCT ON (grp) grp, id FROM t1 ORDER BY grp, id",
-    "qualify": "SELECT id, grp FROM t1 QUALIFY row_number() OVER (PARTITION BY grp ORDER BY id) = 1",
     "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
     "in_subquery_in_or": "SELECT id FROM t1 WHERE grp = 'g1' OR id IN (SELECT t1_id FROM t2)",
     "count_in_correlated_scalar": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.t1_id = t1.id) FROM t1",
@@ -143,8 +150,6 @@ QUERIES = {
 
 NOT_SUPPORTED = {
     "recursive_cte",
-    "distinct_on",
-    "qualify",
     "lateral",
     "in_subquery_in_or",
     "count_in_correlated_scalar",
