@@ -51,7 +51,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 import squall
 from squall.errors import SquallError, UserError
-from squall.service.errors import ServiceError, Unauthorized
+from squall.service.errors import InvalidRequest, ServiceError, Unauthorized
 from squall.service.formats import TEXT_FORMATS
 from squall.service.models import (
     ErrorBody,
@@ -135,6 +135,17 @@ def _validation_detail(exc: RequestValidationError) -> str:
     return "; ".join(parts)[:1000] or "invalid request"
 
 
+def _only_params(app: APIGatewayRestResolver, *allowed: str) -> None:
+    """422 for a query parameter the route does not know (a typo such as ``?limt=`` is not ignored)."""
+    given = app.current_event.get("multiValueQueryStringParameters") or {}
+    given = given or app.current_event.get("queryStringParameters") or {}
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise InvalidRequest(
+            f"query: unknown parameter {unknown[0]!r} (this route takes: {', '.join(allowed) or 'none'})"
+        )
+
+
 def _location(app: APIGatewayRestResolver, path: str) -> str:
     stage = (app.current_event.get("requestContext") or {}).get("stage")
     return f"/{stage}{path}" if stage and stage != "$default" else path
@@ -182,6 +193,7 @@ def create_app(service: Service) -> APIGatewayRestResolver:
             str | None, Query(pattern=QUERY_ID.pattern, description="next_page_token of the previous page")
         ] = None,
     ) -> Response[QueryList]:
+        _only_params(app, "limit", "page_token")
         doc = service.history(limit, page_token)
         token = doc["next_page_token"]
         query = urlencode({"limit": limit, "page_token": token}) if token else None
@@ -243,6 +255,7 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         offset: Annotated[int, Query(ge=0, le=2**53, description="first row")] = 0,
         limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE_ROWS, description="rows in the page")] = None,
     ):
+        _only_params(app, "format", "offset", "limit")
         accept = _header(app.current_event.raw_event, "accept")
         body = service.result(query_id, format, accept=accept, offset=offset, limit=limit)
         headers = {"Content-Disposition": f'attachment; filename="{body.filename}"', "Vary": "Accept",

@@ -51,6 +51,13 @@ class NotAcceptable(ServiceError):
     error = "NotAcceptable"
 
 
+class InvalidRequest(ServiceError):
+    """A malformed request the models cannot catch, such as an unknown query parameter (422)."""
+
+    status = 422
+    error = "ValidationError"
+
+
 class Unauthorized(ServiceError):
     """Missing or wrong bearer token (401)."""
 

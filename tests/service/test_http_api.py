@@ -215,7 +215,7 @@ def test_unknown_ids_and_routes_get_404(server):
         error_of(call(server, method, path), 404, "NotFound")
     wrong_method = call(server, "PUT", "/v1/queries")
     error_of(wrong_method, 405, "MethodNotAllowed")
-    assert wrong_method.headers["Allow"] == "POST"
+    assert wrong_method.headers["Allow"] == "GET, POST"
 
 
 def test_result_before_the_end_and_cancel_after_it_are_conflicts(server):
@@ -312,7 +312,7 @@ def test_s3_state_store_with_presigned_results(s3_server, reference_sf001):
     assert wait(s3_server, small)[-1]["status"] == "succeeded"
     assert wait(s3_server, big)[-1]["status"] == "succeeded"
 
-    inline = call(s3_server, "GET", f"/v1/queries/{small}/result")
+    inline = call(s3_server, "GET", f"/v1/queries/{small}/result", params={"format": "arrow"})
     assert inline.status_code == 200 and pa.ipc.open_stream(inline.content).read_all().to_pydict() == {
         "n": [25]
     }

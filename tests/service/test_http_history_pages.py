@@ -74,6 +74,8 @@ def test_history_is_newest_first_and_paginated(server):
     error_of(call(server, "GET", "/v1/queries", params={"page_token": "../etc"}), 422, "ValidationError")
     error_of(call(server, "GET", "/v1/queries", params={"limit": 0}), 422, "ValidationError")
     error_of(call(server, "GET", "/v1/queries", token=False), 401, "Unauthorized")
+    typo = error_of(call(server, "GET", "/v1/queries", params={"limt": 5}), 422, "ValidationError")
+    assert "limt" in typo
 
 
 def test_failed_queries_show_their_error_in_the_history(server):
@@ -174,7 +176,7 @@ def test_json_and_csv_results_come_in_pages(server, reference_sf001):
     keys = pa.ipc.open_stream(part.content).read_all().column("o_orderkey").to_pylist()
     assert keys == [e[0] for e in expected[10:15]] and "next" in part.links
 
-    for bad in ({"offset": -1}, {"limit": 0}, {"limit": "x"}):
+    for bad in ({"offset": -1}, {"limit": 0}, {"limit": "x"}, {"page": 2}):
         error_of(call(server, "GET", f"/v1/queries/{query_id}/result", params=bad), 422, "ValidationError")
 
 
