@@ -12,7 +12,7 @@ CDK_ARGS ?=
 CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
 CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test bench venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
+.PHONY: run test bench bench-tpcds venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
 $(VENV)/.stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: venv checkov-venv native browser
 
 bench: data
 	$(PY) benchmarks/tpch.py --sf $(SF) --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
+
+# TPC-DS: data/tpcds-sf$(SF) is generated on first use (its own venv build/tpcds-venv, from PyPI)
+bench-tpcds: venv
+	$(PY) benchmarks/tpcds.py --sf $(SF) --workers $(if $(WORKERS),$(WORKERS),3)
 
 lint: venv
 	$(VENV)/bin/ruff check .
