@@ -211,8 +211,8 @@ class Catalog:
             raise OptionError(f"scan must be one of {', '.join(scan_kinds())}, not {scan!r}")
         kind = loader(scan)
         if format not in kind.formats:
-            readers = " or ".join(f"scan={k!r}" for k in scan_kinds() if format in loader(k).formats)
-            raise OptionError(f"table {name}: {format} objects can only be scanned with {readers}")
+            kinds = " or ".join(f"scan={k!r}" for k in scan_kinds() if format in loader(k).formats)
+            raise OptionError(f"table {name}: {format} objects can only be scanned with {kinds}")
         if kind.schemes is not None and scheme_of(location) not in kind.schemes:
             raise OptionError(
                 f"table {name}: scan={scan!r} needs an {kind.schemes[0]}:// location, not {location}"

@@ -159,6 +159,8 @@ DEFAULTS: dict[str, Any] = {
     "poll_max_s": 1.0,
 }
 RETRY_MODES = ("standard", "adaptive", "legacy")
+#: S3 error codes a request hands back to its caller as botocore errors (misses, duplicate PUTs)
+_PASS_THROUGH = ("NoSuchKey", "404", "PreconditionFailed", "ConditionalRequestConflict")
 
 
 # --- object format ------------------------------------------------------------------------------
@@ -320,11 +322,6 @@ def make_client(config: Mapping[str, Any]) -> Any:
     )
 
 
-error_code = aws.error_code
-describe_error = aws.describe_error
-_retries_of = aws.retries_of
-
-
 def parse_bucket_url(url: str) -> tuple[str, str]:
     """``s3://bucket/some/prefix`` -> (bucket, "some/prefix")."""
     bucket, prefix = aws.parse_s3_url(url, ExchangeConfigError, "exchange bucket_url")
@@ -476,14 +473,14 @@ class S3Exchange(Exchange):
         try:
             response = call(Bucket=self.bucket, Key=key, **kwargs)
         except ClientError as exc:
-            self._ledger.add(xid, kind, retries=_retries_of(exc.response))
-            if error_code(exc) in ("NoSuchKey", "404", "PreconditionFailed", "ConditionalRequestConflict"):
+            self._ledger.add(xid, kind, retries=aws.retries_of(exc.response))
+            if aws.error_code(exc) in _PASS_THROUGH:
                 raise
-            raise ExchangeError(describe_error(exc, self.bucket, key)) from None
+            raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
         except BotoCoreError as exc:
             self._ledger.add(xid, kind)
-            raise ExchangeError(describe_error(exc, self.bucket, key)) from None
-        self._ledger.add(xid, kind, retries=_retries_of(response))
+            raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
+        self._ledger.add(xid, kind, retries=aws.retries_of(response))
         return response
 
     # -- sending
@@ -532,11 +529,11 @@ class S3Exchange(Exchange):
             try:
                 self._request(xid, "put", key, self.client.put_object, Body=body, IfNoneMatch="*")
             except ClientError as exc:
-                if error_code(exc) == "PreconditionFailed":
+                if aws.error_code(exc) == "PreconditionFailed":
                     self._ledger.add(xid, put_dup=1)
                     return False
-                if error_code(exc) != "ConditionalRequestConflict":
-                    raise ExchangeError(describe_error(exc, self.bucket, key)) from None
+                if aws.error_code(exc) != "ConditionalRequestConflict":
+                    raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
                 # 409: a concurrent conditional write of the same key is in flight; try again
                 time.sleep(min(1.0, 0.05 * 2**attempt) * random.random())
                 continue
@@ -651,7 +648,7 @@ class S3Exchange(Exchange):
         try:
             resp = self._request(xid, "get", key, self.client.get_object, Range=f"bytes=-{self.tail_bytes}")
         except ClientError as exc:
-            if error_code(exc) in ("NoSuchKey", "404"):
+            if aws.error_code(exc) in ("NoSuchKey", "404"):
                 self._ledger.add(xid, get_miss=1)
                 return None
             raise
@@ -671,7 +668,7 @@ class S3Exchange(Exchange):
         body = resp["Body"].read()
         if len(body) != hi - lo:
             raise ExchangeError(f"short read from s3://{self.bucket}/{key}: {len(body)} of {hi - lo} bytes")
-        self._ledger.add(xid, bytes_read=len(body), **({"get_index": 1} if index else {"get_data": 1}))
+        self._ledger.add(xid, None, bytes_read=len(body), **({"get_index": 1} if index else {"get_data": 1}))
         return body
 
     def aborted(self) -> bool:
@@ -761,11 +758,16 @@ class S3ExchangeFactory(ExchangeFactory):
             try:
                 self.client.head_bucket(Bucket=self.bucket)
             except (ClientError, BotoCoreError) as exc:
-                if error_code(exc) in ("404", "NoSuchBucket"):
+                if aws.error_code(exc) in ("404", "NoSuchBucket"):
                     raise ExchangeConfigError(f"exchange bucket {self.bucket!r} does not exist") from None
-                raise ExchangeConfigError(describe_error(exc, self.bucket)) from None
+                raise ExchangeConfigError(aws.describe_error(exc, self.bucket)) from None
         prefix = f"{self.base}/{query_id}" if self.base else query_id
-        config = {"name": self.name, "bucket": self.bucket, "prefix": prefix, "query_id": query_id}
+        config: dict[str, Any] = {
+            "name": self.name,
+            "bucket": self.bucket,
+            "prefix": prefix,
+            "query_id": query_id,
+        }
         config.update({k: v for k, v in self.options.items() if k != "check_bucket"})
         config["levels"] = self.levels
         return config
@@ -779,7 +781,7 @@ class S3ExchangeFactory(ExchangeFactory):
                 Bucket=config["bucket"], Key=f"{config['prefix']}/ABORT", Body=reason.encode()
             )
         except (ClientError, BotoCoreError) as exc:
-            log.warning("could not write the abort marker: %s", describe_error(exc, config["bucket"]))
+            log.warning("could not write the abort marker: %s", aws.describe_error(exc, config["bucket"]))
 
     def cleanup(self, config: Mapping[str, Any]) -> None:
         """Delete every object under the query prefix (list + batched DeleteObjects); never raises."""
@@ -801,10 +803,10 @@ class S3ExchangeFactory(ExchangeFactory):
                             "could not delete s3://%s/%s: %s", bucket, err.get("Key"), err.get("Code")
                         )
         except (ClientError, BotoCoreError) as exc:
-            if error_code(exc) != "NoSuchBucket":
+            if aws.error_code(exc) != "NoSuchBucket":
                 log.warning(
                     "exchange clean-up of s3://%s/%s incomplete: %s",
                     bucket,
                     prefix,
-                    describe_error(exc, bucket),
+                    aws.describe_error(exc, bucket),
                 )

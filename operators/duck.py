@@ -77,7 +77,7 @@ class Sandbox:
         memory_limit: str | None = None,
         temp_directory: str | None = None,
     ) -> None:
-        config: dict[str, str | int | bool] = {"threads": threads or os.cpu_count() or 1}
+        config: dict[str, str | bool | int | float | list[str]] = {"threads": threads or os.cpu_count() or 1}
         if memory_limit:
             config["memory_limit"] = memory_limit
         if temp_directory:

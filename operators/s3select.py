@@ -44,7 +44,14 @@ from squall.operators.storage import Storage
 from squall.plan import ScanInput
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_OPS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
+_OPS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+}
 
 
 def s3_storage(storage: Storage) -> S3Storage:
@@ -122,7 +129,7 @@ def _select(storage: S3Storage, path: str, expression: str, fmt: str) -> bytes:
         else {"JSON": {"Type": "LINES"}} if fmt == "json"
         else {"Parquet": {}}
     )  # fmt: skip
-    out_fmt = {"JSON": {}} if fmt == "json" else {"CSV": {}}
+    out_fmt: dict[str, Any] = {"JSON": {}} if fmt == "json" else {"CSV": {}}
     storage.count("select")
     try:
         resp = storage.client.select_object_content(

@@ -101,7 +101,7 @@ def plan_ranges(
             merged[-1][1] = max(merged[-1][1], hi)
         else:
             merged.append([lo, hi])
-    out = []
+    out: list[tuple[int, int]] = []
     for lo, hi in merged:
         n = max(1, math.ceil((hi - lo) / max_part_bytes))
         step = math.ceil((hi - lo) / n)

@@ -172,7 +172,9 @@ class RemoteConnection:
                 self._region = match.group(1) if match else default_region
             if not self._region:
                 raise OptionError("auth='iam' needs a region: pass region=… or set AWS_DEFAULT_REGION")
-        return aws.sigv4_headers(self._credentials, "execute-api", self._region, method, url, body, headers)
+        return aws.sigv4_headers(
+            self._credentials, "execute-api", str(self._region), method, url, body, headers
+        )
 
     def _headers(
         self, method: str, url: str, body: bytes | None, extra: dict[str, str] | None
@@ -271,7 +273,7 @@ class RemoteConnection:
                     if callback is not None and info and info != last:
                         last = info
                         done = {int(k): int(v) for k, v in info["ranks_done"].items()}
-                        callback(Progress(int(info["stages"]), int(info["world_size"]), done))  # type: ignore[operator]
+                        callback(Progress(int(info["stages"]), int(info["world_size"]), done))
                     if doc["status"] == "succeeded":
                         return doc
                     if doc["status"] in ("failed", "cancelled"):
