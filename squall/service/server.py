@@ -2,7 +2,8 @@
 
 Each HTTP request becomes an API Gateway REST proxy event (``httpMethod``, ``path``, headers, query string,
 body — base64 when it is not UTF-8), goes through :func:`squall.service.api.make_handler` (token check, then
-the Powertools resolver) and the proxy response is written back. Stdlib only: ``ThreadingHTTPServer``, one
+the Powertools resolver, one request at a time, see :func:`serialized`) and the proxy response is written
+back. Stdlib only: ``ThreadingHTTPServer``, one
 thread per connection, so status polls and downloads are answered while a query runs.
 
 Queries run on a :class:`~squall.service.backend.LocalBackend`: one background thread, one query at a time,
@@ -207,6 +208,20 @@ class ApiServer(ThreadingHTTPServer):
         return f"http://{host}:{port}"
 
 
+def serialized(handler: Handler) -> Handler:
+    """``handler`` made safe for many threads: one request at a time goes through the resolver. Powertools
+    keeps the request being resolved on the ``BaseRouter`` class (``current_event``) and on the resolver
+    (``context``), so two requests resolved at once could route or validate each other's data. Only the
+    resolver is serialized; streaming a large result file happens after it, in parallel."""
+    lock = threading.Lock()
+
+    def handler_in_turn(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        with lock:
+            return handler(event, context)
+
+    return handler_in_turn
+
+
 def is_loopback(host: str) -> bool:
     """True when ``host`` (an address or a name) only reaches this machine."""
     try:
@@ -258,7 +273,7 @@ def serve(
     service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
         try:
-            server = ApiServer((host, port), make_handler(service), access_log=access_log)
+            server = ApiServer((host, port), serialized(make_handler(service)), access_log=access_log)
         except OSError as err:
             raise OptionError(f"cannot listen on {host}:{port}: {err.strerror}") from None
         stop = threading.Event()

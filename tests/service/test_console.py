@@ -61,6 +61,7 @@ def browser(tmp_path_factory):
     options.binary_location = CHROMIUM
     for flag in [*FLAGS, f"--user-data-dir={profile}"]:
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     service = Service(executable_path=CHROMEDRIVER, log_output=str(profile.parent / "chromedriver.log"))
     driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(30)
@@ -84,8 +85,10 @@ def until(driver, predicate, timeout: float = 60, what: str = "the page"):
         driver.save_screenshot(str(path))
         status = driver.find_element(By.ID, "status").text
         error = driver.find_element(By.ID, "error").text
+        console = [entry.get("message") for entry in driver.get_log("browser")]
         raise AssertionError(
-            f"timed out waiting for {what}; status {status!r}, error {error!r}; screenshot {path}"
+            f"timed out waiting for {what}; status {status!r}, error {error!r}; screenshot {path}; "
+            f"browser console {console}"
         ) from None
 
 
@@ -97,8 +100,7 @@ def open_console(driver, server) -> None:
     """Load the page; it asks for the token (the API answers 401), which we give."""
     driver.get(server.url + "/")
     assert driver.title == "Squall console"
-    dialog = driver.find_element(By.ID, "token-dialog")
-    until(driver, lambda d: dialog.is_displayed(), 20, "the token dialog")
+    until(driver, lambda d: d.find_element(By.ID, "token-dialog").is_displayed(), 30, "the token dialog")
     driver.find_element(By.ID, "token-input").send_keys(TOKEN)
     driver.find_element(By.ID, "token-save").click()
     until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tables .table-name")) == 8, 30, "tables")
@@ -191,9 +193,9 @@ def test_console_runs_pages_explains_and_lists_history(server, browser, referenc
     assert items[0].get_attribute("data-status") == "succeeded" and "250 rows" in items[0].text
     q3 = next(li for li in items if "revenue" in (li.get_attribute("title") or ""))
     q3.click()
-    until(driver, lambda d: "10 rows" in d.find_element(By.ID, "summary").text, 20, "Q3 from the history")
+    until(driver, lambda d: table_rows(d)[0] == expected_columns, 20, "Q3's result from the history")
+    assert "10 rows" in driver.find_element(By.ID, "summary").text and len(table_rows(driver)[1]) == 10
     assert "l_orderkey" in driver.find_element(By.ID, "sql").get_attribute("value")
-    assert len(table_rows(driver)[1]) == 10
 
     # explain: the plan of the query in the editor
     driver.find_element(By.ID, "explain").click()

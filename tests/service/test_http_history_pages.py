@@ -354,3 +354,30 @@ def test_result_ttl_option_is_checked(sf001):
     )  # fmt: skip
     assert done.returncode != 0 and done.stderr.strip().startswith("error:") and "soon" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_concurrent_requests_each_get_their_own_answer(server):
+    """A Powertools resolver holds the request it resolves; squall serve must not share one between threads
+    (it did: the browser's parallel loads of the console's files got 500s, and Accept could leak)."""
+    import concurrent.futures
+
+    query_id = finished(server, "SELECT n_nationkey, n_name FROM nation ORDER BY 1")
+    path = f"/v1/queries/{query_id}/result"
+    kinds = [
+        ("GET", path, {"Accept": "text/csv"}, "text/csv"),
+        ("GET", path, {"Accept": "application/json"}, "application/json"),
+        ("GET", path, {"Accept": "application/vnd.apache.arrow.stream"}, "application/vnd.apache.arrow"),
+        ("GET", "/console/console.js", {}, "text/javascript"),
+        ("GET", "/healthz", {}, "application/json"),
+        ("GET", "/v1/queries?limit=3", {}, "application/json"),
+    ]
+
+    def one(i: int) -> tuple[int, str, str]:
+        method, url, headers, expected = kinds[i % len(kinds)]
+        response = call(server, method, url, headers=headers)
+        return response.status_code, response.headers.get("Content-Type", ""), expected
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(240)))
+    wrong = [a for a in answers if a[0] != 200 or not a[1].startswith(a[2])]
+    assert not wrong, wrong[:5]

@@ -241,7 +241,8 @@
       await finish(doc);
     } else {
       setStatus(doc.status, ((Date.now() - state.startedAt) / 1000).toFixed(1) + " s");
-      state.pollTimer = setTimeout(() => poll(id), 250);
+      // 4 polls a second at first, slowing to one a second for long queries
+      state.pollTimer = setTimeout(() => poll(id), Math.min(1000, 250 + (Date.now() - state.startedAt) / 20));
     }
   }
 
