@@ -1,0 +1,46 @@
+"""Scan kinds: the catalog's table loaders and the workers' scan readers are two registries of the same names."""
+
+from __future__ import annotations
+
+import inspect
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import squall.driver.catalog as catalog_module
+import squall.operators.scan as scan_module
+from squall.driver.catalog import SCANS, Catalog
+from squall.driver.scan_kinds import LOADERS, loader
+from squall.errors import OptionError
+from squall.operators.scan_kinds import READERS, reader
+
+
+def test_both_halves_of_every_kind_are_registered():
+    assert LOADERS.names() == READERS.names() == list(SCANS) == ["parquet", "s3select"]
+    for kind in SCANS:
+        assert callable(reader(kind))
+        assert callable(loader(kind).load) and "parquet" in loader(kind).formats
+
+
+def test_catalog_and_scan_do_not_name_a_particular_kind():
+    for module in (catalog_module, scan_module):
+        assert "s3select" not in inspect.getsource(module).lower().replace("s3 select", "s3select")
+
+
+def test_validation_messages(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": [1]}), path)
+    with pytest.raises(OptionError, match=r"^scan must be one of parquet, s3select, not 'fast'$"):
+        Catalog(scan="fast")
+    c = Catalog()
+    with pytest.raises(OptionError, match=r"^scan must be one of parquet, s3select, not 'fast'$"):
+        c.register("t", str(path), scan="fast")
+    with pytest.raises(OptionError, match=r"^table x: csv objects can only be scanned with scan='s3select'$"):
+        c.register("x", str(path), format="csv", scan="parquet")
+    with pytest.raises(OptionError, match=r"^table x: scan='s3select' needs an s3:// location, not /"):
+        c.register("x", str(path), scan="s3select")
+    with pytest.raises(OptionError, match="needs an s3:// location"):
+        c.register("x", str(path), format="json")  # csv/json default to the kind that reads them
+    c.register("t", str(path))
+    assert c.table("t").scan == "parquet" and c.table("t").num_rows == 1
