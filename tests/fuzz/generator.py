@@ -11,7 +11,7 @@ comparisons with ``NULL``), casts, string and date functions.
 
 Only deterministic queries are generated: a ``LIMIT`` inside a subquery orders by every output column (tied
 rows are then identical), ``row_number``/``lag``/``lead``/``first_value``/``ROWS`` frames order by a total
-key (the primary keys of every joined table), top-level ``ORDER BY`` items are output columns (so the
+key (the primary keys of every joined table, else every column in scope), top-level ``ORDER BY`` items are output columns (so the
 comparison is tie-aware), no order-sensitive aggregates (``string_agg``, ``list``, ``first``).
 """
 
@@ -783,10 +783,10 @@ class QueryGenerator:
         order_col = r.choice(scope.cols)
         x_cols = [c for c in scope.cols if c.type in ("int", "num")] or scope.cols
         x = r.choice(x_cols)
-        total = scope.total_key
-        kind = r.choices(["rank", "agg_part", "agg_running", "total"], [25, 30, 25, 20])[0]
-        if kind == "total" and not total:
-            kind = "rank"
+        # a total order: the primary keys of every joined table, else every column of the scope (rows tied
+        # on all of them are identical, so any order among them gives the same multiset of output rows)
+        total = scope.total_key or [c.ref for c in scope.cols]
+        kind = r.choices(["rank", "agg_part", "agg_running", "total"], [25, 25, 20, 30])[0]
         nulls = r.choice(["", " NULLS FIRST", " DESC NULLS LAST", " DESC"])
         if kind == "rank":
             fn = r.choice(["rank()", "dense_rank()", "percent_rank()", "cume_dist()"])
@@ -802,7 +802,6 @@ class QueryGenerator:
                 f"{fn}({x.ref}) OVER ({part} ORDER BY {order_col.ref}{nulls})",
                 x.type if fn != "count" else "int",
             )
-        assert total is not None
         order = ", ".join([order_col.ref + nulls] + total)
         fn, t = r.choice(
             [
