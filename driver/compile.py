@@ -1,4 +1,5 @@
-"""SQL text → distributed plan: bind, translate, prune, plan."""
+"""SQL text → distributed plan: bind, translate, prune, plan (the whole query on one rank, said
+in the plan's notes, when a part has no distributed plan and the translator could not isolate it)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import functools
 import duckdb
 
 from squall.driver.catalog import Catalog
+from squall.driver.fallback import one_rank
 from squall.driver.frontend import Binder
 from squall.driver.planner import Planner, PlannerOptions
 from squall.driver.prune import prune
-from squall.driver.translate import Planned, Translator
+from squall.driver.translate import Names, Planned, Translator
+from squall.errors import BindError, NotSupportedError
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 
@@ -39,8 +42,16 @@ def compile_sql(
 
     ``db`` is a driver-side sandbox to reuse across queries (one is made per call otherwise).
     """
-    bound = Binder(catalog, db).bind(sql)
-    translator = Translator(catalog, set(aggregate_function_names()))
-    planned = translator.translate(bound.ast)
-    pruned = Planned(prune(planned.node), planned.outputs)
-    return Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
+    binder = Binder(catalog, db)
+    bound = binder.bind(sql)
+    translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
+    try:
+        planned = translator.translate(bound.ast)
+        pruned = Planned(prune(planned.node), planned.outputs)
+        return Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
+    except (NotSupportedError, BindError) as err:
+        # DuckDB bound the query, so this is Squall's limit, not the user's error: run it on one rank
+        reason = str(err).removeprefix("not supported: ")
+    names = Names()
+    node, outputs = one_rank(catalog, bound, names.fresh, reason)
+    return Planner(catalog, world_size, options, db).plan(bound, Planned(node, outputs), names)

@@ -45,7 +45,8 @@ _FORBIDDEN_FUNCTION = re.compile(
 # Functions allowed in expressions even though a table-function namesake exists.
 _SCALAR_OK = {"range", "generate_series", "unnest"}
 
-_STATEMENT_KINDS = (exp.Select, exp.Union, exp.Intersect, exp.Except)
+# DuckDB's PIVOT / UNPIVOT statements (``PIVOT t ON …``) are read-only queries too
+_STATEMENT_KINDS = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Pivot)
 
 
 @dataclass(frozen=True)

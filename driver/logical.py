@@ -259,6 +259,31 @@ class Window(Node):
         return self.input.names + tuple(n for n, _ in self.exprs)
 
 
+@dataclass(frozen=True)
+class OneRank(Node):
+    """A part with no distributed plan: DuckDB runs ``sql`` (self-contained SQL text) on one rank.
+
+    ``inputs`` produce the ``columns`` (source name, internal name) of each catalog table in
+    ``tables`` that the text reads; ``out`` names the text's result columns by position;
+    ``reason`` says why this part is not distributed (for explain and stats).
+    """
+
+    sql: str
+    tables: tuple[str, ...]
+    columns: tuple[tuple[tuple[str, str], ...], ...]
+    inputs: tuple[Node, ...]
+    out: tuple[str, ...]
+    reason: str
+
+    @property
+    def children(self) -> tuple[Node, ...]:
+        return self.inputs
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.out
+
+
 def describe(node: Node, indent: int = 0) -> str:
     """A readable one-node-per-line rendering (for debugging and tests)."""
     pad = "  " * indent
@@ -288,6 +313,8 @@ def describe(node: Node, indent: int = 0) -> str:
         detail = ", ".join(k.sql() for k in node.keys)
     elif isinstance(node, Limit):
         detail = f"{node.limit} OFFSET {node.offset}"
+    elif isinstance(node, OneRank):
+        detail = f"[{', '.join(node.out)}] ({node.reason}): {' '.join(node.sql.split())[:80]}"
     else:
         detail = ", ".join(node.names)
     lines = [f"{pad}{type(node).__name__} {detail}"]

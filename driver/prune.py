@@ -63,4 +63,6 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
         exprs = tuple((n, e) for n, e in node.exprs if n in required) or node.exprs[:1]
         need = (required & set(node.input.names)) | {c for _n, e in exprs for c in columns_in(e)}
         return L.Window(prune(node.input, need), exprs, node.partition_by)
+    if isinstance(node, L.OneRank):
+        return dataclasses.replace(node, inputs=tuple(prune(c) for c in node.inputs))
     raise TypeError(f"cannot prune {type(node).__name__}")

@@ -119,6 +119,8 @@ def render(node: L.Node) -> str:
         return f"\n{op}\n".join(f"SELECT * FROM {_sub(c)} AS t" for c in node.inputs)
     if isinstance(node, L.Window):
         return f"SELECT *, {_select_list(node.exprs)}\nFROM {_sub(node.input)} AS t"
+    if isinstance(node, L.OneRank):
+        return _one_rank(node)
     raise TypeError(f"cannot render {type(node).__name__}")
 
 
@@ -144,3 +146,15 @@ def _join(node: L.Join) -> str:
         node.kind, node.kind.upper() + " JOIN"
     )
     return f"SELECT *\nFROM {_sub(node.left)} AS l\n{kind} {_sub(node.right)} AS r ON {on}"
+
+
+def _one_rank(node: L.OneRank) -> str:
+    """The part's own SQL over CTEs named like the tables it reads (they shadow nothing else: a
+    stage's DuckDB sees only its inputs); its result columns renamed by position."""
+    ctes = []
+    for table, cols, inp in zip(node.tables, node.columns, node.inputs):
+        select = ", ".join(f"{q(i)} AS {q(s)}" for s, i in cols)
+        ctes.append(f"{q(table)} AS (SELECT {select} FROM {_sub(inp)} AS t)")
+    head = "WITH " + ",\n".join(ctes) + "\n" if ctes else ""
+    out = ", ".join(q(n) for n in node.out)
+    return f"{head}SELECT * FROM (\n{_indent(node.sql)}\n) AS q({out})"

@@ -92,6 +92,7 @@ def summarize(
         "query_id": query_id,
         "platform": platform,
         "workers": plan.world_size,
+        "notes": list(plan.notes),
         "elapsed_s": elapsed_s,
         "planning_s": planning_s,
         "execution_s": execution_s,

@@ -22,9 +22,11 @@ from sqlglot.optimizer.simplify import simplify
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.estimate import selectivity
+from squall.driver.fallback import one_rank
+from squall.driver.frontend import BoundQuery
 from squall.driver.scope import Scope, conjuncts
 from squall.driver.subqueries import INTERNAL, SubqueryMixin
-from squall.errors import BindError, NotSupportedError
+from squall.errors import BindError, NotSupportedError, UserError
 
 DIALECT = "duckdb"
 
@@ -117,10 +119,18 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
 class Translator(SubqueryMixin):
     """Turns one bound query into a logical plan (see module doc)."""
 
-    def __init__(self, catalog: Catalog, aggregate_functions: set[str]) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        aggregate_functions: set[str],
+        bind: Callable[[str], BoundQuery] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.aggregates = aggregate_functions
         self.names = Names()
+        #: binds a part on its own (the one-rank fallback checks it is self-contained)
+        self.bind = bind
+        self._depth = 0
 
     # --- entry -----------------------------------------------------------------------------
 
@@ -149,6 +159,47 @@ class Translator(SubqueryMixin):
     def query(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> Planned:
         if isinstance(e, exp.Subquery):
             return self.query(e.this, ctes)
+        self._depth += 1
+        try:
+            return self._query(e, ctes)
+        except NotSupportedError as err:
+            if self._depth == 1:
+                raise  # the whole query: compile_sql runs the user's own text on one rank
+            fallback = self._one_rank(e, ctes, str(err).removeprefix("not supported: "))
+            if fallback is None:
+                raise
+            return fallback
+        finally:
+            self._depth -= 1
+
+    def _one_rank(self, e: exp.Expression, ctes: dict[str, exp.Expression], reason: str) -> Planned | None:
+        """``e`` as a one-rank part, if it is self-contained (DuckDB binds it on its own)."""
+        if self.bind is None:
+            return None
+        needed: dict[str, exp.Expression] = {}
+        todo = [e]
+        while todo:
+            for t in todo.pop().find_all(exp.Table):
+                if t.name in ctes and t.name not in needed:
+                    needed[t.name] = ctes[t.name]
+                    todo.append(ctes[t.name])
+        text = e.sql(DIALECT)
+        if needed:
+            defs = ", ".join(
+                f"{name} AS ({body.sql(DIALECT)})" for name, body in ctes.items() if name in needed
+            )
+            text = f"WITH {defs} SELECT * FROM ({text}) AS q"
+        try:
+            bound = self.bind(text)
+        except UserError:
+            return None
+        visible = None
+        if isinstance(e, exp.Select) and not any(isinstance(p, exp.Star) for p in e.expressions):
+            visible = tuple(p.alias_or_name for p in e.expressions)
+        node, outputs = one_rank(self.catalog, bound, self.names.fresh, reason, visible)
+        return Planned(node, outputs)
+
+    def _query(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> Planned:
         if isinstance(e, exp.Select):
             return self.select(e, ctes)
         if isinstance(e, (exp.Union, exp.Intersect, exp.Except)):

@@ -13,7 +13,9 @@ optimizer ``RULES``):
 - :mod:`.aggregates`: partial/final split, gather or hash, complete in place;
 - :mod:`.topk`: ORDER BY / LIMIT on rank 0 after a local top-k;
 - :mod:`.setops`: UNION ALL in place, the others by value;
-- :mod:`.windows`: by PARTITION BY, or on rank 0.
+- :mod:`.windows`: by PARTITION BY, or on rank 0;
+- :mod:`.onerank`: the fallback for a part with no distributed plan: its inputs to rank 0,
+  DuckDB runs the part there (said in the plan's and the stages' notes).
 
 :mod:`.core` holds the distributions and the context that cuts and type-checks
 stages; :mod:`.exprs` the expression helpers. Imports: the logical plan, the
@@ -24,13 +26,13 @@ from __future__ import annotations
 
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
-from squall.driver.planner import aggregates, filters, joins, scans, setops, topk, windows
+from squall.driver.planner import aggregates, filters, joins, onerank, scans, setops, topk, windows
 from squall.driver.planner.core import Context, PlannerOptions
 from squall.driver.translate import Names, Planned
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 
-RULES = (scans, filters, joins, aggregates, topk, setops, windows)
+RULES = (scans, filters, joins, aggregates, topk, setops, windows, onerank)
 
 __all__ = ["RULES", "Planner", "PlannerOptions"]
 

@@ -168,6 +168,7 @@ class Context:
         if output.kind == "hash":
             partition_sql = self._partition_sql(sql, output.keys, refs)
         out = dataclasses.replace(output, senders=senders, receivers=receivers, partition_sql=partition_sql)
+        note += _one_rank_note(node)
         stage = Stage(stage_id, ranks, tuple(self.inputs[leaf.name] for leaf in refs), sql, out, types, note)
         self.stages.append(stage)
         self.schemas[stage_id] = schema
@@ -236,7 +237,7 @@ class Context:
             sql,
             Output("result", (0,), (0,)),
             types,
-            "final result",
+            "final result" + _one_rank_note(node),
         )
 
     def fix_receivers(self) -> None:
@@ -251,3 +252,17 @@ class Context:
             if user is not None and stage.output.kind == "broadcast" and user.ranks != stage.output.receivers:
                 output = dataclasses.replace(stage.output, receivers=user.ranks)
                 self.stages[i] = dataclasses.replace(stage, output=output)
+
+
+def _one_rank_note(node: L.Node) -> str:
+    """What of this stage's work runs on one rank only because it has no distributed plan."""
+    found: list[str] = []
+
+    def walk(n: L.Node) -> None:
+        if isinstance(n, L.OneRank):
+            found.append(n.reason)
+        for c in n.children:
+            walk(c)
+
+    walk(node)
+    return "".join(f"; on rank 0 only: {reason} (no distributed plan)" for reason in found)

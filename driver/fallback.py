@@ -1,0 +1,83 @@
+"""The one-rank fallback: a part of a query Squall has no distributed plan for runs in DuckDB on rank 0.
+
+The part's own SQL text is kept as it is; each catalog table it reads becomes a scan
+of only the columns the text mentions (every rank reads its share), gathered to rank 0,
+where a CTE named like the table hands those columns to the text under their own names.
+The planner says so in a plan note and in the notes of the stages that gather (see
+:mod:`squall.driver.planner.onerank`): never a silent single-node plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from squall.driver import logical as L
+from squall.driver.catalog import Catalog
+from squall.driver.frontend import BoundQuery, referenced_tables
+from squall.errors import NotSupportedError
+
+DIALECT = "duckdb"
+
+
+def _all_columns(ast: exp.Expression) -> bool:
+    """True when the text may read columns it does not name (``*``, ``COLUMNS``, ``PIVOT``)."""
+    for node in ast.walk():
+        if isinstance(node, (exp.Columns, exp.Pivot)):
+            return True
+        if isinstance(node, exp.Star) and not isinstance(node.parent, (exp.Count, exp.AggFunc)):
+            return True
+    return False
+
+
+def _check_static_columns(ast: exp.Expression) -> None:
+    """A PIVOT without IN lists has columns that depend on the data (DuckDB reads the distinct
+    values first); a plan's result columns are fixed when it is made, so it is refused."""
+    for pivot in ast.find_all(exp.Pivot):
+        if pivot.args.get("unpivot"):
+            continue
+        # PIVOT (aggs FOR c IN (…)) keeps the IN under "fields"; the PIVOT t ON c … USING aggs
+        # statement keeps the ON items under "expressions"
+        fields = list(pivot.args.get("fields") or []) or list(pivot.expressions)
+        dynamic = [f for f in fields if not isinstance(f, exp.In) or f.args.get("query") is not None]
+        if dynamic or not fields:
+            raise NotSupportedError(
+                "PIVOT without an IN list of values (its columns depend on the data): "
+                "name the values, as in PIVOT t ON c IN ('a', 'b') USING sum(x)"
+            )
+
+
+def one_rank(
+    catalog: Catalog,
+    bound: BoundQuery,
+    fresh: Callable[[str], str],
+    reason: str,
+    visible: tuple[str, ...] | None = None,
+) -> tuple[L.OneRank, tuple[tuple[str, str], ...]]:
+    """A :class:`~squall.driver.logical.OneRank` node for ``bound`` (a self-contained query) and its
+    (visible name, internal name) outputs; ``visible`` overrides DuckDB's result names."""
+    ast = bound.ast
+    _check_static_columns(ast)
+    mentioned = {i.name.lower() for i in ast.find_all(exp.Identifier)}
+    everything = _all_columns(ast)
+    ctes = {c.alias_or_name.lower() for c in ast.find_all(exp.CTE)}
+    tables: list[str] = []
+    columns: list[tuple[tuple[str, str], ...]] = []
+    inputs: list[L.Node] = []
+    for name in referenced_tables(ast):
+        if name.lower() in ctes or name not in catalog or name.lower() in (t.lower() for t in tables):
+            continue
+        info = catalog.table(name)
+        used = [f.name for f in info.schema if everything or f.name.lower() in mentioned]
+        used = used or [info.schema[0].name]  # row counts survive
+        cols = tuple((source, fresh(source)) for source in used)
+        width = info.row_width(used)
+        tables.append(info.name)
+        columns.append(cols)
+        inputs.append(L.Scan(info.name, cols, (), float(info.num_rows), width))
+    names = visible if visible is not None and len(visible) == len(bound.names) else bound.names
+    out = tuple(fresh(n or "c") for n in names)
+    sql = bound.sql.strip().rstrip(";").strip()
+    node = L.OneRank(sql, tuple(tables), tuple(columns), tuple(inputs), out, reason)
+    return node, tuple(zip(names, out))
