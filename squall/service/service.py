@@ -322,16 +322,17 @@ class Service:
         offset = max(0, int(offset))
         end = total if limit is None else min(total, offset + limit)
         end = max(end, offset)
-        page = {"total_rows": total, "offset": offset, "rows": max(0, min(end, total) - min(offset, total)),
-                "next_offset": end if end < total else None, "limit": limit}  # fmt: skip
+        rows = max(0, min(end, total) - min(offset, total))
+        page: dict[str, Any] = {"total_rows": total, "offset": offset, "rows": rows,
+                                "next_offset": end if end < total else None, "limit": limit}  # fmt: skip
         if offset == 0 and end >= total:
             return self._whole(query_id, fmt, page)
-        data = encode(self._table(query_id).slice(min(offset, total), page["rows"]), fmt)
+        data = encode(self._table(query_id).slice(min(offset, total), rows), fmt)
         ext = records.EXTENSIONS[fmt]
-        filename = f"{query_id}-rows-{offset}-{offset + page['rows']}.{ext}"
+        filename = f"{query_id}-rows-{offset}-{offset + rows}.{ext}"
         if len(data) <= self.inline_limit:
             return ResultBody(fmt, CONTENT_TYPES[fmt], filename, len(data), data=data, **page)
-        key = records.page_key(query_id, fmt, offset, offset + page["rows"])
+        key = records.page_key(query_id, fmt, offset, offset + rows)
         self.store.put(key, data, content_type=CONTENT_TYPES[fmt])
         link = self.store.link(
             key, expires_s=self.link_expires_s, content_type=CONTENT_TYPES[fmt], filename=filename
