@@ -1,0 +1,232 @@
+"""S3 request counts of one exchange, from the S3 exchange's own formulas: one small table to update.
+
+Each entry of :data:`FORMULAS` maps an exchange *version* to a function
+``(shape) -> ExchangeCounts``. ``"s3-v1"`` is ``squall/exchange/s3.py`` as of Nov 2026 (see its module
+doc, "Reading", "Two levels" and "Request accounting"):
+
+- every sender PUTs one object per level unless all its pieces are addressed to itself;
+- every reader GETs the 64 KiB *tail* of every object that holds a range for it (``get_index``, one per
+  reader/object pair; a rank never reads its own object) and, when its range lies outside the tail,
+  ``⌈range / part_size⌉`` data GETs (``get_data``);
+- one level: W PUTs, W·(W-1) index GETs for a hash exchange; two levels (hash, senders == receivers,
+  W ≥ 16 with ``levels="auto"``) route through a g x g grid, g = ⌈√W⌉: 2W PUTs and ≈ 2W·(g-1) index GETs;
+- polling misses (a 404 per pending sender per round) and abort HEADs (one per round that still misses
+  something) depend on timing: the simulator counts them, these formulas do not.
+
+``"target"`` is what issue 15 asks of the next version (Lambada's counts): one data GET per
+(sender, receiver) pair that has data (a piece small enough to sit in one request is that one GET),
+offsets learned without a GET per pair (one LIST per receiver and level), bounded polling. Change the
+table, not the simulator, when the exchange changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+#: ``squall.exchange.s3.DEFAULTS`` values the counts depend on
+TAIL_BYTES = 64 * 1024
+PART_SIZE = 16 * 1024 * 1024
+TWO_LEVEL_MIN = 16
+INDEX_ENTRY = 24
+TRAILER = 16
+
+
+@dataclass(frozen=True)
+class ExchangeShape:
+    """What the formulas need to know about one exchange.
+
+    ``piece_bytes``: mean IPC bytes of one piece (hash: per (sender, receiver); broadcast and gather:
+    per sender). ``levels``: 1, 2 or "auto" (the exchange's option).
+    """
+
+    kind: str
+    senders: tuple[int, ...]
+    receivers: tuple[int, ...]
+    piece_bytes: float = 0.0
+    levels: int | str = "auto"
+    two_level_min: int = TWO_LEVEL_MIN
+    tail_bytes: int = TAIL_BYTES
+    part_size: int = PART_SIZE
+
+
+@dataclass
+class ExchangeCounts:
+    """Requests of one exchange, totals and per rank (numpy arrays indexed by rank).
+
+    ``reads[level][r]`` is how many objects rank r reads at that level (1-based), ``data_gets[level][r]``
+    its data GETs; ``puts[level][r]`` 0/1. ``list_`` counts LIST requests (target version only).
+    """
+
+    levels: int
+    put: int
+    get_index: int
+    get_data: int
+    list_: int = 0
+    reads: dict[int, np.ndarray] = field(default_factory=dict)
+    data_gets: dict[int, np.ndarray] = field(default_factory=dict)
+    puts: dict[int, np.ndarray] = field(default_factory=dict)
+    read_bytes: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def get(self) -> int:
+        """GET requests the formulas fix (misses excluded)."""
+        return self.get_index + self.get_data
+
+    def as_dict(self) -> dict[str, int]:
+        return {"put": self.put, "get_index": self.get_index, "get_data": self.get_data, "list": self.list_}
+
+
+def choose_levels(shape: ExchangeShape) -> int:
+    """The exchange's own rule (``squall.exchange.s3.choose_levels``)."""
+    eligible = shape.kind == "hash" and sorted(shape.senders) == sorted(shape.receivers)
+    if not eligible or str(shape.levels) == "1":
+        return 1
+    if str(shape.levels) == "2":
+        return 2
+    return 2 if len(shape.senders) >= shape.two_level_min else 1
+
+
+def grid_width(world: int) -> int:
+    return math.isqrt(world - 1) + 1 if world > 1 else 1
+
+
+@lru_cache(maxsize=64)
+def grid_reads(width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per position on the grid of ``width`` ranks: level-1 objects it reads as forwarder and level-2
+    objects it reads as receiver (own objects excluded), and whether it PUTs at level 1 and 2 (not when
+    every piece is its own); mirrors ``squall.exchange.s3.Grid``."""
+    g = grid_width(width)
+    pos = np.arange(width)
+
+    def forwarder(row_start: int, col: int) -> int:
+        p = row_start + col
+        return p - g if p >= width else p
+
+    lvl1 = np.zeros(width, dtype=np.int64)
+    lvl2 = np.zeros(width, dtype=np.int64)
+    fwd_rows: dict[int, set[int]] = {}
+    for start in range(0, width, g):
+        for col in range(g):
+            if col >= width:
+                break
+            f = forwarder(start, col)
+            fwd_rows.setdefault(f, set()).add(start)
+    for f, rows in fwd_rows.items():
+        srcs = {p for s in rows for p in range(s, min(s + g, width))}
+        lvl1[f] = len(srcs - {f})
+    served: dict[int, set[int]] = {}
+    for q in pos:
+        fwds = {forwarder(start, int(q) % g) for start in range(0, width, g)}
+        lvl2[q] = len(fwds - {int(q)})
+        for f in fwds:
+            served.setdefault(f, set()).add(int(q))
+    put1 = np.zeros(width, dtype=np.int64)
+    for s in pos:
+        row = (int(s) // g) * g
+        put1[s] = int({forwarder(row, c) for c in range(min(g, width))} != {int(s)})
+    put2 = np.array([int(f in served and served[f] != {f}) for f in range(width)], dtype=np.int64)
+    return lvl1, lvl2, put1, put2
+
+
+def _in_tail(n_pieces: int, piece: float, tail: int) -> int:
+    """How many of an object's ``n_pieces`` equal pieces (the last ones) a tail GET already holds."""
+    avail = tail - INDEX_ENTRY * n_pieces - TRAILER
+    if avail <= 0:
+        return 0
+    return int(min(n_pieces, avail // max(piece, 1.0)))
+
+
+def s3_v1(shape: ExchangeShape) -> ExchangeCounts:
+    """Today's S3 exchange (module doc of ``squall/exchange/s3.py``)."""
+    levels = choose_levels(shape)
+    world = max([*shape.senders, *shape.receivers, 0]) + 1
+    senders, receivers = set(shape.senders), set(shape.receivers)
+    part = shape.part_size
+    per_get = max(1, math.ceil(shape.piece_bytes / part)) if shape.piece_bytes > 0 else 1
+    if levels == 1:
+        puts = np.zeros(world, dtype=np.int64)
+        for s in senders:
+            puts[s] = 0 if receivers == {s} else 1
+        n_pieces = len(receivers) if shape.kind == "hash" else 1
+        reads = np.zeros(world, dtype=np.int64)
+        data = np.zeros(world, dtype=np.int64)
+        rbytes = np.zeros(world)
+        order = sorted(receivers)
+        in_tail = _in_tail(n_pieces, shape.piece_bytes, shape.tail_bytes)
+        for i, r in enumerate(order):
+            objs = len(senders - {r})
+            reads[r] = objs
+            tail_hit = (len(order) - i) <= in_tail if shape.kind == "hash" else in_tail >= 1
+            data[r] = 0 if tail_hit else objs * per_get
+            rbytes[r] = objs * shape.piece_bytes
+        return ExchangeCounts(1, int(puts.sum()), int(reads.sum()), int(data.sum()),
+                              reads={1: reads}, data_gets={1: data}, puts={1: puts},
+                              read_bytes={1: rbytes})  # fmt: skip
+    width = len(receivers)
+    g = grid_width(width)
+    lvl1, lvl2, puts1, puts2 = grid_reads(width)
+    # level 1: a sender's object has g ranges (one per forwarder of its row), each ≈ g pieces
+    range1 = shape.piece_bytes * g
+    # level 2: a forwarder's object has one range per receiver of its column, each ≈ g pieces
+    in_tail1 = _in_tail(g * g, shape.piece_bytes, shape.tail_bytes) // max(g, 1)
+    in_tail2 = _in_tail(g * g, shape.piece_bytes, shape.tail_bytes) // max(g, 1)
+    per1 = max(1, math.ceil(range1 / part)) if range1 > 0 else 1
+    # readers whose range is among the last ``in_tail`` ranges of an object read it from the tail;
+    # ranges are ordered by forwarder (level 1) / receiver (level 2) rank: column position in the row
+    col = np.arange(width) % g
+    tail_pos1 = col >= g - in_tail1
+    data1 = np.where(tail_pos1, 0, lvl1 * per1)
+    data2 = np.where(col >= g - in_tail2, 0, lvl2 * per1)
+    return ExchangeCounts(
+        2,
+        int(puts1.sum() + puts2.sum()),
+        int(lvl1.sum() + lvl2.sum()),
+        int(data1.sum() + data2.sum()),
+        reads={1: lvl1, 2: lvl2},
+        data_gets={1: data1, 2: data2},
+        puts={1: puts1, 2: puts2},
+        read_bytes={1: lvl1 * range1, 2: lvl2 * range1},
+    )
+
+
+def target(shape: ExchangeShape) -> ExchangeCounts:
+    """Issue 15's target: one GET per (sender, receiver) pair with data, one LIST per reader and level."""
+    counts = s3_v1(shape)
+    part = shape.part_size
+    per_get = max(1, math.ceil(shape.piece_bytes * (grid_width(len(shape.receivers)) if counts.levels == 2
+                                                    else 1) / part))  # fmt: skip
+    data = {lvl: r * per_get for lvl, r in counts.reads.items()}
+    lists = sum(int((r > 0).sum()) for r in counts.reads.values())
+    return ExchangeCounts(counts.levels, counts.put, 0, int(sum(d.sum() for d in data.values())), lists,
+                          reads=counts.reads, data_gets=data, puts=counts.puts,
+                          read_bytes=counts.read_bytes)  # fmt: skip
+
+
+#: exchange version -> request formula; "s3-v1" is what exchange/s3.py does today
+FORMULAS: dict[str, Callable[[ExchangeShape], ExchangeCounts]] = {"s3-v1": s3_v1, "target": target}
+CURRENT = "s3-v1"
+
+
+def exchange_counts(shape: ExchangeShape, version: str = CURRENT) -> ExchangeCounts:
+    """The requests of one exchange under exchange ``version`` (a key of :data:`FORMULAS`)."""
+    try:
+        return FORMULAS[version](shape)
+    except KeyError:
+        raise ValueError(f"unknown exchange version {version!r} (known: {', '.join(FORMULAS)})") from None
+
+
+def closed_form(kind: str, world: int, levels: int) -> dict[str, int]:
+    """Lambada-style closed forms for a full exchange among ``world`` ranks (for tests and docs)."""
+    if levels == 1:
+        return {"put": world, "get_index": world * (world - 1) if kind == "hash" else world - 1}
+    g = grid_width(world)
+    return {"put": 2 * world, "get_index_max": 2 * world * (g - 1)}
+
+
+def ranks_of(seq: Sequence[int]) -> tuple[int, ...]:
+    return tuple(sorted(seq))
