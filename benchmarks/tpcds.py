@@ -12,9 +12,9 @@ counts); Squall plans it (``con.plan``), runs it the same way, and the result is
 - ``wrong``    Squall returned a different result (the first difference is printed);
 - ``error``    Squall failed with any other exception (an internal error: DuckDB answers the query);
 
-and shows its times, the ratio squall/duckdb, and the shape of its plan: ``distributed``, or ``one-rank`` when a stage
-before the last (the merge of the result on rank 0) runs on a single rank over data sent by several ranks (its
-stage number and the planner's note are printed). The summary per W counts each outcome
+and shows its times, the ratio squall/duckdb, and the shape of its plan: ``distributed``, or ``one-rank`` when a part of it
+has no distributed plan yet and runs in DuckDB on rank 0 over its gathered inputs (the planner's note saying
+why is printed). The summary per W counts each outcome
 and gives the geometric mean of the time ratios over the passing queries. Exit status 1 when any query was
 wrong or an error (refusals alone exit 0), 2 on bad arguments.
 """
@@ -52,7 +52,7 @@ class Outcome:
     squall_s: float | None = None
     duckdb_s: float | None = None
     stages: int = 0
-    one_rank_stages: list[str] = field(default_factory=list)  # "stage N: note" of non-final one-rank stages
+    one_rank_parts: list[str] = field(default_factory=list)  # the plan notes of its one-rank parts
 
     @property
     def ratio(self) -> float | None:
@@ -64,7 +64,7 @@ class Outcome:
     def shape(self) -> str:
         if not self.stages:
             return ""
-        return "one-rank" if self.one_rank_stages else "distributed"
+        return "one-rank" if self.one_rank_parts else "distributed"
 
 
 def _parse_list(text: str, lo: int, hi: int, what: str) -> list[int]:
@@ -147,21 +147,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 def plan_shape(plan: Any) -> tuple[int, list[str]]:
-    """(number of stages, the one-rank parts of the plan as ``stage N: note``).
+    """(number of stages, the plan's notes about parts that run on one rank).
 
-    A one-rank part is a stage before the last that runs on a single rank although it reads what several
-    ranks sent it (data funnelled to one rank for more than the final merge). A stage on one rank that only
-    scans a table of one row group is not one: that is all the data there is.
+    A part without a distributed plan yet runs in DuckDB on rank 0 over its gathered inputs (the planner's
+    one-rank fallback); the planner says so in a plan note starting ``one rank (<reason>)``.
     """
-    stages = {s.id: s for s in plan.stages}
-    lonely = []
-    for s in list(plan.stages)[:-1]:
-        if plan.world_size <= 1 or len(s.ranks) != 1:
-            continue
-        sources = [stages[i.stage] for i in s.inputs if getattr(i, "kind", "") == "exchange"]
-        if any(len(src.ranks) > 1 for src in sources):
-            lonely.append(f"stage {s.id}: {s.note or 'no note'}")
-    return len(stages), lonely
+    return len(plan.stages), [note for note in plan.notes if note.startswith("one rank")]
 
 
 def run_query(con: Any, peer: duckdb.DuckDBPyConnection, n: int, workers: int, repeat: int) -> Outcome:
@@ -174,7 +165,7 @@ def run_query(con: Any, peer: duckdb.DuckDBPyConnection, n: int, workers: int, r
         out.status, out.message = "duckdb-error", _one_line(exc)
         return out
     try:
-        out.stages, out.one_rank_stages = plan_shape(con.plan(sql))
+        out.stages, out.one_rank_parts = plan_shape(con.plan(sql))
         actual, out.squall_s = _best(lambda: con.sql(sql).to_arrow(), repeat)
     except NotSupportedError as exc:
         out.status, out.message = "refused", str(exc).strip().splitlines()[0]
@@ -202,8 +193,8 @@ def _line(o: Outcome) -> str:
     text = "  ".join(parts)
     if o.message:
         text += f"\n      {o.message}"
-    for stage in o.one_rank_stages:
-        text += f"\n      one rank: {stage}"
+    for stage in o.one_rank_parts:
+        text += f"\n      {stage}"
     return text
 
 
@@ -238,6 +229,12 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
             reasons.setdefault(o.message, []).append(f"q{o.query:02d}")
     for message, names in sorted(reasons.items(), key=lambda item: (-len(item[1]), item[0])):
         lines.append(f"  refused ({len(names)}): {' '.join(names)}: {message}")
+    parts: dict[str, list[str]] = {}
+    for o in passed:
+        for note in dict.fromkeys(note.split(":")[0] for note in o.one_rank_parts):
+            parts.setdefault(note, []).append(f"q{o.query:02d}")
+    for note, names in sorted(parts.items(), key=lambda item: (-len(item[1]), item[0])):
+        lines.append(f"  {note} ({len(names)}): {' '.join(names)}")
     return lines
 
 
