@@ -47,6 +47,8 @@ def compile_sql(
     translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
     try:
         planned = translator.translate(bound.ast)
+        if len(planned.outputs) != len(bound.names):
+            raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
         pruned = Planned(prune(planned.node), planned.outputs)
         return Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
     except (NotSupportedError, BindError) as err:

@@ -22,11 +22,19 @@ DIALECT = "duckdb"
 
 
 def _all_columns(ast: exp.Expression) -> bool:
-    """True when the text may read columns it does not name (``*``, ``COLUMNS``, ``PIVOT``)."""
+    """True when the text may read columns it does not name: ``*``, ``COLUMNS``, ``PIVOT``,
+    ``NATURAL`` joins, a table (alias) used as a value (a struct of its row)."""
+    tables = {t.name.lower() for t in ast.find_all(exp.Table)} | {
+        t.alias.lower() for t in ast.find_all(exp.Table) if t.alias
+    }
     for node in ast.walk():
         if isinstance(node, (exp.Columns, exp.Pivot)):
             return True
         if isinstance(node, exp.Star) and not isinstance(node.parent, (exp.Count, exp.AggFunc)):
+            return True
+        if isinstance(node, exp.Join) and str(node.args.get("method") or "").upper() == "NATURAL":
+            return True
+        if isinstance(node, exp.Column) and not node.table and node.name.lower() in tables:
             return True
     return False
 

@@ -159,6 +159,9 @@ QUERIES = {
     "unnest_select_list": "SELECT id, unnest([id, id + 1]) AS u FROM t1 WHERE id < 5",
     "fallback_order_limit": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 40) "
     "SELECT t1.id, t1.grp FROM t1 JOIN r ON t1.id = r.n ORDER BY grp DESC NULLS FIRST, id LIMIT 10 OFFSET 3",
+    "fallback_natural_join_and_row_struct": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
+    "WHERE n < 2) SELECT name, t3b, n FROM t3 NATURAL JOIN t3b, r",
+    "columns_star_using": "SELECT COLUMNS(*) FROM t3 JOIN t3b USING (cat)",
     # refused with "not supported: …" (never a wrong answer); the list only shrinks
     "pivot_dynamic": "PIVOT t1 ON flag USING count(*) GROUP BY grp",
 }
