@@ -87,6 +87,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of the benchmark."""
     parser = argparse.ArgumentParser(prog="benchmarks/tpcds.py", description=__doc__.split("\n\n")[0])
@@ -108,8 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--repeat",
-        type=int,
-        choices=range(0, 100),
+        type=_count,
         default=1,
         metavar="N",
         help="timed runs per query after a warm-up, best counts (0: time the single cold run)",
