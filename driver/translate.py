@@ -13,6 +13,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from sqlglot import exp
 from sqlglot.optimizer.normalize import normalize
@@ -22,9 +23,11 @@ from sqlglot.optimizer.simplify import simplify
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.estimate import selectivity
+from squall.driver.fallback import one_rank
+from squall.driver.frontend import BoundQuery
 from squall.driver.scope import Scope, conjuncts
 from squall.driver.subqueries import INTERNAL, SubqueryMixin
-from squall.errors import BindError, NotSupportedError
+from squall.errors import BindError, NotSupportedError, UserError
 
 DIALECT = "duckdb"
 
@@ -117,10 +120,18 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
 class Translator(SubqueryMixin):
     """Turns one bound query into a logical plan (see module doc)."""
 
-    def __init__(self, catalog: Catalog, aggregate_functions: set[str]) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        aggregate_functions: set[str],
+        bind: Callable[[str], BoundQuery] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.aggregates = aggregate_functions
         self.names = Names()
+        #: binds a part on its own (the one-rank fallback checks it is self-contained)
+        self.bind = bind
+        self._depth = 0
 
     # --- entry -----------------------------------------------------------------------------
 
@@ -149,6 +160,47 @@ class Translator(SubqueryMixin):
     def query(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> Planned:
         if isinstance(e, exp.Subquery):
             return self.query(e.this, ctes)
+        self._depth += 1
+        try:
+            return self._query(e, ctes)
+        except NotSupportedError as err:
+            if self._depth == 1:
+                raise  # the whole query: compile_sql runs the user's own text on one rank
+            fallback = self._one_rank(e, ctes, str(err).removeprefix("not supported: "))
+            if fallback is None:
+                raise
+            return fallback
+        finally:
+            self._depth -= 1
+
+    def _one_rank(self, e: exp.Expression, ctes: dict[str, exp.Expression], reason: str) -> Planned | None:
+        """``e`` as a one-rank part, if it is self-contained (DuckDB binds it on its own)."""
+        if self.bind is None:
+            return None
+        needed: dict[str, exp.Expression] = {}
+        todo = [e]
+        while todo:
+            for t in todo.pop().find_all(exp.Table):
+                if t.name in ctes and t.name not in needed:
+                    needed[t.name] = ctes[t.name]
+                    todo.append(ctes[t.name])
+        text = e.sql(DIALECT)
+        if needed:
+            defs = ", ".join(
+                f"{name} AS ({body.sql(DIALECT)})" for name, body in ctes.items() if name in needed
+            )
+            text = f"WITH {defs} SELECT * FROM ({text}) AS q"
+        try:
+            bound = self.bind(text)
+        except UserError:
+            return None
+        visible = None
+        if isinstance(e, exp.Select) and not any(isinstance(p, exp.Star) for p in e.expressions):
+            visible = tuple(p.alias_or_name for p in e.expressions)
+        node, outputs = one_rank(self.catalog, bound, self.names.fresh, reason, visible)
+        return Planned(node, outputs)
+
+    def _query(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> Planned:
         if isinstance(e, exp.Select):
             return self.select(e, ctes)
         if isinstance(e, (exp.Union, exp.Intersect, exp.Except)):
@@ -248,7 +300,7 @@ class Translator(SubqueryMixin):
 
     def select(self, sel: exp.Select, ctes: dict[str, exp.Expression]) -> Planned:
         ctes = self._with(sel, ctes)
-        for unsupported in ("laterals", "pivots", "connect", "qualify", "sample", "windows"):
+        for unsupported in ("laterals", "pivots", "connect", "sample", "windows"):
             if sel.args.get(unsupported):
                 raise NotSupportedError(unsupported.upper().rstrip("S"))
         scope = Scope()
@@ -422,7 +474,7 @@ class Translator(SubqueryMixin):
     # --- aggregation, projection, order -------------------------------------------------------
 
     def _is_agg(self, node: exp.Expression) -> bool:
-        if isinstance(node, exp.Window):
+        if isinstance(node, (exp.Window, exp.Grouping, exp.GroupingId)):
             return False
         if isinstance(node, exp.AggFunc):
             return True
@@ -455,11 +507,22 @@ class Translator(SubqueryMixin):
     def _select_rest(
         self, sel: exp.Select, node: L.Node, scope: Scope, ctes: dict[str, exp.Expression]
     ) -> Planned:
-        projections = list(sel.expressions)
+        projections = _expand_columns(list(sel.expressions), scope)
         having = sel.args.get("having")
         group = sel.args.get("group")
         order = sel.args.get("order")
+        qualify = _qualify_condition(sel, projections)
         agg_exprs = [a for p in projections for a in self._find_aggs(p)]
+        if qualify is not None:
+            agg_exprs += self._find_aggs(qualify)
+        if group is not None and group.args.get("all"):
+            # GROUP BY ALL: every select-list expression without an aggregate or a window
+            keys = [
+                (p.this if isinstance(p, exp.Alias) else p).copy()
+                for p in projections
+                if not self._find_aggs(p) and p.find(exp.Window) is None
+            ]
+            group = exp.Group(expressions=keys)
         if having is not None:
             agg_exprs += self._find_aggs(having.this)
         if order is not None:
@@ -491,8 +554,14 @@ class Translator(SubqueryMixin):
         windows = [w for p in projections for w in p.find_all(exp.Window)]
         if order is not None:
             windows += [w for o in order.expressions for w in o.find_all(exp.Window)]
+        if qualify is not None:
+            windows += list(qualify.find_all(exp.Window))
         if windows:
             node, rewrite = self._windows(node, windows, rewrite)
+        if qualify is not None:
+            if _has_subquery(qualify):
+                raise NotSupportedError("subquery in QUALIFY")
+            node = L.Filter(node, rewrite(qualify))
 
         exprs = []
         outputs = []
@@ -506,9 +575,7 @@ class Translator(SubqueryMixin):
             exprs.append((name, converted))
             outputs.append((visible, name))
         project = L.Project(node, tuple(exprs))
-        if sel.args.get("distinct"):
-            if sel.args["distinct"].args.get("on"):
-                raise NotSupportedError("DISTINCT ON")
+        if sel.args.get("distinct") and not sel.args["distinct"].args.get("on"):
             keys = tuple((n, L.col(n)) for n, _ in exprs)
             return self._order_limit(
                 sel, L.Aggregate(project, keys, ()), tuple(outputs), scope, rewrite, True
@@ -526,12 +593,13 @@ class Translator(SubqueryMixin):
     ) -> Planned:
         order = e.args.get("order")
         if order is not None:
+            order_items = _order_all(order.expressions, len(outputs))
             by_visible = {}
             for v, i in outputs:
                 by_visible.setdefault(v, i)
             keys = []
             extra: list[tuple[str, exp.Expression]] = []
-            for o in order.expressions:
+            for o in order_items:
                 target = o.this
                 internal = None
                 if isinstance(target, exp.Literal) and not target.is_string:
@@ -575,23 +643,29 @@ class Translator(SubqueryMixin):
     ) -> tuple[L.Node, Callable[[exp.Expression], exp.Expression]]:
         keys: list[tuple[str, exp.Expression]] = []
         key_by_sql: dict[str, str] = {}
+        group_sets: list[list[exp.Expression]] | None = None
         if group is not None:
-            for kind, label in (
-                (exp.GroupingSets, "GROUPING SETS"),
-                (exp.Rollup, "ROLLUP"),
-                (exp.Cube, "CUBE"),
-            ):
-                if group.find(kind) is not None:
-                    raise NotSupportedError(f"GROUP BY {label}")
-            for g in group.expressions:
+            key_list, group_sets = _grouping_sets(group)
+            for g in key_list:
                 converted = self.convert(g, scope)
                 text = converted.sql(DIALECT)
                 if text in key_by_sql:
+                    key_by_sql[g.sql(DIALECT)] = key_by_sql[text]
                     continue
                 name = converted.name if isinstance(converted, exp.Column) else self.names.fresh("key")
+                if any(name == n for n, _e in keys):
+                    name = self.names.fresh("key")
                 keys.append((name, converted))
                 key_by_sql[text] = name
                 key_by_sql[g.sql(DIALECT)] = name
+        key_index = {n: i for i, (n, _e) in enumerate(keys)}
+        sets: tuple[tuple[int, ...], ...] = ()
+        if group_sets is not None:
+            indexed = [tuple(sorted({key_index[key_by_sql[g.sql(DIALECT)]] for g in s})) for s in group_sets]
+            if len(set(indexed)) != len(indexed):
+                raise NotSupportedError("GROUPING SETS that repeat a set")
+            sets = tuple(indexed)
+        gid = self.names.fresh("grouping_id") if sets else ""
         calls: list[tuple[str, L.AggCall]] = []
         call_by_sql: dict[str, str] = {}
         for a in aggs:
@@ -604,12 +678,44 @@ class Translator(SubqueryMixin):
             calls.append((name, _agg_call(converted)))
             call_by_sql[text] = name
             call_by_sql[a.sql(DIALECT)] = name
-        agg_node = L.Aggregate(node, tuple(keys), tuple(calls))
+        agg_node = L.Aggregate(node, tuple(keys), tuple(calls), sets, gid)
+
+        def grouping(n: exp.Grouping | exp.GroupingId) -> exp.Expression:
+            """``GROUPING(k…)``: bits of the grouping id (0 without grouping sets)."""
+            bits: list[exp.Expression] = []
+            for arg in n.expressions:
+                name = key_by_sql.get(arg.sql(DIALECT)) or key_by_sql.get(
+                    self.convert(arg, scope).sql(DIALECT)
+                )
+                if name is None:
+                    raise BindError(f"GROUPING() argument {arg.sql(DIALECT)} is not a GROUP BY key")
+                if not sets:
+                    continue
+                shift = len(keys) - 1 - key_index[name]
+                bits.append(
+                    exp.BitwiseAnd(
+                        this=exp.paren(
+                            exp.BitwiseRightShift(this=L.col(gid), expression=exp.Literal.number(shift))
+                        ),
+                        expression=exp.Literal.number(1),
+                    )
+                )
+            if not bits:
+                return exp.cast(exp.Literal.number(0), exp.DataType.build("BIGINT"))
+            out: exp.Expression = exp.paren(bits[0])
+            for bit in bits[1:]:
+                out = exp.BitwiseOr(
+                    this=exp.paren(exp.BitwiseLeftShift(this=out, expression=exp.Literal.number(1))),
+                    expression=exp.paren(bit),
+                )
+            return exp.paren(out)
 
         def rewrite(e: exp.Expression) -> exp.Expression:
             def fix(n: exp.Expression) -> exp.Expression:
                 if isinstance(n, exp.Column) and n.table == INTERNAL:
                     return L.col(n.name)
+                if isinstance(n, (exp.Grouping, exp.GroupingId)):
+                    return grouping(n)
                 text = n.sql(DIALECT)
                 if text in call_by_sql:
                     return L.col(call_by_sql[text])
@@ -654,26 +760,148 @@ class Translator(SubqueryMixin):
         win_node = L.Window(node, tuple(exprs), shared)
 
         def rewrite_w(e: exp.Expression) -> exp.Expression:
+            # windows become references to their output columns (marked internal, so the
+            # rewrite below, which may be an aggregate's, passes them through untouched)
             def pre(n: exp.Expression) -> exp.Expression:
                 if isinstance(n, exp.Window) and n.sql(DIALECT) in by_sql:
-                    return exp.column(f"__w{list(by_sql).index(n.sql(DIALECT))}")
+                    return exp.column(by_sql[n.sql(DIALECT)], table=INTERNAL)
                 return n
 
-            placeholder = e.copy().transform(pre)
-            converted = rewrite(placeholder) if not _only_placeholders(placeholder) else placeholder
-
-            def post(n: exp.Expression) -> exp.Expression:
-                if isinstance(n, exp.Column) and n.name.startswith("__w") and n.name[3:].isdigit():
-                    return L.col(list(by_sql.values())[int(n.name[3:])])
-                return n
-
-            return converted.transform(post)
+            return rewrite(e.copy().transform(pre))
 
         return win_node, rewrite_w
 
 
-def _only_placeholders(e: exp.Expression) -> bool:
-    return isinstance(e, exp.Column) and e.name.startswith("__w")
+def _expand_columns(projections: list[exp.Expression], scope: Scope) -> list[exp.Expression]:
+    """``COLUMNS('regex')`` / ``COLUMNS(*)``: the select item once per matching column, in FROM order."""
+    out: list[exp.Expression] = []
+    for p in projections:
+        found = list(p.find_all(exp.Columns))
+        if not found:
+            out.append(p)
+            continue
+        pattern = found[0].this
+        if len(found) > 1 or not (
+            isinstance(pattern, exp.Star) or (isinstance(pattern, exp.Literal) and pattern.is_string)
+        ):
+            raise NotSupportedError(
+                f"COLUMNS(…) other than one regex or * per select item: {p.sql(DIALECT)[:80]}"
+            )
+        regex = None if isinstance(pattern, exp.Star) else re.compile(pattern.this)
+        for alias, column in list(scope.columns):
+            if regex is not None and not regex.search(column):
+                continue
+            ref = exp.column(column, table=alias)
+
+            def put(n: exp.Expression, ref: exp.Expression = ref) -> exp.Expression:
+                return ref.copy() if isinstance(n, exp.Columns) else n
+
+            item = p.copy().transform(put)
+            if isinstance(item, (exp.Alias, exp.Column)):
+                out.append(item)
+            else:
+                out.append(cast(exp.Expression, exp.alias_(item, column)))
+    return out
+
+
+def _grouping_sets(group: exp.Group) -> tuple[list[exp.Expression], list[list[exp.Expression]] | None]:
+    """GROUP BY items → (every key expression, the grouping sets or None for a plain GROUP BY).
+
+    ``a, ROLLUP(b, c), CUBE(d), GROUPING SETS (…)`` is the cross product of each item's sets,
+    as in DuckDB."""
+
+    def unit(e: exp.Expression) -> list[exp.Expression]:
+        if isinstance(e, exp.Tuple):
+            return list(e.expressions)
+        if isinstance(e, exp.Paren):
+            return unit(e.this)
+        return [e]
+
+    def sets_of(e: exp.Expression) -> list[list[exp.Expression]]:
+        if isinstance(e, exp.Rollup):
+            parts = [unit(x) for x in e.expressions]
+            return [[x for p in parts[:i] for x in p] for i in range(len(parts), -1, -1)]
+        if isinstance(e, exp.Cube):
+            parts = [unit(x) for x in e.expressions]
+            out: list[list[exp.Expression]] = [[]]
+            for p in parts:
+                out = [s + p for s in out] + out
+            return out
+        if isinstance(e, exp.GroupingSets):
+            return [s for item in e.expressions for s in sets_of(item)]
+        return [unit(e)]
+
+    items = list(group.expressions)
+    for key in ("grouping_sets", "rollup", "cube"):  # older sqlglot keeps them apart
+        items += list(group.args.get(key) or [])
+    keys: list[exp.Expression] = []
+    seen: set[str] = set()
+    for item in items:
+        for s in sets_of(item):
+            for k in s:
+                if k.sql(DIALECT) not in seen:
+                    seen.add(k.sql(DIALECT))
+                    keys.append(k)
+    if not any(isinstance(i, (exp.Rollup, exp.Cube, exp.GroupingSets)) for i in items):
+        return keys, None
+    combined: list[list[exp.Expression]] = [[]]
+    for item in items:
+        combined = [a + b for a in combined for b in sets_of(item)]
+    return keys, combined
+
+
+def _qualify_condition(sel: exp.Select, projections: list[exp.Expression]) -> exp.Expression | None:
+    """The QUALIFY predicate; ``DISTINCT ON (k…) … ORDER BY o…`` adds ``row_number() OVER
+    (PARTITION BY k… ORDER BY o…) = 1`` (the first row of each k by the query's order)."""
+    qualify = sel.args.get("qualify")
+    cond = qualify.this.copy() if qualify is not None else None
+    distinct = sel.args.get("distinct")
+    on = distinct.args.get("on") if distinct is not None else None
+    if on is None:
+        return cond
+    if cond is not None:
+        raise NotSupportedError("DISTINCT ON together with QUALIFY")
+    by_alias = {p.alias: p.this for p in projections if isinstance(p, exp.Alias)}
+
+    def resolve(e: exp.Expression) -> exp.Expression:
+        if isinstance(e, exp.Literal) and not e.is_string:
+            pos = int(e.this)
+            if not 1 <= pos <= len(projections):
+                raise BindError(f"position {pos} is not in the select list")
+            p = projections[pos - 1]
+            return (p.this if isinstance(p, exp.Alias) else p).copy()
+        if isinstance(e, exp.Column) and not e.table and e.name in by_alias:
+            return by_alias[e.name].copy()
+        return e.copy()
+
+    keys = [resolve(k) for k in (on.expressions if isinstance(on, exp.Tuple) else [on])]
+    order = sel.args.get("order")
+    ordered = []
+    for o in order.expressions if order is not None else []:
+        item = o.copy()
+        item.set("this", resolve(o.this))
+        ordered.append(item)
+    window = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=keys,
+        order=exp.Order(expressions=ordered) if ordered else None,
+    )
+    return exp.EQ(this=window, expression=exp.Literal.number(1))
+
+
+def _order_all(items: list[exp.Ordered], width: int) -> list[exp.Ordered]:
+    """``ORDER BY ALL [DESC] [NULLS …]``: every output column, left to right, in that direction."""
+    if len(items) == 1 and isinstance(items[0].this, exp.Var) and items[0].this.name.upper() == "ALL":
+        first = items[0]
+        return [
+            exp.Ordered(
+                this=exp.Literal.number(i + 1),
+                desc=first.args.get("desc"),
+                nulls_first=first.args.get("nulls_first"),
+            )
+            for i in range(width)
+        ]
+    return items
 
 
 def _exprs_of(node: L.Node) -> list[tuple[str, exp.Expression]]:
