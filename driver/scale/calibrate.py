@@ -36,15 +36,33 @@ def signature(plan: Any) -> list[str]:
     return [f"{s.id}:{s.output.kind}:{stage_shape(s)}" for s in plan.stages]
 
 
+PLAN_AS_SF = 1000.0
+
+
+def large_sf_options(data_sf: float, as_sf: float = PLAN_AS_SF) -> Any:
+    """PlannerOptions whose absolute size thresholds make a plan over SF ``data_sf`` look like one over
+    SF ``as_sf`` (broadcast limit, gather groups and replicated-scan rows divided by the ratio)."""
+    from squall.driver.planner import PlannerOptions
+
+    base = PlannerOptions()
+    ratio = as_sf / data_sf
+    return PlannerOptions(
+        broadcast_limit=base.broadcast_limit / ratio,
+        broadcast_factor=base.broadcast_factor,
+        gather_groups=base.gather_groups / ratio,
+        replicated_scan_rows=base.replicated_scan_rows / ratio,
+    )
+
+
 def measure_rates(
     data: str, queries: list[int], sf: str = "sf1"
 ) -> tuple[dict[str, float], float, list[Any]]:
-    """Per-shape rows/s of one worker (its threads as the local platform gives them) and the overhead."""
+    """Per-shape rows/s of one DuckDB thread (two workers, one thread each) and the per-stage overhead."""
     import squall
     from squall import tpch
 
     points: list[tuple[str, float, float]] = []
-    con = squall.connect(data=os.path.join(data, sf), workers=1)
+    con = squall.connect(data=os.path.join(data, sf), workers=2)
     try:
         con.sql(tpch.query(6))  # warm-up
         for q in queries:
@@ -76,18 +94,22 @@ def measure_sizes(data: str, queries: list[int], workers: int = 4) -> dict[str, 
     from squall import tpch
 
     out: dict[str, Any] = {}
-    for sf in ("0.1", "1"):
-        con = squall.connect(data=os.path.join(data, f"sf{sf}"), workers=workers)
+    for sf in ("1", "0.1"):
+        con = squall.connect(
+            data=os.path.join(data, f"sf{sf}"), workers=workers, planner_options=large_sf_options(float(sf))
+        )
         try:
             for q in queries:
                 sql = tpch.query(q)
                 plan = con.plan(sql)
-                res = con.sql(sql)
                 entry = out.setdefault(
-                    str(q), {"workers": workers, "signature": signature(plan), "sizes": {}}
+                    str(q),
+                    {"workers": workers, "plan_as_sf": PLAN_AS_SF, "signature": signature(plan), "sizes": {}},
                 )
                 if entry["signature"] != signature(plan):
-                    entry["signature_mismatch"] = True
+                    entry.setdefault("mismatch", []).append(sf)
+                    continue
+                res = con.sql(sql)
                 entry["sizes"][sf] = {str(st["stage"]): [st["rows_out"], st["bytes_out"]]
                                       for st in res.stats["stages"]}  # fmt: skip
         finally:
