@@ -82,7 +82,7 @@ def run(
     log: Callable[[str], None] | None = None,
 ) -> Stats:
     """Run queries ``start .. start+n-1`` of ``seed``; with ``cycle`` query i runs at W = workers[i % len],
-    else at every worker count."""
+    else at every worker count. Ctrl-C stops early and returns the counts so far."""
     gen = QueryGenerator(seed)
     stats = Stats()
     per_bug: Counter = Counter()
@@ -90,55 +90,59 @@ def run(
         if case.header.get("kind") in ("error", "internal"):
             per_bug[bug_key(case.header["kind"], case.header.get("differs", ""))] += 1
     t0 = time.perf_counter()
-    for i in range(start, start + n):
-        sql = gen.query(i)
-        workers = (oracle.workers[i % len(oracle.workers)],) if cycle else oracle.workers
-        out = oracle.check(sql, workers)
-        stats.generated += 1
-        stats.counts[out.kind] += 1
-        if out.kind == "refused":
-            stats.refusals[refusal_reason(out.detail)] += 1
-        elif out.kind == "rejected":
-            stats.rejections[out.detail[:100]] += 1
-        elif out.failed:
-            finding = Finding(i, sql, out)
-            stats.findings.append(finding)
-            key = bug_key(out.kind, out.detail)
-            per_bug[key] += 1
-            if log:
-                log(f"[{i}] {out.kind} at W={out.workers}: {' '.join(out.detail.split())[:200]}")
-            if minimize_failures and (not key or per_bug[key] <= max_per_bug):
-                w = out.workers or 1
-                want = out.signature()
+    try:
+        for i in range(start, start + n):
+            sql = gen.query(i)
+            workers = (oracle.workers[i % len(oracle.workers)],) if cycle else oracle.workers
+            out = oracle.check(sql, workers)
+            stats.generated += 1
+            stats.counts[out.kind] += 1
+            if out.kind == "refused":
+                stats.refusals[refusal_reason(out.detail)] += 1
+            elif out.kind == "rejected":
+                stats.rejections[out.detail[:100]] += 1
+            elif out.failed:
+                finding = Finding(i, sql, out)
+                stats.findings.append(finding)
+                key = bug_key(out.kind, out.detail)
+                per_bug[key] += 1
+                if log:
+                    log(f"[{i}] {out.kind} at W={out.workers}: {' '.join(out.detail.split())[:200]}")
+                if minimize_failures and (not key or per_bug[key] <= max_per_bug):
+                    w = out.workers or 1
+                    want = out.signature()
 
-                def still_fails(text: str, w: int = w, want: tuple[str, str] = want) -> bool:
-                    return oracle.check(text, (w,)).signature() == want
+                    def still_fails(text: str, w: int = w, want: tuple[str, str] = want) -> bool:
+                        return oracle.check(text, (w,)).signature() == want
 
-                finding.minimized = minimize(sql, still_fails, log=log)
-                finding.fails_at = oracle.failing_workers(finding.minimized)
-                if save and finding.fails_at:
-                    final = oracle.check(finding.minimized, (w,))
-                    finding.saved = save_case(
-                        finding.minimized,
-                        {
-                            "seed": f"{seed} (query {i})",
-                            "workers": str(w),
-                            "kind": out.kind,
-                            "differs": final.detail or out.detail,
-                            "fails-at": ",".join(map(str, finding.fails_at)),
-                            "xfail": "open bug found by the fuzzer, reported to the lead",
-                            "original": sql,
-                        },
-                        cases,
-                    )
-                    if log:
-                        log(f"  saved {finding.saved}")
-        if log and (i - start + 1) % 100 == 0:
-            c = stats.counts
-            log(
-                f"{i - start + 1} queries, {time.perf_counter() - t0:.0f} s: passed {c['passed']} refused "
-                f"{c['refused']} rejected {c['rejected']} wrong {c['wrong']} error {c['error']} "
-                f"internal {c['internal']}"
-            )
+                    finding.minimized = minimize(sql, still_fails, log=log)
+                    finding.fails_at = oracle.failing_workers(finding.minimized)
+                    if save and finding.fails_at:
+                        final = oracle.check(finding.minimized, (w,))
+                        finding.saved = save_case(
+                            finding.minimized,
+                            {
+                                "seed": f"{seed} (query {i})",
+                                "workers": str(w),
+                                "kind": out.kind,
+                                "differs": final.detail or out.detail,
+                                "fails-at": ",".join(map(str, finding.fails_at)),
+                                "xfail": "open bug found by the fuzzer, reported to the lead",
+                                "original": sql,
+                            },
+                            cases,
+                        )
+                        if log:
+                            log(f"  saved {finding.saved}")
+            if log and (i - start + 1) % 100 == 0:
+                c = stats.counts
+                log(
+                    f"{i - start + 1} queries, {time.perf_counter() - t0:.0f} s: passed {c['passed']} refused "
+                    f"{c['refused']} rejected {c['rejected']} wrong {c['wrong']} error {c['error']} "
+                    f"internal {c['internal']}"
+                )
+    except KeyboardInterrupt:
+        if log:
+            log(f"interrupted after {stats.generated} queries")
     stats.seconds = time.perf_counter() - t0
     return stats
