@@ -1,7 +1,8 @@
 """The one-rank fallback: a part of a query Squall has no distributed plan for runs in DuckDB on rank 0.
 
 The part's own SQL text is kept as it is; each catalog table it reads becomes a scan
-of only the columns the text mentions (every rank reads its share), gathered to rank 0,
+of only the columns the text mentions, filtered by the WHERE conjuncts that surely apply to
+all of its rows (every rank reads its share), gathered to rank 0,
 where a CTE named like the table hands those columns to the text under their own names.
 The planner says so in a plan note and in the notes of the stages that gather (see
 :mod:`squall.driver.planner.onerank`): never a silent single-node plan.
@@ -9,13 +10,16 @@ The planner says so in a plan note and in the notes of the stages that gather (s
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from sqlglot import exp
+from sqlglot.optimizer.qualify import qualify
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery, referenced_tables
+from squall.driver.scope import conjuncts
 from squall.errors import NotSupportedError
 
 DIALECT = "duckdb"
@@ -56,6 +60,65 @@ def _check_static_columns(ast: exp.Expression) -> None:
             )
 
 
+def _pushable_filters(ast: exp.Expression, catalog: Catalog) -> dict[str, list[exp.Expression]]:
+    """WHERE conjuncts that only read one table, by table name (lower case), with bare column names.
+
+    Only for a table named once in the whole text, read directly in the FROM of a SELECT whose
+    joins are all inner or cross: there the conjunct drops the same rows before the gather as
+    after it. Anything else (outer joins, subqueries, a table read twice) keeps all its rows.
+    """
+    tree = ast.copy()
+    for ident in tree.find_all(exp.Identifier):
+        ident.set("this", ident.this.lower())
+    schema = {}
+    for t in {t.name for t in tree.find_all(exp.Table)}:
+        if t in catalog:
+            schema[t] = {f.name.lower(): "VARCHAR" for f in catalog.table(t).schema}
+    try:
+        tree = qualify(tree, schema=schema, dialect=DIALECT, quote_identifiers=False)
+    except Exception:  # sqlglot cannot qualify this text: push nothing
+        return {}
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    tables = [t for t in tree.find_all(exp.Table)]
+    counts = Counter(t.name for t in tables)
+    out: dict[str, list[exp.Expression]] = {}
+    for t in tables:
+        if counts[t.name] != 1 or t.name in ctes or t.name not in schema:
+            continue
+        sel = t.parent.parent if t.parent is not None else None
+        if not isinstance(t.parent, (exp.From, exp.Join)) or not isinstance(sel, exp.Select):
+            continue
+        joins = sel.args.get("joins") or []
+        if any(
+            j.side or j.args.get("method") or (j.kind or "INNER").upper() not in ("INNER", "CROSS")
+            for j in joins
+        ):
+            continue
+        alias = t.alias_or_name
+        for c in conjuncts(sel.args.get("where")):
+            if any(
+                isinstance(n, (exp.Subquery, exp.Select, exp.Exists, exp.Window, exp.Star)) for n in c.walk()
+            ):
+                continue
+            cols = list(c.find_all(exp.Column))
+            if cols and all(col.table == alias and col.name in schema[t.name] for col in cols):
+                bare = c.copy().transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n)
+                out.setdefault(t.name.lower(), []).append(bare)
+    return out
+
+
+def _internal_filters(
+    filters: list[exp.Expression], cols: tuple[tuple[str, str], ...]
+) -> tuple[exp.Expression, ...]:
+    """Bare source column names → the scan's internal names."""
+    internal = {source.lower(): i for source, i in cols}
+
+    def fix(n: exp.Expression) -> exp.Expression:
+        return L.col(internal[n.name]) if isinstance(n, exp.Column) else n
+
+    return tuple(f.transform(fix) for f in filters if all(c.name in internal for c in f.find_all(exp.Column)))
+
+
 def one_rank(
     catalog: Catalog,
     bound: BoundQuery,
@@ -73,6 +136,7 @@ def one_rank(
     tables: list[str] = []
     columns: list[tuple[tuple[str, str], ...]] = []
     inputs: list[L.Node] = []
+    pushed = _pushable_filters(ast, catalog)
     for name in referenced_tables(ast):
         if name.lower() in ctes or name not in catalog or name.lower() in (t.lower() for t in tables):
             continue
@@ -83,7 +147,8 @@ def one_rank(
         width = info.row_width(used)
         tables.append(info.name)
         columns.append(cols)
-        inputs.append(L.Scan(info.name, cols, (), float(info.num_rows), width))
+        filters = _internal_filters(pushed.get(name.lower(), []), cols)
+        inputs.append(L.Scan(info.name, cols, filters, float(info.num_rows), width))
     names = visible if visible is not None and len(visible) == len(bound.names) else bound.names
     out = tuple(fresh(n or "c") for n in names)
     sql = bound.sql.strip().rstrip(";").strip()

@@ -162,6 +162,13 @@ QUERIES = {
     "fallback_natural_join_and_row_struct": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
     "WHERE n < 2) SELECT name, t3b, n FROM t3 NATURAL JOIN t3b, r",
     "columns_star_using": "SELECT COLUMNS(*) FROM t3 JOIN t3b USING (cat)",
+    "fallback_pushed_filters": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 40) "
+    "SELECT t1.id, t1.grp FROM t1 JOIN r ON t1.id = r.n WHERE t1.grp = 'g1' AND t1.val > 3 AND r.n > 2",
+    "fallback_outer_join_filter": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 40) "
+    "SELECT t1.id, r.n FROM t1 LEFT JOIN r ON t1.id = r.n WHERE r.n IS NULL AND t1.id < 100",
+    "fallback_table_twice": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) "
+    "SELECT count(*) FROM t2 a JOIN r ON a.score = r.n WHERE a.cat = 'h' AND EXISTS "
+    "(SELECT 1 FROM t2 b WHERE b.t1_id = a.t1_id AND b.cat <> 'h')",
     # refused with "not supported: …" (never a wrong answer); the list only shrinks
     "pivot_dynamic": "PIVOT t1 ON flag USING count(*) GROUP BY grp",
 }
