@@ -5,7 +5,8 @@ Rules:
 - DuckDB raises → ``rejected`` (the generator made an invalid query; counted, Squall is not asked).
 - Squall raises ``NotSupportedError`` (``not supported: …``) → ``refused`` (a to-do, not a failure).
 - Squall returns rows that differ from DuckDB's (``squall.testing.compare_results``: float tolerance,
-  tie-aware ORDER BY/LIMIT) → ``wrong``.
+  tie-aware ORDER BY/LIMIT) → ``wrong``. Stricter than ``compare_results``: a column that is DECIMAL on both
+  sides must match exactly (decimal arithmetic is exact; a tolerance hid a rounded partial sum).
 - Squall raises any other ``UserError`` (bind error on SQL it generated itself, runtime error, …) where DuckDB
   answered → ``error``; anything else (a Python exception, a crashed worker) → ``internal``.
 - Otherwise ``passed``.
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 import squall
 from squall.errors import NotSupportedError, UserError
@@ -27,6 +29,20 @@ from squall.testing import compare_results
 from .dataset import duckdb_reference
 
 FAILURES = ("wrong", "error", "internal")
+
+
+def _exact_decimals(table: pa.Table, other: pa.Table) -> pa.Table:
+    """``table`` with each column that is DECIMAL in both tables as normalised strings (exact comparison)."""
+    if table.num_columns != other.num_columns:
+        return table
+    columns = []
+    for col, a, b in zip(table.columns, table.schema, other.schema, strict=True):
+        if pa.types.is_decimal(a.type) and pa.types.is_decimal(b.type):
+            values = [None if v is None else str(v.normalize()) for v in col.to_pylist()]
+            columns.append(pa.array(values, pa.string()))
+        else:
+            columns.append(col)
+    return pa.table(columns, names=table.column_names)
 
 
 @dataclass
@@ -116,6 +132,12 @@ class Oracle:
                 time.perf_counter() - start,
             )
         problem = compare_results(actual, expected, sql)
+        if problem is None:
+            problem = compare_results(
+                _exact_decimals(actual, expected), _exact_decimals(expected, actual), sql
+            )
+            if problem is not None:
+                problem = "DECIMAL values differ exactly (within float tolerance otherwise): " + problem
         elapsed = time.perf_counter() - start
         if problem is not None:
             return Outcome("wrong", w, problem, "", elapsed, actual.num_rows)
