@@ -92,9 +92,13 @@ class RateLimit:
         self.rate = rate
         self.used: dict[int, float] = {}
 
-    def admit(self, now: float, n: int) -> float:
+    def admit(self, now: float, n: int, spread_s: float = 0.0) -> float:
+        """Book ``n`` requests at ``now`` (or evenly over ``spread_s`` seconds); return the extra wait."""
         if self.rate >= 1e8 or n <= 0:
             return 0.0
+        if spread_s >= 1.0:
+            secs = int(spread_s)
+            return max(self.admit(now + i, math.ceil(n / secs)) for i in range(secs))
         sec = first = int(now // 1)
         left = float(n)
         while left > 0:
@@ -291,7 +295,7 @@ class Simulation:
             yield self.env.timeout(seconds)
 
     def req(self, kind: str, n: int, rank: int, nbytes: float = 0.0, xid: int | None = None,
-            count_as: str | None = None, at: float = 0.0) -> float:  # fmt: skip
+            count_as: str | None = None, at: float = 0.0, spread_s: float = 0.0) -> float:  # fmt: skip
         """Count ``n`` requests of ``kind`` issued in parallel by ``rank`` (its thread pool) ``at`` seconds
         from now, moving ``nbytes`` in total; return how long they take (throttling, latency, transfer).
         On a shared-CPU host the caller also runs ``n x s3_request_cpu_s`` of CPU work."""
@@ -304,7 +308,7 @@ class Simulation:
         now = self.env.now + at
         limiter = self.puts if kind in ("put", "list") else self.gets
         t = 0.0
-        wait = limiter.admit(now, n)
+        wait = limiter.admit(now, n, spread_s)
         if wait > 0:  # 503 SlowDown, retried after botocore's backoff: about log2 rounds per request
             tries = max(1, math.ceil(math.log2(1 + wait / max(p.retry_base_s * 0.5, 1e-3))))
             self.retries += n * tries
