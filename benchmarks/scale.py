@@ -168,9 +168,11 @@ def charts(results: dict[str, Any], out: Path) -> list[Path]:
                     ax.plot([b["workers"]], [b[metric]], marker="*", ms=12, color=cmap(i), mec="black")
             if metric == "cost_usd" and sf == 1000:
                 ax.axhline(STARLING_SF1000_USD, color="grey", ls=":", label="Starling SF1000 $0.26")
-            if metric == "time_s":
+            if metric == "time_s" and max(r["time_s"] for r in rows) > LAMBDA_LIMIT_S / 3:
                 ax.axhline(LAMBDA_LIMIT_S, color="red", ls=":", label="Lambda 900 s limit")
             ax.set_xscale("log", base=2)
+            ws = sorted({r["workers"] for r in rows})
+            ax.set_xticks(ws, [str(w) for w in ws])
             ax.set_yscale("log")
             ax.set_xlabel("workers W")
             ax.set_ylabel(label)

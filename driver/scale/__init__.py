@@ -7,6 +7,11 @@ live in :mod:`.params` (profiles ``aws`` and ``emulator-here``), exchange reques
 :mod:`.requests`, compute rates and TPC-H size profiles in :mod:`.calibration` (measured here by
 :mod:`.calibrate`), the plan-to-work translation and SF scaling in :mod:`.workload`.
 
+Validation: ``benchmarks/scale_validate.py`` runs lambda-local + moto here and compares with the
+``emulator-here`` profile (PUT and index-GET counts per exchange match the formulas exactly; data GETs
+depend on piece sizes; polling misses and HEADs are timing-dependent); ``benchmarks/scale.py`` sweeps
+TPC-H SF100…SF10000 over W with the ``aws`` profile.
+
 Typical use (what ``squall explain --estimate`` and ``workers="auto"`` can call)::
 
     from squall.driver.scale import PlatformConfig, estimate, load_calibration
