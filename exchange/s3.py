@@ -1,55 +1,89 @@
 """S3 exchange: Lambada-style write combining, one- or two-level (Lambada, SIGMOD 2020).
 
 Per exchange every sender writes **one** object holding the data of all its
-receivers, one byte range each; a receiver reads only its ranges with parallel
-ranged GETs. Large hash exchanges can route through a √W x √W grid (two levels).
+receivers, one byte range each, and puts the *lengths of those ranges in the
+object's key*. A receiver LISTs the prefix its senders write to (one LIST per
+receiver per polling round returns all of their keys), computes its offsets
+from the key names and reads each non-empty range with one ranged GET. No
+index GETs, no 404 polling, no per-stage HEADs. Large hash exchanges route
+through a √W x √W grid (two levels).
 
 Keys
 ----
 All objects of a query live under ``<prefix>/<query_id>/`` (``config["prefix"]``)::
 
-    <prefix>/<query_id>/<hhhh>/x<exchange>-l<level>-s<sender>   one object per (exchange, level, sender)
-    <prefix>/<query_id>/ABORT                                  the query was aborted; holds the reason
+    <prefix>/<query_id>/<hhhh>-x<exchange>-l<level>-g<group>/s<sender>_<lengths>   one object per (exchange, level, sender)
+    <prefix>/<query_id>/ABORT                                                   the query was aborted; holds the reason
 
-``hhhh`` is 4 hex digits of a hash of (query, exchange, level, sender): keys are
-deterministic, and spread over 65,536 sub-prefixes so S3 can split the query's
-key space over partitions (≥3,500 PUT / 5,500 GET per second each). Objects are
-written with ``If-None-Match: *``: a 412 PreconditionFailed means a retried or
-duplicated sender already wrote the same key, and the first copy wins.
+``<lengths>`` is ``S.L0.L1…`` in base 36: ``S`` the length of the object's
+*schema piece* (at offset 0), then the length of the range of each of the
+object's destinations in order (the sorted receivers; the sender's forwarders at
+level 1 of two; the receivers a forwarder serves at level 2; one ``-1`` range for a
+broadcast). Range *i* starts where range *i-1* ends, so offsets are prefix sums
+of the key. ``0`` means "nothing for you": empty pieces are not written, and a
+range for the sender itself is kept in memory, never written. When a key would
+exceed ``max_key_bytes`` (S3 allows 1,024; a one-level hash exchange with
+hundreds of receivers), the key ends in ``_i`` instead and the object carries a
+tail index (below): its readers GET the tail first, as version 1 did.
 
-Object format (version 1, little endian)
+A *group* is the set of senders whose keys share a LIST prefix: one level,
+``group = position of the sender // group_size`` (64); level 1 of two, the
+sender's grid row (a short last row joins the row above); level 2, the
+forwarder's grid column. So every reader LISTs one prefix per round (one level
+and W > 64: ⌈W/64⌉). ``hhhh`` (4 hex digits of a hash of query, exchange, level
+and group) spreads groups over 65,536 sub-prefixes. Objects are written with
+``If-None-Match: *``: a 412 means a retried or duplicated sender already wrote
+the same bytes (deterministic encoding, same key), and the first copy wins. A
+duplicate whose output differs (row order) writes a second key of the same
+sender: every reader takes, per sender, the smallest key it lists; every copy is
+a complete partitioning of the sender's rows, so each receiver still sees each
+row once.
+
+Request rates (S3: ≥3,500 PUT and 5,500 GET/HEAD/LIST per second per prefix)
+--------------------------------------------------------------------------
+Every request of an exchange level goes to the object keys of one group, so per
+group prefix and level: two levels, g = ⌈√W⌉ senders, each object read by ≤ g
+readers: ≤ g PUTs and ≤ g² data GETs, plus g LISTs per polling round. At
+W = 4,096 (g = 64): 64 PUTs, 4,096 GETs and, with backoff (≤ 7 rounds in the
+first second), ≤ 448 LISTs: ≤ 4,544 GET-class requests per prefix even if the
+whole level fell into one second — under 5,500 — and 128 groups per exchange
+(64 rows + 64 columns) spread the exchange's 2W·g ≈ 524 k GETs over 128
+prefixes. One level, groups of 64 senders read by all W receivers: 64·W GETs
+per prefix, under 5,500/s for W ≤ 85 in one second; larger one-level exchanges
+(``levels=1`` forced; ``auto`` uses two levels from W = 16) rely on the
+exchange lasting ≥ 64·W/5,500 s or on S3's 503 SlowDown + retries.
+
+Object format (version 2, little endian)
 ----------------------------------------
 ::
 
-    object  := piece* index trailer
-    piece   := one Arrow IPC *stream* (schema message, record batches, end-of-stream
-               marker), buffers compressed with ``compression`` (zstd or lz4)
-    index   := entry* ; entries sorted by (to, tag), one per piece
+    object  := schema range* [index trailer]       (index + trailer only in "_i" objects)
+    schema  := an Arrow IPC stream of the zero-row table (the sender's schema)
+    range   := count:uint32  (tag:int32 length:uint64)*count  piece*   (empty range: no bytes)
+    piece   := one Arrow IPC *stream*, buffers compressed with ``compression`` (zstd or lz4)
+    index   := entry* ; one per range, and one with to = -2 for the schema piece
     entry   := to:int32  tag:int32  offset:uint64  length:uint64      (24 bytes)
-    trailer := index_length:uint64  magic:8 bytes b"SQXCHG01"          (16 bytes)
+    trailer := index_length:uint64  magic:8 bytes b"SQXCHG02"          (16 bytes)
 
-``offset``/``length`` locate the piece in the object. ``to`` is the rank that
-reads the piece (``-1``: every receiver, broadcast). ``tag`` is the rank the rows
-*came from* (the original sender), except in a two-level first-level object,
-where it is the final receiver the forwarder passes the piece on to. The
-pieces of one ``to`` are contiguous, so a reader needs one byte range per
-object. Every piece carries its schema, so empty partitions keep their types.
+``tag`` is the rank the rows *came from* (the original sender), except in a
+two-level first-level object, where it is the final receiver the forwarder
+passes the piece on to. Pieces without rows are left out; a receiver that ends
+up with no piece at all takes the schema from its own ``send`` (every rank of a
+hash exchange sends) or, if it sent nothing, GETs one schema piece
+(``get_schema``).
 
-Reading
--------
-A reader first issues a suffix-range GET for the last ``tail_bytes`` (64 KiB):
-that returns the trailer, the index and, for small objects, the reader's own
-range too (pieces addressed to the highest ranks sit right before the index).
-Only when its range lies outside that tail does it issue data GETs: one per
-``part_size`` (16 MiB) slice, in parallel on a thread pool (the boto3 client is
-shared; ``max_pool_connections`` connections). A missing object (404) is a
-*miss*: the reader polls again with bounded exponential backoff (20 ms … 1 s,
-jittered), checks the ABORT marker with a HEAD after each round that still
-misses something, and raises :class:`ExchangeTimeout` naming the missing ranks
-after ``timeout_s``. A rank never GETs what it wrote itself: it keeps the pieces
-addressed to it in memory, and does not PUT an object whose pieces are all
-addressed to itself (it drops its copy after a 412, so everyone reads the
-winning object).
+Reading (one round)
+-------------------
+LIST the group prefix(es) of the senders still missing → for each new sender,
+one ranged GET of its range when non-empty (one per ``part_size`` (16 MiB)
+slice, in parallel on a thread pool; ``_i`` objects: a suffix GET of the last
+``tail_bytes`` first, which also holds ranges near the end) → if senders are
+still missing, sleep with exponential backoff (``poll_min_s`` 20 ms …
+``poll_max_s`` 1 s, jittered) and LIST again. The ABORT marker is checked with
+one HEAD per ``abort_check_s`` (1 s) of waiting — never in a round that finds
+everything; ``aborted()``, which workers call between stages, HEADs at most once
+per ``abort_check_s`` as well. After ``timeout_s`` the wait raises
+:class:`ExchangeTimeout` naming the missing ranks.
 
 Two levels
 ----------
@@ -58,35 +92,37 @@ grid of ``g = ⌈√W⌉`` columns, the rows from sender (row a) to receiver (co
 go first to the *forwarder* (a, d) — or (a-1, d) when the last row is short.
 Level 1: each sender writes one object with g ranges (one per forwarder of its
 row, each holding one piece per final receiver); level 2: each forwarder reads
-its ≤ g incoming ranges during ``receive``, and writes one object with one
-range per final receiver of its column, re-using the IPC bytes unchanged (no
-decode). Each receiver then reads ≤ g ranges. So 2W PUTs and ≤ 2W·g reader/object
-pairs instead of W PUTs and W² pairs.
+its ≤ g incoming ranges (:meth:`S3Exchange.forward`, called by ``receive`` if the
+worker did not call it earlier), and writes one object with one range per final
+receiver of its column, re-using the IPC bytes unchanged (no decode). Each
+receiver then reads ≤ g ranges. So 2W PUTs and ≤ 2W·g GETs instead of W PUTs
+and W² GETs.
 
 ``levels="auto"`` picks two levels for hash exchanges with senders == receivers
 and W ≥ ``two_level_min`` (16). Rationale: with S3 prices (PUT = 12.5 GETs) the
-request bill of one level, 12.5W + pW² GET-units (p = GETs per pair, 1 for
-small ranges, 2 for large ones), exceeds two levels' 25W + 2p·W^1.5 from
-W ≈ 14 (p = 2) to W ≈ 22 (p = 1); two levels also cut each receiver's GETs from
-W to 2g (latency, per-prefix rates) at the price of moving every byte twice.
-``levels=2`` on another kind of exchange falls back to one level.
+request bill of one level, 12.5W + W² GET-units, exceeds two levels' 25W + 2W^1.5
+from W ≈ 22; two levels also cut each receiver's GETs from W to 2g (latency,
+per-prefix rates) at the price of moving every byte twice. ``levels=2`` on
+another kind of exchange falls back to one level.
 
 Request accounting
 ------------------
 :meth:`S3Exchange.stats` counts every S3 API call once by type (``put``,
-``get``, ``head``; botocore retries inside a call are counted separately as
-``retries``). Each ``per_exchange`` entry has ``exchange_id``, ``kind``,
-``levels``, ``senders``, ``receivers``, ``put`` (including ``put_dup``, the
-412s), ``get`` = ``get_index`` + ``get_data`` + ``get_miss`` (+1 to read an abort
-reason), ``head`` (abort checks), ``bytes_written``/``bytes_read`` (payload bytes of PUTs/GETs),
-``bytes_sent``/``bytes_received`` (IPC bytes of the pieces this rank sent at
-level 1 and received at the last level, through S3 or kept in memory), rows
-and ``retries``. ``get_index`` is one per reader/object pair (two if an index
-outgrows the tail: W > ~2,700), ``get_data`` one per ``part_size`` slice of a
-range outside the tail, ``get_miss`` one per 404 while polling. Summed over the
-ranks of one exchange: one level ``put ≤ W`` and ``get_index ≤ W²``; two levels
-``put ≤ 2W`` and ``get_index ≤ 2W·g``; and ``get_data ≤ get_index`` while ranges
-are ≤ ``part_size``. Misses and HEADs depend on timing and are reported apart.
+``get``, ``list``, ``head``; botocore retries inside a call are counted
+separately as ``retries``). Each ``per_exchange`` entry has ``exchange_id``,
+``kind``, ``levels``, ``senders``, ``receivers``, ``put`` (including
+``put_dup``, the 412s), ``get`` = ``get_data`` + ``get_index`` + ``get_schema``
+(+1 to read an abort reason), ``get_miss`` (always 0 since version 2: nobody
+GETs a key it has not listed), ``list``, ``poll_rounds`` (LIST rounds, ≥ 1 per
+reading rank and level), ``head`` (abort checks), ``bytes_written``/``bytes_read``
+(payload bytes of PUTs/GETs), ``bytes_sent``/``bytes_received`` (IPC bytes of the
+pieces this rank sent at level 1 and received at the last level, through S3 or
+kept in memory), rows and ``retries``. Summed over the ranks of a hash exchange
+where every pair has data and nobody waits: one level ``put = W``,
+``list = W``, ``get_data = W(W-1)``; two levels ``put ≤ 2W``, ``list ≤ 2W``,
+``get_data ≤ 2W(g-1)`` (exactly that for W = g²); ``get_index = 0`` unless keys
+overflow; one more ``get_data`` per extra ``part_size`` slice. Waiting adds one
+``list`` per receiver per round and one ``head`` per ``abort_check_s``.
 
 Retries
 -------
@@ -116,8 +152,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -139,10 +175,13 @@ from squall.exchange.base import (
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"SQXCHG01"
+MAGIC = b"SQXCHG02"
 TRAILER = struct.Struct("<Q8s")
 ENTRY = np.dtype([("to", "<i4"), ("tag", "<i4"), ("offset", "<u8"), ("length", "<u8")])
+HEADER = np.dtype([("tag", "<i4"), ("length", "<u8")])
+COUNT = struct.Struct("<I")
 BROADCAST = -1
+SCHEMA = -2
 
 DEFAULTS: dict[str, Any] = {
     "levels": "auto",
@@ -157,9 +196,12 @@ DEFAULTS: dict[str, Any] = {
     "retry_mode": "standard",
     "poll_min_s": 0.02,
     "poll_max_s": 1.0,
+    "abort_check_s": 1.0,
+    "group_size": 64,
+    "max_key_bytes": 1024,
 }
 RETRY_MODES = ("standard", "adaptive", "legacy")
-#: S3 error codes a request hands back to its caller as botocore errors (misses, duplicate PUTs)
+#: S3 error codes a request hands back to its caller as botocore errors (missing keys, duplicate PUTs)
 _PASS_THROUGH = ("NoSuchKey", "404", "PreconditionFailed", "ConditionalRequestConflict")
 
 
@@ -196,17 +238,44 @@ def decode_table(buf: pa.Buffer) -> pa.Table:
     return pa.ipc.open_stream(buf).read_all()
 
 
-def build_object(pieces: Iterable[tuple[int, int, pa.Buffer]]) -> tuple[bytes, list[Piece]]:
-    """Lay out ``(to, tag, ipc_bytes)`` pieces (sorted by to, tag) with index and trailer."""
-    sink = pa.BufferOutputStream()
-    index: list[Piece] = []
-    for to, tag, buf in sorted(pieces, key=lambda p: (p[0], p[1])):
-        index.append(Piece(to, tag, sink.tell(), buf.size))
-        sink.write(buf)
-    entries = np.array([(p.to, p.tag, p.offset, p.length) for p in index], dtype=ENTRY).tobytes()
-    sink.write(entries)
-    sink.write(TRAILER.pack(len(entries), MAGIC))
-    return sink.getvalue().to_pybytes(), index
+def encode_range(pieces: Sequence[tuple[int, pa.Buffer]]) -> bytes:
+    """``(tag, ipc_bytes)`` pieces (empty ones left out) as one range: header + pieces; b"" if none."""
+    pieces = [(tag, buf) for tag, buf in pieces if buf.size]
+    if not pieces:
+        return b""
+    header = np.array([(tag, buf.size) for tag, buf in pieces], dtype=HEADER).tobytes()
+    return COUNT.pack(len(pieces)) + header + b"".join(buf.to_pybytes() for _tag, buf in pieces)
+
+
+def decode_range(data: pa.Buffer) -> list[tuple[int, pa.Buffer]]:
+    """The ``(tag, ipc_bytes)`` pieces of one range (zero-copy slices of ``data``)."""
+    if not data.size:
+        return []
+    (n,) = COUNT.unpack_from(data, 0)
+    rows = np.frombuffer(data, dtype=HEADER, count=n, offset=COUNT.size)
+    out, pos = [], COUNT.size + n * HEADER.itemsize
+    for tag, length in rows.tolist():
+        out.append((int(tag), data.slice(pos, int(length))))
+        pos += int(length)
+    if pos != data.size:
+        raise ExchangeError(f"corrupt exchange range: {data.size} bytes, header says {pos}")
+    return out
+
+
+def build_object(
+    schema: bytes, ranges: Sequence[tuple[int, bytes]], indexed: bool = False
+) -> tuple[bytes, list[Piece]]:
+    """Lay out the schema piece and ``(to, range_bytes)`` ranges; with ``indexed``, add index and trailer."""
+    index = [Piece(SCHEMA, 0, 0, len(schema))]
+    pos = len(schema)
+    for to, body in ranges:
+        index.append(Piece(to, 0, pos, len(body)))
+        pos += len(body)
+    parts = [schema, *(body for _to, body in ranges)]
+    if indexed:
+        entries = np.array([(p.to, p.tag, p.offset, p.length) for p in index], dtype=ENTRY).tobytes()
+        parts += [entries, TRAILER.pack(len(entries), MAGIC)]
+    return b"".join(parts), index
 
 
 def parse_index(tail: bytes, key: str) -> tuple[int, list[Piece]] | int:
@@ -227,10 +296,33 @@ def parse_index(tail: bytes, key: str) -> tuple[int, list[Piece]] | int:
     return start, [Piece(int(r["to"]), int(r["tag"]), int(r["offset"]), int(r["length"])) for r in rows]
 
 
-def object_key(prefix: str, query_id: str, exchange_id: int, level: int, sender: int) -> str:
-    name = f"x{exchange_id}-l{level}-s{sender}"
+def _b36(n: int) -> str:
+    return np.base_repr(n, 36).lower()
+
+
+def group_prefix(prefix: str, query_id: str, exchange_id: int, level: int, group: int) -> str:
+    """The LIST prefix of one group of senders (see module doc, "Keys")."""
+    name = f"x{exchange_id}-l{level}-g{group}"
     spread = hashlib.blake2b(f"{query_id}/{name}".encode(), digest_size=2).hexdigest()
-    return f"{prefix}/{spread}/{name}"
+    return f"{prefix}/{spread}-{name}/"
+
+
+def object_key(group: str, sender: int, lengths: Sequence[int] | None) -> str:
+    """Key of a sender's object under ``group``: lengths (schema piece first) or ``None`` (tail index)."""
+    tail = "i" if lengths is None else ".".join(_b36(n) for n in lengths)
+    return f"{group}s{sender}_{tail}"
+
+
+_KEY = re.compile(r"s(\d+)_(i|[0-9a-z]+(?:\.[0-9a-z]+)*)")
+
+
+def parse_key(key: str, group: str) -> tuple[int, list[int] | None] | None:
+    """``(sender, lengths or None for an indexed object)`` of a listed key; None for a foreign key."""
+    m = _KEY.fullmatch(key.removeprefix(group))
+    if m is None or not key.startswith(group):
+        return None
+    body = m.group(2)
+    return int(m.group(1)), None if body == "i" else [int(x, 36) for x in body.split(".")]
 
 
 def split_range(lo: int, hi: int, part_size: int) -> list[tuple[int, int]]:
@@ -277,6 +369,22 @@ class Grid:
         """Forwarders whose level-2 objects hold a range for ``receiver``."""
         return sorted({f for _s, q, f in self._routes if q == receiver})
 
+    def targets(self, sender: int) -> list[int]:
+        """The forwarders of ``sender``'s level-1 object, in range order."""
+        return sorted({self.forwarder(sender, q) for q in self.ranks})
+
+    def served(self, forwarder: int) -> list[int]:
+        """The final receivers of ``forwarder``'s level-2 object, in range order."""
+        return sorted({q for _s, q, f in self._routes if f == forwarder})
+
+    def row_group(self, sender: int) -> int:
+        """Level-1 LIST group: the sender's row; a short last row joins the row above."""
+        return min(self._pos[sender] // self.g, self.width // self.g - 1)
+
+    def column(self, rank: int) -> int:
+        """Level-2 LIST group: the forwarder's (and its receivers') column."""
+        return self._pos[rank] % self.g
+
 
 def choose_levels(spec: ExchangeSpec, levels: Any, two_level_min: int) -> int:
     """1 or 2 for ``spec`` under the ``levels`` setting (1, 2 or "auto")."""
@@ -293,12 +401,14 @@ def choose_levels(spec: ExchangeSpec, levels: Any, two_level_min: int) -> int:
 def check_options(options: Mapping[str, Any]) -> None:
     """ExchangeConfigError (a user mistake) for an option value the exchange cannot use."""
     ipc_options(options.get("compression", DEFAULTS["compression"]))
-    for name in ("timeout_s", "poll_min_s", "poll_max_s"):
+    for name in ("timeout_s", "poll_min_s", "poll_max_s", "abort_check_s"):
         if name in options:
             check_number(name, options[name], float, 0)
-    for name in ("threads", "max_pool_connections", "two_level_min", "tail_bytes", "part_size"):
+    for name in ("threads", "max_pool_connections", "two_level_min", "tail_bytes", "part_size", "group_size"):
         if name in options:
             check_number(name, options[name], int, 1)
+    if "max_key_bytes" in options:
+        check_number("max_key_bytes", options["max_key_bytes"], int, 1)
     if "max_retries" in options:
         check_number("max_retries", options["max_retries"], int, 0)
     if options.get("retry_mode", "standard") not in RETRY_MODES:
@@ -336,7 +446,10 @@ _PER_EXCHANGE_COUNTERS = (
     "get",
     "get_index",
     "get_data",
+    "get_schema",
     "get_miss",
+    "list",
+    "poll_rounds",
     "head",
     "bytes_written",
     "bytes_read",
@@ -370,16 +483,18 @@ class _Ledger:
                 self._entries[spec.exchange_id] = e
                 self._stats.per_exchange.append(e)
 
-    def add(self, xid: int, request: str | None = None, **counters: int) -> None:
+    def add(self, xid: int | None, request: str | None = None, **counters: int) -> None:
         with self._lock:
-            e = self._entries[xid]
             if request:
                 self._stats.count(request)
-                e[request] += 1
             if counters.get("retries"):
                 self._stats.count("retries", counters["retries"])
-            for name, n in counters.items():
-                e[name] += n
+            e = self._entries.get(xid) if xid is not None else None
+            if e is not None:
+                if request:
+                    e[request] += 1
+                for name, n in counters.items():
+                    e[name] += n
             self._stats.bytes_sent += counters.get("bytes_sent", 0)
             self._stats.bytes_received += counters.get("bytes_received", 0)
             self._stats.rows_sent += counters.get("rows_sent", 0)
@@ -391,17 +506,14 @@ class _Ledger:
 
 @dataclass
 class _Source:
-    """What a reader found in one object: its pieces and the bytes to cut them from."""
+    """What a reader found for one sender: its key and (once fetched) the pieces of its range."""
 
     rank: int
-    pieces: list[Piece]
-    data: pa.Buffer | None = None  # bytes [base, base + data.size) of the object
-    base: int = 0
-
-    def tables(self) -> list[tuple[int, pa.Buffer]]:
-        """(tag, IPC bytes) of every piece."""
-        assert self.data is not None
-        return [(p.tag, self.data.slice(p.offset - self.base, p.length)) for p in self.pieces]
+    key: str = ""
+    pieces: list[tuple[int, pa.Buffer]] = field(default_factory=list)
+    schema: tuple[int, int] | None = None  # (offset, length) of the object's schema piece
+    fetch: list[Future[bytes]] = field(default_factory=list)
+    indexed: Future[list[tuple[int, pa.Buffer]]] | None = None
 
 
 def _timeout(xid: int, missing: Sequence[int], timeout_s: float) -> ExchangeTimeout:
@@ -412,12 +524,13 @@ def _timeout(xid: int, missing: Sequence[int], timeout_s: float) -> ExchangeTime
 
 
 class S3Exchange(Exchange):
-    """One rank's endpoint over the query's S3 prefix (object format and costs: module doc).
+    """One rank's endpoint over the query's S3 prefix (keys, object format and costs: module doc).
 
     Lifecycle: opened by :func:`squall.exchange.base.open_exchange` with the
     factory's config; creates its boto3 client and a thread pool lazily; for each
-    exchange ``send`` PUTs this rank's object(s) and ``receive`` polls, fetches and
-    decodes (forwarding first in a two-level exchange); ``close`` stops the pool.
+    exchange ``send`` PUTs this rank's object, ``forward`` (two levels) relays the
+    level-1 ranges addressed to this rank, and ``receive`` polls with LISTs,
+    fetches and decodes; ``close`` stops the pool.
     """
 
     name = "s3"
@@ -430,9 +543,14 @@ class S3Exchange(Exchange):
         self.timeout_s = float(self.opts["timeout_s"])
         self.tail_bytes = int(self.opts["tail_bytes"])
         self.part_size = int(self.opts["part_size"])
+        self.abort_check_s = float(self.opts["abort_check_s"])
+        self.max_key_bytes = int(self.opts["max_key_bytes"])
         self._ipc = ipc_options(self.opts["compression"])
         self._ledger = _Ledger(self._stats)
-        self._own: dict[tuple[int, int], list[tuple[Piece, pa.Buffer]]] = {}
+        self._own: dict[tuple[int, int], list[tuple[int, pa.Buffer]]] = {}  # (xid, level) -> (tag, piece)
+        self._schemas: dict[int, pa.Schema] = {}
+        self._forwarded: set[int] = set()
+        self._abort_checked = time.monotonic()
         self._client_obj: Any = None
         self._pool_obj: ThreadPoolExecutor | None = None
         self._init_lock = threading.Lock()
@@ -458,20 +576,39 @@ class S3Exchange(Exchange):
             self._pool_obj.shutdown(wait=True, cancel_futures=True)
             self._pool_obj = None
         self._own.clear()
+        self._schemas.clear()
 
-    def key(self, spec: ExchangeSpec, level: int, sender: int) -> str:
-        return object_key(self.prefix, spec.query_id, spec.exchange_id, level, sender)
+    def levels(self, spec: ExchangeSpec) -> int:
+        return choose_levels(spec, self.opts["levels"], int(self.opts["two_level_min"]))
+
+    def group(self, spec: ExchangeSpec, level: int, sender: int, grid: Grid | None) -> str:
+        """The LIST prefix ``sender``'s object of ``level`` goes under (module doc, "Keys")."""
+        if grid is None:
+            number = sorted(spec.senders).index(sender) // int(self.opts["group_size"])
+        else:
+            number = grid.row_group(sender) if level == 1 else grid.column(sender)
+        return group_prefix(self.prefix, spec.query_id, spec.exchange_id, level, number)
+
+    @staticmethod
+    def destinations(spec: ExchangeSpec, level: int, sender: int, grid: Grid | None) -> list[int]:
+        """The ranks whose ranges ``sender``'s object of ``level`` holds, in order."""
+        if spec.kind == "broadcast":
+            return [BROADCAST]
+        if grid is None:
+            return sorted(spec.receivers)
+        return grid.targets(sender) if level == 1 else grid.served(sender)
 
     def _request(self, xid: int, kind: str, key: str, call: Callable[..., Any], **kwargs: Any) -> Any:
         """Run one S3 call, count it under ``kind`` and turn failures into ExchangeError.
 
         ``NoSuchKey``/``404`` and ``PreconditionFailed`` propagate as botocore errors
-        (the callers treat them as a miss and a duplicate).
+        (the callers treat them as a miss and a duplicate). ``kind == "list"``: ``key`` is the prefix.
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
+        where = {"Prefix": key} if kind == "list" else {"Key": key}
         try:
-            response = call(Bucket=self.bucket, Key=key, **kwargs)
+            response = call(Bucket=self.bucket, **where, **kwargs)
         except ClientError as exc:
             self._ledger.add(xid, kind, retries=aws.retries_of(exc.response))
             if aws.error_code(exc) in _PASS_THROUGH:
@@ -483,22 +620,37 @@ class S3Exchange(Exchange):
         self._ledger.add(xid, kind, retries=aws.retries_of(response))
         return response
 
+    def _list(self, xid: int, group: str) -> list[str]:
+        """Every key under ``group`` (one LIST per 1,000 keys), in key order."""
+        keys: list[str] = []
+        token: dict[str, str] = {}
+        while True:
+            resp = self._request(xid, "list", group, self.client.list_objects_v2, **token)
+            keys += [obj["Key"] for obj in resp.get("Contents", [])]
+            if not resp.get("IsTruncated"):
+                return keys
+            token = {"ContinuationToken": resp["NextContinuationToken"]}
+
     # -- sending
 
     def send(self, spec: ExchangeSpec, parts: Mapping[int, pa.Table]) -> None:
-        levels = choose_levels(spec, self.opts["levels"], int(self.opts["two_level_min"]))
+        levels = self.levels(spec)
         self._ledger.entry(spec, levels)
         schema = next(iter(parts.values())).schema if parts else pa.schema([])
+        self._schemas[spec.exchange_id] = schema
+        grid = Grid(spec.receivers) if levels == 2 else None
+        pieces: list[tuple[int, int, pa.Buffer]] = []
+        rows = 0
         if spec.kind == "broadcast":
             table = next(iter(parts.values())) if parts else schema.empty_table()
-            pieces = [(BROADCAST, self.rank, encode_table(table, self._ipc))]
+            if table.num_rows:
+                pieces.append((BROADCAST, self.rank, encode_table(table, self._ipc)))
             rows = table.num_rows * len(spec.receivers)
         else:
-            grid = Grid(spec.receivers) if levels == 2 else None
-            pieces, rows = [], 0
             for receiver in spec.receivers:
                 table = parts.get(receiver)
-                table = schema.empty_table() if table is None else table
+                if table is None or not table.num_rows:
+                    continue  # empty pieces are not written (module doc)
                 rows += table.num_rows
                 if grid is None:
                     pieces.append((receiver, self.rank, encode_table(table, self._ipc)))
@@ -508,18 +660,35 @@ class S3Exchange(Exchange):
                     )
         sent = sum(buf.size for _to, _tag, buf in pieces)
         self._ledger.add(spec.exchange_id, rows_sent=rows, bytes_sent=sent)
-        self._write(spec, 1, pieces)
+        self._write(spec, 1, pieces, grid)
 
-    def _write(self, spec: ExchangeSpec, level: int, pieces: list[tuple[int, int, pa.Buffer]]) -> None:
-        """PUT this rank's object for ``level`` unless every piece is for this rank itself."""
-        body, index = build_object(pieces)
-        own_bufs = {(to, tag): buf for to, tag, buf in pieces if to in (self.rank, BROADCAST)}
-        own = [(p, own_bufs[p.to, p.tag]) for p in index if p.to in (self.rank, BROADCAST)]
-        self._own[spec.exchange_id, level] = own
-        if all(p.to == self.rank for p in index):
+    def _write(
+        self, spec: ExchangeSpec, level: int, pieces: Iterable[tuple[int, int, pa.Buffer]], grid: Grid | None
+    ) -> None:
+        """PUT this rank's object for ``level`` unless every destination is this rank itself."""
+        xid = spec.exchange_id
+        tos = self.destinations(spec, level, self.rank, grid)
+        by_to: dict[int, list[tuple[int, pa.Buffer]]] = {to: [] for to in tos}
+        for to, tag, buf in pieces:
+            by_to[to].append((tag, buf))
+        self._own[xid, level] = sorted(
+            (pb for to in (self.rank, BROADCAST) for pb in by_to.get(to, [])), key=lambda pb: pb[0]
+        )
+        if all(to == self.rank for to in tos):
             return
-        if not self._put_if_absent(spec.exchange_id, self.key(spec, level, self.rank), body):
-            del self._own[spec.exchange_id, level]  # a duplicate wrote first: read the winner's copy
+        ranges = [
+            (to, b"" if to == self.rank else encode_range(sorted(by_to[to], key=lambda pb: pb[0])))
+            for to in tos
+        ]
+        schema = encode_table(self._schemas[xid].empty_table(), self._ipc).to_pybytes()
+        group = self.group(spec, level, self.rank, grid)
+        key = object_key(group, self.rank, [len(schema), *(len(body) for _to, body in ranges)])
+        indexed = len(key.encode()) > self.max_key_bytes
+        if indexed:
+            key = object_key(group, self.rank, None)
+        body, _index = build_object(schema, ranges, indexed)
+        # a 412: a duplicate wrote the same key (same lengths) first; this rank's own pieces stay in memory
+        self._put_if_absent(xid, key, body)
 
     def _put_if_absent(self, xid: int, key: str, body: bytes) -> bool:
         """PUT with If-None-Match: *; False when the key already existed (412)."""
@@ -543,138 +712,190 @@ class S3Exchange(Exchange):
 
     # -- receiving
 
+    def forward(self, spec: ExchangeSpec) -> None:
+        """Two-level step: read the level-1 ranges for this forwarder, write its level-2 object.
+
+        ``receive`` calls it when needed; a worker (or a test) may call it earlier, after ``send``.
+        A no-op for one-level exchanges and when already done.
+        """
+        xid = spec.exchange_id
+        if self.levels(spec) != 2 or xid in self._forwarded or self.rank not in spec.receivers:
+            return
+        self._ledger.entry(spec, 2)
+        grid = Grid(spec.receivers)
+        sources = self._collect(spec, 1, grid.sources(self.rank), grid)
+        pieces = [(final, src.rank, buf) for src in sources for final, buf in src.pieces]
+        self._own.pop((xid, 1), None)
+        self._write(spec, 2, pieces, grid)
+        self._forwarded.add(xid)
+
     def receive(self, spec: ExchangeSpec) -> pa.Table:
-        levels = choose_levels(spec, self.opts["levels"], int(self.opts["two_level_min"]))
+        levels = self.levels(spec)
+        xid = spec.exchange_id
         self._ledger.entry(spec, levels)
         if levels == 1:
-            sources = self._collect(spec, 1, sorted(spec.senders))
+            sources = self._collect(spec, 1, sorted(spec.senders), None)
         else:
             grid = Grid(spec.receivers)
-            self._forward(spec, grid)
+            self.forward(spec)
             try:
-                sources = self._collect(spec, 2, grid.forwarders(self.rank))
+                sources = self._collect(spec, 2, grid.forwarders(self.rank), grid)
             except ExchangeTimeout as exc:
                 raise self._explain_timeout(spec, grid, exc) from None
-        pieces = sorted((pb for src in sources for pb in src.tables()), key=lambda pb: pb[0])
+        pieces = sorted((pb for src in sources for pb in src.pieces), key=lambda pb: pb[0])
         tables = [decode_table(buf) for _tag, buf in pieces]
-        received = concat(tables, tables[0].schema if tables else None)
+        received = concat(tables, tables[0].schema if tables else self._schema_of(xid, sources))
         nbytes = sum(buf.size for _tag, buf in pieces)
-        self._ledger.add(spec.exchange_id, rows_received=received.num_rows, bytes_received=nbytes)
-        self._own.pop((spec.exchange_id, levels), None)
+        self._ledger.add(xid, rows_received=received.num_rows, bytes_received=nbytes)
+        self._own.pop((xid, levels), None)
+        self._forwarded.discard(xid)
         return received
 
-    def _forward(self, spec: ExchangeSpec, grid: Grid) -> None:
-        """Two-level step: read the level-1 ranges for this forwarder, write its level-2 object."""
-        sources = self._collect(spec, 1, grid.sources(self.rank))
-        pieces = [(final, src.rank, buf) for src in sources for final, buf in src.tables()]
-        self._own.pop((spec.exchange_id, 1), None)
-        self._write(spec, 2, pieces)
-
-    def _collect(self, spec: ExchangeSpec, level: int, senders: Sequence[int]) -> list[_Source]:
-        """Wait for and fetch the ranges addressed to this rank in the ``level`` objects of ``senders``."""
+    def _collect(
+        self, spec: ExchangeSpec, level: int, senders: Sequence[int], grid: Grid | None
+    ) -> list[_Source]:
+        """Wait for and fetch the ranges addressed to this rank in the ``level`` objects of ``senders``:
+        one LIST per group prefix per round (module doc, "Reading")."""
         xid = spec.exchange_id
         found: dict[int, _Source] = {}
-        pending: list[int] = []
+        pending: set[int] = set()
         for sender in senders:
             own = self._own.get((xid, level)) if sender == self.rank else None
             if own is not None:
-                found[sender] = self._own_source(sender, own)
+                found[sender] = _Source(sender, pieces=list(own))
             else:
-                pending.append(sender)
-        data: list[tuple[_Source, list[Future[bytes]], int]] = []
+                pending.add(sender)
+        groups: dict[str, set[int]] = {}
+        for sender in pending:
+            groups.setdefault(self.group(spec, level, sender, grid), set()).add(sender)
         deadline = time.monotonic() + self.timeout_s
         delay = float(self.opts["poll_min_s"])
         try:
             while pending:
-                futures = {
-                    self._pool.submit(self._read_index, xid, self.key(spec, level, s)): s for s in pending
-                }
-                for fut in as_completed(futures):
-                    sender = futures[fut]
-                    got = fut.result()
-                    if got is None:
+                self._ledger.add(xid, poll_rounds=1)
+                for group, members in sorted(groups.items()):
+                    if not members & pending:
                         continue
-                    source, lo, hi = self._select(sender, *got)
-                    found[sender] = source
-                    if source.data is None:  # range outside the tail: data GETs in parallel
-                        key = self.key(spec, level, sender)
-                        parts = [
-                            self._pool.submit(self._get_range, xid, key, a, b)
-                            for a, b in split_range(lo, hi, self.part_size)
-                        ]
-                        data.append((source, parts, lo))
-                pending = sorted(s for s in pending if s not in found)
+                    for key in self._list(xid, group):  # key order: the smallest key of a sender wins
+                        parsed = parse_key(key, group)
+                        if parsed is None or parsed[0] not in pending:
+                            continue
+                        pending.discard(parsed[0])
+                        found[parsed[0]] = self._fetch(spec, level, parsed[0], key, parsed[1], grid)
                 if not pending:
                     break
                 self._check_abort(xid)
                 if time.monotonic() > deadline:
-                    raise _timeout(xid, pending, self.timeout_s)
+                    raise _timeout(xid, sorted(pending), self.timeout_s)
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())) * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, float(self.opts["poll_max_s"]))
-            for source, parts, lo in data:
-                source.data = pa.py_buffer(b"".join(f.result() for f in parts))
-                source.base = lo
+            for source in found.values():
+                if source.indexed is not None:
+                    source.pieces = source.indexed.result()
+                elif source.fetch:
+                    source.pieces = decode_range(pa.py_buffer(b"".join(f.result() for f in source.fetch)))
         except BaseException:
-            for _source, parts, _lo in data:
-                for f in parts:
+            for source in found.values():
+                for f in [*source.fetch, *([source.indexed] if source.indexed else [])]:
                     f.cancel()
             raise
         return [found[s] for s in sorted(found)]
 
-    @staticmethod
-    def _own_source(sender: int, own: list[tuple[Piece, pa.Buffer]]) -> _Source:
-        """The pieces this rank kept from its own object (contiguous: one ``to`` per reader)."""
-        own = sorted(own, key=lambda pb: pb[0].offset)
-        base = own[0][0].offset if own else 0
-        data = pa.py_buffer(b"".join(buf.to_pybytes() for _p, buf in own))
-        return _Source(sender, [p for p, _b in own], data, base)
+    def _fetch(
+        self,
+        spec: ExchangeSpec,
+        level: int,
+        sender: int,
+        key: str,
+        lengths: list[int] | None,
+        grid: Grid | None,
+    ) -> _Source:
+        """Start the GETs of this rank's range in ``sender``'s object (none when the range is empty)."""
+        xid = spec.exchange_id
+        source = _Source(sender, key)
+        if lengths is None:
+            source.indexed = self._pool.submit(self._read_indexed, xid, source)
+            return source
+        tos = self.destinations(spec, level, sender, grid)
+        if len(lengths) != len(tos) + 1:
+            raise ExchangeError(f"corrupt exchange key {key}: {len(lengths) - 1} ranges for {len(tos)} ranks")
+        source.schema = (0, lengths[0])
+        offset = lengths[0]
+        for to, n in zip(tos, lengths[1:], strict=True):
+            if n and to in (self.rank, BROADCAST):
+                source.fetch = [
+                    self._pool.submit(self._get_range, xid, key, a, b)
+                    for a, b in split_range(offset, offset + n, self.part_size)
+                ]
+            offset += n
+        return source
 
-    def _select(
-        self, sender: int, tail: pa.Buffer, tail_start: int, index: list[Piece]
-    ) -> tuple[_Source, int, int]:
-        pieces = [p for p in index if p.to in (self.rank, BROADCAST)]
-        if not pieces:
-            return _Source(sender, [], pa.py_buffer(b""), 0), 0, 0
-        lo = min(p.offset for p in pieces)
-        hi = max(p.offset + p.length for p in pieces)
-        if lo >= tail_start:
-            return _Source(sender, pieces, tail, tail_start), lo, hi
-        return _Source(sender, pieces), lo, hi
-
-    def _read_index(self, xid: int, key: str) -> tuple[pa.Buffer, int, list[Piece]] | None:
-        """Suffix GET of the tail (pool thread): (tail, its offset, index), or None if missing."""
-        from botocore.exceptions import ClientError
-
-        try:
-            resp = self._request(xid, "get", key, self.client.get_object, Range=f"bytes=-{self.tail_bytes}")
-        except ClientError as exc:
-            if aws.error_code(exc) in ("NoSuchKey", "404"):
-                self._ledger.add(xid, get_miss=1)
-                return None
-            raise
+    def _read_indexed(self, xid: int, source: _Source) -> list[tuple[int, pa.Buffer]]:
+        """An ``_i`` object (key too long for the lengths): suffix GET of the tail, then the range."""
+        key = source.key
+        resp = self._request(xid, "get", key, self.client.get_object, Range=f"bytes=-{self.tail_bytes}")
         tail = resp["Body"].read()
         total = int(str(resp.get("ContentRange", "")).rpartition("/")[2] or len(tail))
         self._ledger.add(xid, get_index=1, bytes_read=len(tail))
         parsed = parse_index(tail, key)
         if isinstance(parsed, int):  # huge index: fetch the rest of it
-            extra = self._get_range(xid, key, total - parsed, total - len(tail), index=True)
-            tail = extra + tail
+            tail = self._get_range(xid, key, total - parsed, total - len(tail), "get_index") + tail
             parsed = parse_index(tail, key)
             assert not isinstance(parsed, int)
-        return pa.py_buffer(tail), total - len(tail), parsed[1]
+        tail_start = total - len(tail)
+        mine = None
+        for p in parsed[1]:
+            if p.to == SCHEMA:
+                source.schema = (p.offset, p.length)
+            elif p.to in (self.rank, BROADCAST):
+                mine = p
+        if mine is None or not mine.length:
+            return []
+        if mine.offset >= tail_start:
+            data = pa.py_buffer(tail).slice(mine.offset - tail_start, mine.length)
+        else:
+            parts = split_range(mine.offset, mine.offset + mine.length, self.part_size)
+            data = pa.py_buffer(b"".join(self._get_range(xid, key, a, b) for a, b in parts))
+        return decode_range(data)
 
-    def _get_range(self, xid: int, key: str, lo: int, hi: int, index: bool = False) -> bytes:
+    def _get_range(self, xid: int, key: str, lo: int, hi: int, kind: str = "get_data") -> bytes:
         resp = self._request(xid, "get", key, self.client.get_object, Range=f"bytes={lo}-{hi - 1}")
         body = resp["Body"].read()
         if len(body) != hi - lo:
             raise ExchangeError(f"short read from s3://{self.bucket}/{key}: {len(body)} of {hi - lo} bytes")
-        self._ledger.add(xid, None, bytes_read=len(body), **({"get_index": 1} if index else {"get_data": 1}))
+        self._ledger.add(xid, None, bytes_read=len(body), **{kind: 1})
         return body
 
+    def _schema_of(self, xid: int, sources: Sequence[_Source]) -> pa.Schema | None:
+        """The schema when no piece arrived: this rank's own send, else one GET of a schema piece."""
+        known = self._schemas.get(xid)
+        if known is not None:
+            return known
+        for source in sources:
+            if source.key and source.schema is not None and source.schema[1]:
+                lo, n = source.schema
+                return decode_table(
+                    pa.py_buffer(self._get_range(xid, source.key, lo, lo + n, "get_schema"))
+                ).schema
+        return None
+
+    # -- abort
+
+    def _abort_due(self) -> bool:
+        """At most one abort HEAD per ``abort_check_s`` (module doc)."""
+        now = time.monotonic()
+        if now - self._abort_checked < self.abort_check_s:
+            return False
+        self._abort_checked = now
+        return True
+
     def aborted(self) -> bool:
-        """One HEAD of the query's ABORT marker (counted as ``head`` in ``requests``)."""
+        """Whether the query's ABORT marker exists: one HEAD (``head`` in ``requests``) at most per
+        ``abort_check_s``; False in between."""
         from botocore.exceptions import BotoCoreError, ClientError
 
+        if not self._abort_due():
+            return False
         self._stats.count("head")
         try:
             self.client.head_object(Bucket=self.bucket, Key=f"{self.prefix}/ABORT")
@@ -685,6 +906,8 @@ class S3Exchange(Exchange):
     def _check_abort(self, xid: int) -> None:
         from botocore.exceptions import ClientError
 
+        if not self._abort_due():
+            return
         key = f"{self.prefix}/ABORT"
         try:
             self._request(xid, "head", key, self.client.head_object)
@@ -698,16 +921,16 @@ class S3Exchange(Exchange):
 
     def _explain_timeout(self, spec: ExchangeSpec, grid: Grid, exc: ExchangeTimeout) -> ExchangeTimeout:
         """A level-2 wait timed out: name the senders whose level-1 objects are missing, if any."""
-        from botocore.exceptions import ClientError
-
+        xid = spec.exchange_id
         suspects = {s for f in getattr(exc, "missing", []) for s in [f, *grid.sources(f)]} - {self.rank}
-        missing = []
-        for sender in sorted(suspects):
-            try:
-                self._request(spec.exchange_id, "head", self.key(spec, 1, sender), self.client.head_object)
-            except (ClientError, ExchangeError):
-                missing.append(sender)
-        return _timeout(spec.exchange_id, missing, self.timeout_s) if missing else exc
+        seen: set[int] = set()
+        try:
+            for group in sorted({self.group(spec, 1, s, grid) for s in suspects}):
+                seen |= {p[0] for key in self._list(xid, group) if (p := parse_key(key, group)) is not None}
+        except ExchangeError:
+            return exc
+        missing = sorted(suspects - seen)
+        return _timeout(xid, missing, self.timeout_s) if missing else exc
 
 
 # --- driver side --------------------------------------------------------------------------------
