@@ -9,6 +9,8 @@ caller). A process is
 started on first need (a cold start) and then reused (warm), like an execution environment; asynchronous
 invocations beyond the concurrency limit wait in a queue. The handler gets a Lambda-like context
 (``function_name``, ``memory_limit_in_mb``, ``aws_request_id``, ``get_remaining_time_in_millis()``…);
+a handler that cannot be loaded is an init error (``Runtime.ImportModuleError``…: a FunctionError
+payload, and for asynchronous invocations an entry in ``init_errors``, Lambda's on-failure destination);
 a handler running past ``timeout_s`` is killed; a process that dies is replaced on the next
 invocation. Invocations the handler makes itself (the invocation tree) travel back to this emulator
 over the process's connection. Logs go to ``<squall temp>/logs/lambda-<pid>-<slot>.log``.
@@ -35,6 +37,8 @@ from squall.exchange.local import default_root
 
 ASYNC_LIMIT = 256 * 1024
 SYNC_LIMIT = 6 * 1024 * 1024
+#: error types of a function that cannot start (its handler cannot be loaded): retrying cannot help
+INIT_ERRORS = ("Runtime.ImportModuleError", "Runtime.HandlerNotFound", "Runtime.UserCodeSyntaxError")
 
 
 def too_large(size: int, limit: int) -> Exception:
@@ -67,6 +71,9 @@ class LocalLambda:
         self.memory_mb, self.timeout_s = memory_mb, timeout_s
         self.env = dict(env or {})
         self.stats = {"invocations": 0, "cold_starts": 0, "crashes": 0, "timeouts": 0}
+        #: asynchronous invocations that failed with an init error: ``{"event", "errorType", "errorMessage"}``
+        #: (what Lambda would send to the function's on-failure destination)
+        self.init_errors: list[dict[str, Any]] = []
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._authkey = secrets.token_bytes(16)
         self._lock = threading.Lock()
@@ -110,9 +117,19 @@ class LocalLambda:
         self._queue.put(_Job(payload, future))
         out = future.result()
         response: dict[str, Any] = {"StatusCode": 200, "Payload": io.BytesIO(out["payload"].encode())}
-        if out.get("error"):
+        if out.get("error"):  # the X-Amz-Function-Error header, as boto3 exposes it
             response["FunctionError"] = "Unhandled"
+            response["ResponseMetadata"] = {"HTTPHeaders": {"x-amz-function-error": "Unhandled"}}
         return response
+
+    def _failed_async(self, payload: str, out: dict[str, Any]) -> None:
+        try:
+            error = json.loads(out["payload"])
+        except ValueError:
+            return
+        if error.get("errorType") in INIT_ERRORS:
+            with self._lock:
+                self.init_errors.append({"event": json.loads(payload), **error})
 
     def _finished_one(self) -> None:
         with self._idle:
@@ -176,6 +193,8 @@ class _Slot:
                 self.emu._finished_one()
             if job.future is not None:
                 job.future.set_result(out)
+            elif out.get("error"):
+                self.emu._failed_async(job.payload, out)
 
     def _run(self, job: _Job) -> dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:

@@ -2,7 +2,8 @@
 
 Started by :class:`squall.driver.platforms.lambda_.emulator.LocalLambda`; connects back to the
 emulator's Unix socket (authenticated with ``SQUALL_LAMBDA_AUTHKEY``), then runs one invocation after
-another: resolves the handler (``"module.function"``), calls it with the event and a Lambda-like
+another: resolves the handler (``"module.function"``; when that fails, an init error as Lambda reports it:
+``Runtime.ImportModuleError`` / ``Runtime.HandlerNotFound`` / ``Runtime.UserCodeSyntaxError``), calls it with the event and a Lambda-like
 :class:`LambdaContext`, and sends back its JSON result or error. Invocations the handler makes (the
 worker's children in the invocation tree) travel back to the emulator over the same connection.
 """
@@ -62,6 +63,25 @@ def _resolve(target: str) -> Callable[[dict[str, Any], Any], Any]:
     return getattr(importlib.import_module(module), name)
 
 
+def init_error(target: str, exc: BaseException) -> dict[str, Any]:
+    """The FunctionError payload Lambda returns when the handler cannot be loaded (an init error)."""
+    module, _sep, name = target.rpartition(".")
+    if isinstance(exc, AttributeError):
+        return {
+            "errorType": "Runtime.HandlerNotFound",
+            "errorMessage": f"Handler '{name}' missing on module '{module}'",
+        }
+    if isinstance(exc, SyntaxError):
+        return {
+            "errorType": "Runtime.UserCodeSyntaxError",
+            "errorMessage": f"Syntax error in module '{module}': {exc}",
+        }
+    return {
+        "errorType": "Runtime.ImportModuleError",
+        "errorMessage": f"Unable to import module '{module}': {exc}",
+    }
+
+
 def serve(conn: Connection) -> None:
     """Run one invocation after another until told to stop."""
     set_lambda_client(_ParentInvoker(conn))
@@ -74,7 +94,12 @@ def serve(conn: Connection) -> None:
             return
         context = LambdaContext(**job["context"])
         try:
-            result = _resolve(job["handler"])(json.loads(job["payload"]), context)
+            handler = _resolve(job["handler"])
+        except Exception as exc:  # Lambda's init error: the handler cannot be loaded
+            conn.send(("error", json.dumps(init_error(job["handler"], exc))))
+            continue
+        try:
+            result = handler(json.loads(job["payload"]), context)
             conn.send(("ok", json.dumps(result)))
         except Exception as exc:  # an unhandled error, as Lambda reports it
             conn.send(("error", json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)})))

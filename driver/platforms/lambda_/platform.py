@@ -44,7 +44,7 @@ from squall.driver.platforms.lambda_.emulator import LocalLambda
 from squall.driver.platforms.lambda_.retries import relaunches
 from squall.driver.platforms.lambda_.run import Attempt, Run, poll
 from squall.driver.platforms.lambda_.summary import details
-from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError
+from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.s3 import S3ExchangeFactory
 from squall.plan import Plan, ScanInput
 
@@ -251,6 +251,7 @@ class LambdaPlatform(Platform):
                 raise QueryRuntimeError(
                     f"query did not finish within its deadline of {self._deadline_s(plan):g} s"
                 )
+            self._start_errors(config)
             changed = poll(run, self.s3, config, time.monotonic())
             if changed and progress is not None:
                 state.done = {sid: len(r) for sid, r in run.stages_done.items()}
@@ -260,6 +261,11 @@ class LambdaPlatform(Platform):
             delay = float(self.settings["poll_min_s"]) if changed else delay * 2
             delay = min(delay, float(self.settings["poll_max_s"]))
             time.sleep(delay)
+
+    def _start_errors(self, config: dict[str, Any]) -> None:
+        """Raise WorkerError when a worker of this query cannot start. On AWS the handler reports that itself
+        (an ``error`` key of kind "start", :mod:`~squall.driver.platforms.lambda_.startup`); the emulator
+        also reports init errors of the handler module (Lambda's on-failure destination)."""
 
     def _after_late_copies(self, config: dict[str, Any]) -> None:
         """Copies of ranks may still run after clean-up; on AWS the bucket's lifecycle rule removes what
@@ -308,6 +314,15 @@ class LocalLambdaPlatform(LambdaPlatform):
                 memory_mb=int(self.settings["memory_mb"]),
                 timeout_s=float(self.settings["function_timeout_s"]),
             )
+
+    def _start_errors(self, config: dict[str, Any]) -> None:
+        for error in list(getattr(self._client, "init_errors", ())):
+            event = error["event"]
+            if event.get("query_id") == config["query_id"]:
+                message = str(error.get("errorMessage", "")).splitlines()[0]
+                raise WorkerError(
+                    f"rank {event['ranks'][0]} failed: cannot start: {error['errorType']}: {message}"
+                )
 
     def _after_late_copies(self, config: dict[str, Any]) -> None:
         if self._client.wait_idle(float(self.settings["drain_s"]) * 2):

@@ -1,0 +1,141 @@
+"""A worker that cannot start fails the query within seconds with the worker's own message.
+
+- the emulator reports a handler it cannot load as Lambda does: a FunctionError payload
+  (``Runtime.ImportModuleError`` / ``Runtime.HandlerNotFound``) and, for asynchronous invocations, an init
+  error the lambda-local platform raises at once;
+- with ``aws_lambda_powertools`` failing to import (a ``PYTHONPATH`` shim, as with the ``[aws]`` extra
+  missing), the real handler still loads and writes an ``error`` key of kind "start": on lambda-local the
+  query fails at once, and the handler does so on a captured event too;
+- neither is re-invoked (no "did not start in 3 attempts").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import squall
+from squall.driver.platforms.lambda_ import state as keys
+from squall.driver.platforms.lambda_.emulator import LocalLambda
+from squall.driver.platforms.lambda_.platform import LocalLambdaPlatform
+from squall.errors import WorkerError
+
+from ..s3server import moto_available, moto_s3
+from ..tpch_data import tpch_dataset
+
+pytestmark = pytest.mark.skipif(moto_available() is not None, reason=str(moto_available()))
+BUCKET = "squall-start-test"
+EVENTS = Path(__file__).parent / "events"
+FAST_S = 60  # "seconds" on a loaded 2-core machine; before: 3 x start_timeout_s (60 s) + polling
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with moto_s3(BUCKET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory) -> str:
+    """A PYTHONPATH entry on which ``import aws_lambda_powertools`` fails like a missing package."""
+    root = tmp_path_factory.mktemp("shim")
+    (root / "aws_lambda_powertools").mkdir()
+    (root / "aws_lambda_powertools" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aws_lambda_powertools'\", name='aws_lambda_powertools')\n"
+    )
+    return os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+
+def test_emulator_reports_init_errors_as_function_errors():
+    emu = LocalLambda(handler="squall.no_such_module.handler", concurrency=1)
+    try:
+        resp = emu.invoke(FunctionName="squall-worker", Payload=b"{}")
+        assert resp["FunctionError"] == "Unhandled"
+        assert resp["ResponseMetadata"]["HTTPHeaders"]["x-amz-function-error"] == "Unhandled"
+        error = json.loads(resp["Payload"].read())
+        assert error["errorType"] == "Runtime.ImportModuleError"
+        assert error["errorMessage"] == (
+            "Unable to import module 'squall.no_such_module': No module named 'squall.no_such_module'"
+        )
+        emu.invoke(FunctionName="squall-worker", Payload=b'{"query_id": "q1", "ranks": [0, 1]}',
+                   InvocationType="Event")  # fmt: skip
+        assert emu.wait_idle(60)
+        assert [(e["event"]["query_id"], e["errorType"]) for e in emu.init_errors] == [
+            ("q1", "Runtime.ImportModuleError")
+        ]
+    finally:
+        emu.close()
+    emu = LocalLambda(handler="squall.functions.worker.no_such_handler", concurrency=1)
+    try:
+        error = json.loads(emu.invoke(FunctionName="squall-worker", Payload=b"{}")["Payload"].read())
+        assert error == {
+            "errorType": "Runtime.HandlerNotFound",
+            "errorMessage": "Handler 'no_such_handler' missing on module 'squall.functions.worker'",
+        }
+    finally:
+        emu.close()
+
+
+def _query_fails_fast(s3, tmp_path_factory, client: LocalLambda, match: str) -> None:
+    data = tpch_dataset(0.01, tmp_path_factory=tmp_path_factory)
+    platform = LocalLambdaPlatform(
+        2, client=client, exchange_options={"bucket_url": f"s3://{BUCKET}/exchange"}
+    )
+    con = squall.connect(data=str(data), platform=platform)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(WorkerError, match=match) as info:
+            con.sql("SELECT count(*) FROM nation").to_arrow()
+    finally:
+        con.close()
+    assert time.monotonic() - t0 < FAST_S
+    assert "attempts" not in str(info.value)
+    assert platform.client.stats["invocations"] <= 2  # the first-level invocation (+ its child), no retries
+
+
+def test_lambda_local_missing_handler_module_fails_fast(s3, tmp_path_factory):
+    client = LocalLambda(handler="squall.no_such_module.handler", concurrency=3, timeout_s=300)
+    _query_fails_fast(s3, tmp_path_factory, client,
+                      r"rank 0 failed: cannot start: Runtime.ImportModuleError: Unable to import module "
+                      r"'squall.no_such_module'")  # fmt: skip
+
+
+def test_lambda_local_missing_powertools_fails_fast(s3, tmp_path_factory, shim):
+    client = LocalLambda(concurrency=3, timeout_s=300, env={"PYTHONPATH": shim})
+    _query_fails_fast(s3, tmp_path_factory, client,
+                      r"rank \d failed: cannot start: ModuleNotFoundError: No module named 'aws_lambda_powertools'")  # fmt: skip
+
+
+def test_real_handler_without_powertools_writes_a_start_error(s3, shim):
+    """The captured worker event through ``squall.functions.worker.handler`` in an interpreter where
+    ``aws_lambda_powertools`` cannot be imported: an error key the driver reads, not a silent retry."""
+    event = json.loads((EVENTS / "worker.json").read_text())
+    event["exchange"].update(bucket=BUCKET, endpoint_url=s3.endpoint_url)
+    code = (
+        "import json, sys\n"
+        "from squall.functions.worker import handler\n"
+        "print(json.dumps(handler(json.loads(sys.stdin.read()), None)))\n"
+    )
+    env = (
+        dict(os.environ, PYTHONPATH=shim, **s3.env)
+        if hasattr(s3, "env")
+        else dict(os.environ, PYTHONPATH=shim)
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(event), capture_output=True, text=True,
+                         env=env, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    message = "cannot start: ModuleNotFoundError: No module named 'aws_lambda_powertools'"
+    assert json.loads(out.stdout) == {"rank": 0, "attempt": 0, "status": "error", "message": message}
+    key = keys.attempt_prefix(event["exchange"]["prefix"], 0, 0) + "error"
+    client = s3.client()
+    try:
+        doc = json.loads(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        assert doc["kind"] == "start" and doc["message"] == message
+    finally:
+        client.delete_object(Bucket=BUCKET, Key=key)
