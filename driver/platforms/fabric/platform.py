@@ -73,8 +73,16 @@ class FabricPlatform(LocalPlatform):
             key = authkey or os.environ.get("SQUALL_WORKER_AUTHKEY")
             if not key:
                 key = secrets.token_hex(16)
-            self._authkey = bytes.fromhex(key)
+            try:
+                self._authkey = bytes.fromhex(key)
+            except ValueError:
+                raise OptionError(
+                    "the fabric platform's authkey (SQUALL_WORKER_AUTHKEY) must be hexadecimal"
+                ) from None
             self.authkey_hex = key
+
+    def _spawns_locally(self) -> bool:
+        return self.launcher == "local"
 
     def _get_listener(self) -> Listener:
         if self._listener is None:

@@ -10,10 +10,16 @@ local worker process (:func:`squall.driver.platforms.local.worker_process.serve`
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from multiprocessing.connection import Client
 
-from squall.driver.platforms.local.worker_process import serve
+from squall.driver.platforms.local.worker_process import authkey_from_env, connect, fail, serve
+
+USAGE = "usage: python -m squall.driver.platforms.fabric.worker_process --connect HOST:PORT [--threads N]"
+ABOUT = (
+    "a Squall rank started by a cluster launcher (mpirun, srun) with SQUALL_WORKER_AUTHKEY set to the "
+    "driver's key (hex)"
+)
 
 #: environment variables cluster launchers set: (rank, size)
 LAUNCHER_ENV = (
@@ -38,15 +44,23 @@ def launcher_rank(environ: dict[str, str] | None = None) -> tuple[int, int]:
 
 def main(argv: list[str]) -> int:
     """``--connect HOST:PORT [--threads N]`` (started by mpirun/srun; rank from the launcher)."""
-    if len(argv) < 2 or argv[0] != "--connect":
-        raise SystemExit(
-            "usage: python -m squall.driver.platforms.fabric.worker_process --connect HOST:PORT [--threads N]"
-        )
-    authkey = bytes.fromhex(os.environ["SQUALL_WORKER_AUTHKEY"])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"{USAGE}\n{ABOUT}")
+        return 0
+    if len(argv) not in (2, 4) or argv[0] != "--connect" or (len(argv) == 4 and argv[2] != "--threads"):
+        fail("expected --connect HOST:PORT [--threads N]", USAGE)
     host, _, port = argv[1].rpartition(":")
-    threads = int(argv[3]) if len(argv) > 3 and argv[2] == "--threads" else 0
+    try:
+        port_number = int(port)
+        threads = int(argv[3]) if len(argv) == 4 else 0
+    except ValueError:
+        fail(f"PORT and N must be integers, got {argv[1]!r}", USAGE)
+    if not host:
+        fail(f"--connect needs HOST:PORT, got {argv[1]!r}", USAGE)
+    authkey = authkey_from_env(USAGE)
     rank, _size = launcher_rank()
-    conn = Client((host, int(port)), family="AF_INET", authkey=authkey)
+    conn = connect((host, port_number), "AF_INET", authkey, USAGE)
     conn.send(rank)
     serve(conn, threads or None)
     return 0

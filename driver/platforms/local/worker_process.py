@@ -2,16 +2,20 @@
 
 Started by the local platform; connects back to the driver's Unix socket
 (authenticated with ``SQUALL_WORKER_AUTHKEY``), says its rank, then serves
-one query message after another until told to stop.
+one query message after another until told to stop. Every message it sends is
+``(tag, query_id, rank, …)``: the driver discards those of a query that is no longer
+running. It ignores SIGINT: the driver alone decides what a Ctrl-C stops.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import traceback
 from multiprocessing.connection import Client, Connection
+from typing import NoReturn
 
 import pyarrow as pa
 
@@ -20,9 +24,43 @@ from squall.exchange.base import ExchangeAborted, open_exchange
 from squall.operators.worker import Worker
 from squall.plan import Plan
 
+USAGE = "usage: python -m squall.driver.platforms.local.worker_process ADDRESS RANK THREADS"
+ABOUT = (
+    "a Squall worker; the local platform starts it with SQUALL_WORKER_AUTHKEY set "
+    "(not meant to be run by hand)"
+)
 
-def _stage_done(conn: Connection, rank: int, stage_id: int) -> None:
-    conn.send(("stage", rank, stage_id))
+
+def fail(message: str, usage: str, code: int = 2) -> NoReturn:
+    """Print ``error: message`` and the usage line to stderr and exit with ``code``."""
+    print(f"error: {message}", file=sys.stderr)
+    print(usage, file=sys.stderr)
+    raise SystemExit(code)
+
+
+def authkey_from_env(usage: str) -> bytes:
+    """``SQUALL_WORKER_AUTHKEY`` (hex) as bytes; a one-line error and exit 2 when missing or not hex."""
+    text = os.environ.get("SQUALL_WORKER_AUTHKEY")
+    if not text:
+        fail("SQUALL_WORKER_AUTHKEY is not set (the driver that starts this worker sets it)", usage)
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        fail("SQUALL_WORKER_AUTHKEY must be hexadecimal", usage)
+
+
+def connect(address: str | tuple[str, int], family: str, authkey: bytes, usage: str) -> Connection:
+    """Connect to the driver; a one-line error and exit 1 when it cannot be reached or refuses the key."""
+    try:
+        return Client(address, family=family, authkey=authkey)
+    except (OSError, EOFError) as exc:
+        fail(f"cannot connect to the driver at {address}: {exc}", usage, 1)
+    except Exception as exc:  # multiprocessing.AuthenticationError
+        fail(f"the driver at {address} refused this worker: {exc}", usage, 1)
+
+
+def _stage_done(conn: Connection, query_id: str, rank: int, stage_id: int) -> None:
+    conn.send(("stage", query_id, rank, stage_id))
 
 
 def serve(conn: Connection, threads: int | None) -> None:
@@ -36,7 +74,7 @@ def serve(conn: Connection, threads: int | None) -> None:
             return
         if msg is None:
             return
-        rank = msg["rank"]
+        rank, query_id = msg["rank"], msg["query_id"]
         try:
             plan = Plan.from_json(msg["plan"])
             exchange = open_exchange(msg["exchange"], rank, plan.world_size)
@@ -48,7 +86,7 @@ def serve(conn: Connection, threads: int | None) -> None:
                     msg["query_id"],
                     threads=threads,
                     storage_options=msg.get("storage_options"),
-                    on_stage=functools.partial(_stage_done, conn, rank),
+                    on_stage=functools.partial(_stage_done, conn, query_id, rank),
                 )
                 result, report = worker.run()
             finally:
@@ -59,7 +97,7 @@ def serve(conn: Connection, threads: int | None) -> None:
                 with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, result.schema) as writer:
                     writer.write_table(result)
                 os.replace(tmp, path)
-            conn.send(("done", rank, report.to_dict()))
+            conn.send(("done", query_id, rank, report.to_dict()))
         except BaseException as exc:  # report everything; the driver decides what the user sees
             kind = (
                 "user"
@@ -71,15 +109,23 @@ def serve(conn: Connection, threads: int | None) -> None:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if kind == "error":
                 message = f"{type(exc).__name__}: {message}"
-            conn.send(("error", rank, kind, message, traceback.format_exc()))
+            conn.send(("error", query_id, rank, kind, message, traceback.format_exc()))
 
 
 def main(argv: list[str]) -> int:
     """``ADDRESS RANK THREADS`` (started by the local platform; ranks started by a cluster launcher use
     :mod:`squall.driver.platforms.fabric.worker_process`)."""
-    authkey = bytes.fromhex(os.environ["SQUALL_WORKER_AUTHKEY"])
-    address, rank, threads = argv[0], int(argv[1]), int(argv[2])
-    conn = Client(address, family="AF_UNIX", authkey=authkey)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"{USAGE}\n{ABOUT}")
+        return 0
+    if len(argv) != 3:
+        fail(f"expected ADDRESS RANK THREADS, got {len(argv)} argument(s)", USAGE)
+    try:
+        address, rank, threads = argv[0], int(argv[1]), int(argv[2])
+    except ValueError:
+        fail(f"RANK and THREADS must be integers, got {argv[1]!r} and {argv[2]!r}", USAGE)
+    conn = connect(address, "AF_UNIX", authkey_from_env(USAGE), USAGE)
     conn.send(rank)
     serve(conn, threads or None)
     return 0
