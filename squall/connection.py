@@ -15,7 +15,7 @@ from squall.driver.explain import explain_plan
 from squall.driver.planner import PlannerOptions
 from squall.driver.platforms.base import Platform, Progress, platform_class
 from squall.driver.stats import summarize
-from squall.errors import OptionError
+from squall.errors import OptionError, QueryCancelled, QueryTimeout
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 from squall.result import Result
@@ -41,7 +41,9 @@ class Connection:
         planner_options: PlannerOptions | None = None,
         scan: str = "parquet",
         platform_options: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> None:
+        self.timeout = _check_timeout(timeout)
         self.catalog = Catalog(storage_options, scan=scan)
         if data is not None:
             self.catalog.register_folder(str(data))
@@ -65,6 +67,7 @@ class Connection:
         self._db: Sandbox | None = None
         self._plan_lock = threading.Lock()
         self._closed = False
+        self._query: _Query | None = None
 
     @property
     def workers(self) -> int:
@@ -94,16 +97,48 @@ class Connection:
         """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL."""
         return explain_plan(self.plan(sql))
 
-    def sql(self, sql: str, *, progress: Callable[[Progress], None] | None = None) -> Result:
-        """Run one read-only query and return its result."""
+    def sql(
+        self,
+        sql: str,
+        *,
+        progress: Callable[[Progress], None] | None = None,
+        timeout: float | None = None,
+    ) -> Result:
+        """Run one read-only query and return its result.
+
+        ``timeout`` (seconds; default: the connection's ``timeout``, else none): cancel the query when it
+        runs longer and raise :class:`~squall.errors.QueryTimeout`. :meth:`cancel` from another thread
+        raises :class:`~squall.errors.QueryCancelled` here. Either way, and after a Ctrl-C, the connection
+        stays usable.
+        """
         if self._closed:
             raise OptionError("connection is closed")
+        limit = _check_timeout(timeout) if timeout is not None else self.timeout
+        query = _Query(self.platform, limit)
+        self._query = query
+        try:
+            return self._run(sql, query, progress)
+        except QueryCancelled:
+            if query.reason is None:
+                raise
+            raise query.error() from None
+        except Exception as exc:
+            if query.reason is None:
+                raise
+            raise query.error() from exc  # the platform failed its own way after being cancelled
+        finally:
+            query.finish()
+            if self._query is query:
+                self._query = None
+
+    def _run(self, sql: str, query: _Query, progress: Callable[[Progress], None] | None) -> Result:
         start = time.perf_counter()
         driver_before = self.catalog.requests()
         plan = self.plan(sql)
         planned = time.perf_counter()
         driver_requests = _delta(self.catalog.requests(), driver_before)
         query_id = f"q{uuid.uuid4().hex[:16]}"
+        query.check()
         execution = self.platform.execute(plan, query_id, progress)
         done = time.perf_counter()
         table = execution.table.rename_columns(list(plan.result_names))
@@ -120,6 +155,13 @@ class Connection:
         stats["driver_storage_requests"] = driver_requests
         stats.update(execution.details)
         return Result(table, stats, plan)
+
+    def cancel(self) -> None:
+        """Cancel the query running on this connection (from another thread); its ``sql()`` raises
+        :class:`~squall.errors.QueryCancelled`. Nothing happens when no query runs."""
+        query = self._query
+        if query is not None:
+            query.cancel("query cancelled")
 
     def close(self) -> None:
         if not self._closed:
@@ -139,6 +181,72 @@ class Connection:
             self.close()
         except Exception:
             pass
+
+
+class _Query:
+    """One ``sql()`` call's cancellation: by :meth:`Connection.cancel` or its timeout.
+
+    Once cancelled, a thread calls ``Platform.cancel()`` until the query returns: a cancel that
+    arrives before the platform started the query is otherwise lost.
+    """
+
+    def __init__(self, platform: Platform, timeout: float | None) -> None:
+        self.platform = platform
+        self.timeout = timeout
+        self.reason: str | None = None
+        self._finished = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        if timeout is not None:
+            self._timer: threading.Timer | None = threading.Timer(timeout, self.cancel, ("timeout",))
+            self._timer.daemon = True
+            self._timer.start()
+        else:
+            self._timer = None
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is not None or self._finished.is_set():
+                return
+            self.reason = reason
+            self._thread = threading.Thread(target=self._keep_cancelling, name="squall-cancel", daemon=True)
+            self._thread.start()
+
+    def _keep_cancelling(self) -> None:
+        while True:
+            with self._lock:
+                if self._finished.is_set():
+                    return
+                try:
+                    self.platform.cancel()
+                except Exception:
+                    pass
+            if self._finished.wait(0.2):
+                return
+
+    def check(self) -> None:
+        """Raise now when cancelled (e.g. the timeout passed while planning)."""
+        if self.reason is not None:
+            raise self.error()
+
+    def error(self) -> QueryCancelled:
+        if self.reason == "timeout":
+            return QueryTimeout(f"query timed out after {self.timeout:g} s and was cancelled")
+        return QueryCancelled(self.reason or "query cancelled")
+
+    def finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:  # no platform.cancel() runs after this: the next query is safe
+            self._finished.set()
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise OptionError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    return float(timeout)
 
 
 def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -166,7 +274,8 @@ def connect(
     the number of cores. Further options: ``platform``, ``exchange`` (name or
     ``s3://bucket/prefix``; ``exchange_options={"levels": 1|2|"auto"}`` for S3),
     ``exchange_options``, ``storage_options``, ``planner_options``, ``scan``
-    (``"s3select"``: scan S3 tables with S3 Select). ``platform_options``: extra
+    (``"s3select"``: scan S3 tables with S3 Select), ``timeout`` (seconds, every query's default;
+    ``sql(..., timeout=S)`` overrides it; raises :class:`~squall.errors.QueryTimeout`). ``platform_options``: extra
     keyword arguments of the platform (``{"fanout": 4, "function": NAME}`` for the lambda platforms). ``data`` may be
     ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS settings).
 

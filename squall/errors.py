@@ -53,5 +53,9 @@ class QueryCancelled(SquallError):
     """The query was cancelled."""
 
 
+class QueryTimeout(QueryCancelled):
+    """The query ran longer than its ``timeout`` and was cancelled."""
+
+
 class WorkerError(SquallError):
     """A worker failed for a reason that is not the user's (crash, lost process)."""
