@@ -83,6 +83,10 @@ QUERIES = {
     "rollup_partial_key": "SELECT grp, count(*) FROM t1 GROUP BY grp, ROLLUP (flag) HAVING grouping(flag) = 1",
     "rollup_on_empty": "SELECT cat, count(*), sum(score) FROM t2_empty GROUP BY ROLLUP (cat)",
     "rollup_holistic": "SELECT grp, flag, median(val), count(DISTINCT name) FROM t1 GROUP BY ROLLUP (grp, flag)",
+    "grouping_sets_holistic": "SELECT grp, id % 3 AS m, count(DISTINCT name) AS n, grouping(grp, id % 3) AS g, "
+    "median(val) AS med FROM t1 GROUP BY GROUPING SETS ((grp, id % 3), (grp), (id % 3))",
+    "grouping_sets_holistic_on_empty": "SELECT cat, median(score) FROM t2_empty GROUP BY GROUPING SETS ((cat), (id))",
+    "rollup_holistic_on_empty": "SELECT cat, median(score) FROM t2_empty GROUP BY ROLLUP (cat)",
     "rollup_rank": "SELECT grp, id % 5 AS m, sum(val) AS s, grouping(grp) + grouping(id % 5) AS lvl, "
     "rank() OVER (PARTITION BY grouping(grp) + grouping(id % 5) ORDER BY sum(val) DESC) AS r "
     "FROM t1 GROUP BY ROLLUP (grp, id % 5) ORDER BY lvl DESC, r, grp, m LIMIT 20",

@@ -98,7 +98,12 @@ def _plan_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tu
     if ctx.world == 1 or dist.kind in ("single", "replicated"):
         return here, dist if dist.kind != "hash" else RANDOM
     if not all(a.func in _DECOMPOSABLE and not a.distinct for _n, a in node.aggs):
-        ref = ctx.gather(child, dist, "grouping sets with an aggregate that cannot be split: rows to rank 0")
+        if () not in node.sets:
+            return _expand_sets(ctx, node, child, dist)
+        # the grand total () must give one row even over no rows: all rows to rank 0
+        ref = ctx.gather(
+            child, dist, "grouping sets with () and an aggregate that cannot be split: rows to rank 0"
+        )
         return dataclasses.replace(node, input=ref), SINGLE
     partial, final, post = _split_aggs(ctx, node)
     part_node = dataclasses.replace(node, input=child, aggs=partial)
@@ -115,6 +120,32 @@ def _plan_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tu
     final_node: L.Node = L.Aggregate(ref, tuple((n, L.col(n)) for n in names), final)
     keys = tuple((n, L.col(n)) for n, _ in node.keys)
     return L.Project(final_node, keys + post + ((node.gid, L.col(node.gid)),)), out_dist
+
+
+def _expand_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tuple[L.Node, Dist]:
+    """Grouping sets (without ``()``) over aggregates that cannot be split: each row once per set (keys not in
+    the set NULL, the set's grouping id a column), hash-partitioned on (keys, id), then one
+    plain GROUP BY (keys, id) per rank completes every group where its rows are."""
+    n = len(node.keys)
+    masked = [ctx.fresh("gs_" + name) for name, _e in node.keys]
+    ids = [sum(1 << (n - 1 - i) for i in range(n) if i not in s) for s in node.sets]
+    bigint = exp.DataType.build("BIGINT")
+    sets = L.Values(tuple((exp.cast(exp.Literal.number(g), bigint),) for g in ids), (node.gid,))
+    exprs = tuple((c, L.col(c)) for c in child.names) + ((node.gid, L.col(node.gid)),)
+    for i, (m, (_k, e)) in enumerate(zip(masked, node.keys)):
+        bit = parse(f"(({q(node.gid)} >> {n - 1 - i}) & 1) = 0")
+        exprs += ((m, exp.Case(ifs=[exp.If(this=bit, true=e.copy())])),)
+    expanded: L.Node = L.Project(L.Join(child, sets, "cross"), exprs)
+    by = tuple(L.col(m) for m in masked) + (L.col(node.gid),)
+    ref, _ = ctx.to_hash(
+        expanded, dist, by, "grouping sets that cannot be split: rows once per set by (key, id)"
+    )
+    keys = tuple((name, L.col(m)) for (name, _e), m in zip(node.keys, masked)) + (
+        (node.gid, L.col(node.gid)),
+    )
+    agg = L.Aggregate(ref, keys, node.aggs)
+    out = tuple((c, L.col(c)) for c in node.names)
+    return L.Project(agg, out), Dist("hash", tuple(frozenset([q(c)]) for c, _e in keys))
 
 
 def _est_groups(ctx: Context, node: L.Aggregate) -> float:
