@@ -1,7 +1,7 @@
 """S3 request counts of one exchange, from the S3 exchange's own formulas: one small table to update.
 
 Each entry of :data:`FORMULAS` maps an exchange *version* to a function
-``(shape) -> ExchangeCounts``. ``"s3-v1"`` is ``squall/exchange/s3.py`` as of Nov 2026 (see its module
+``(shape) -> ExchangeCounts``. ``"s3-v1"`` is ``squall/exchange/s3.py`` before issue 15 (Nov 2026) (see its module
 doc, "Reading", "Two levels" and "Request accounting"):
 
 - every sender PUTs one object per level unless all its pieces are addressed to itself;
@@ -13,7 +13,17 @@ doc, "Reading", "Two levels" and "Request accounting"):
 - polling misses (a 404 per pending sender per round) and abort HEADs (one per round that still misses
   something) depend on timing: the simulator counts them, these formulas do not.
 
-``"target"`` is what issue 15 asks of the next version (Lambada's counts): one data GET per
+``"s3-v2"`` is ``squall/exchange/s3.py`` after issue 15 (its module doc, "Keys", "Reading" and "Request
+accounting"): the range lengths travel in the key names, so
+
+- PUTs as in v1 (one object per sender and level unless every destination is the sender itself);
+- one LIST per reading rank and level when nobody waits (one level with more than ``GROUP_SIZE`` senders:
+  one per group of 64 senders holding another rank's object); waiting adds one LIST per round;
+- one data GET per reader/object pair whose range has data, ``⌈range / part_size⌉`` for big ranges, none
+  for empty pieces (``piece_bytes == 0``); no index GETs, no misses — except when a key would outgrow
+  ``MAX_KEY_BYTES`` (a one-level hash exchange with hundreds of receivers): then v1's tail-index reads.
+
+``"target"`` is what issue 15 asked of the next version (Lambada's counts): one data GET per
 (sender, receiver) pair that has data (a piece small enough to sit in one request is that one GET),
 offsets learned without a GET per pair (one LIST per receiver and level), bounded polling. Change the
 table, not the simulator, when the exchange changes.
@@ -207,9 +217,52 @@ def target(shape: ExchangeShape) -> ExchangeCounts:
                           read_bytes=counts.read_bytes)  # fmt: skip
 
 
-#: exchange version -> request formula; "s3-v1" is what exchange/s3.py does today
-FORMULAS: dict[str, Callable[[ExchangeShape], ExchangeCounts]] = {"s3-v1": s3_v1, "target": target}
-CURRENT = "s3-v1"
+GROUP_SIZE = 64  # squall.exchange.s3.DEFAULTS["group_size"]: senders per LIST prefix, one level
+MAX_KEY_BYTES = 1024  # DEFAULTS["max_key_bytes"]
+KEY_OVERHEAD = 72  # "<prefix>/<query id>/hhhh-x<id>-l<level>-g<group>/s<sender>_" with the default prefix
+
+
+def _key_bytes(n_ranges: int, range_bytes: float) -> int:
+    """Length of a v2 key carrying the schema length and ``n_ranges`` lengths in base 36."""
+    digits = len(np.base_repr(int(max(range_bytes, 1.0)), 36))
+    return KEY_OVERHEAD + (n_ranges + 1) * (digits + 1)
+
+
+def s3_v2(shape: ExchangeShape) -> ExchangeCounts:
+    """The S3 exchange after issue 15: lengths in the key names, one LIST per reader, one GET per pair."""
+    v1 = s3_v1(shape)
+    receivers = sorted(set(shape.receivers))
+    g = grid_width(len(receivers)) if v1.levels == 2 else 1
+    n_ranges = 1 if shape.kind == "broadcast" else (g if v1.levels == 2 else len(receivers))
+    range_bytes = shape.piece_bytes * g
+    if v1.levels == 1 and _key_bytes(n_ranges, range_bytes) > MAX_KEY_BYTES:
+        lists = np.zeros_like(v1.reads[1])
+        lists[v1.reads[1] > 0] = math.ceil(len(set(shape.senders)) / GROUP_SIZE)
+        return ExchangeCounts(1, v1.put, v1.get_index, v1.get_data, int(lists.sum()), reads=v1.reads,
+                              data_gets=v1.data_gets, puts=v1.puts, read_bytes=v1.read_bytes)  # fmt: skip
+    per_get = max(1, math.ceil(range_bytes / shape.part_size)) if shape.piece_bytes > 0 else 0
+    data = {lvl: r * per_get for lvl, r in v1.reads.items()}
+    if v1.levels == 1:
+        senders = sorted(set(shape.senders))
+        groups = [i // GROUP_SIZE for i in range(len(senders))]
+        lists = sum(
+            len({gr for s, gr in zip(senders, groups, strict=True) if s != r})
+            for r in receivers
+            if v1.reads[1][r]
+        )
+    else:
+        lists = sum(int((r > 0).sum()) for r in v1.reads.values())
+    return ExchangeCounts(v1.levels, v1.put, 0, int(sum(d.sum() for d in data.values())), lists, reads=v1.reads,
+                          data_gets=data, puts=v1.puts, read_bytes=v1.read_bytes)  # fmt: skip
+
+
+#: exchange version -> request formula; "s3-v2" is what exchange/s3.py does today, "s3-v1" before issue 15
+FORMULAS: dict[str, Callable[[ExchangeShape], ExchangeCounts]] = {
+    "s3-v1": s3_v1,
+    "s3-v2": s3_v2,
+    "target": target,
+}
+CURRENT = "s3-v2"
 
 
 def exchange_counts(shape: ExchangeShape, version: str = CURRENT) -> ExchangeCounts:
