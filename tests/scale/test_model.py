@@ -79,7 +79,7 @@ def test_simulated_requests_equal_the_formulas(world):
 
 def test_two_level_forced_at_nine_matches_closed_form():
     shape = ExchangeShape("hash", tuple(range(9)), tuple(range(9)), 1500.0, levels=2)
-    c = exchange_counts(shape)
+    c = exchange_counts(shape, "s3-v1")
     assert c.levels == 2 and c.put == closed_form("hash", 9, 2)["put"] == 18
     assert c.get_index == 36 <= closed_form("hash", 9, 2)["get_index_max"]
 
@@ -94,8 +94,8 @@ def test_grid_mirrors_the_exchange():
 
 
 def test_data_gets_when_pieces_leave_the_tail():
-    small = exchange_counts(ExchangeShape("hash", (0, 1, 2, 3), (0, 1, 2, 3), 1000.0))
-    big = exchange_counts(ExchangeShape("hash", (0, 1, 2, 3), (0, 1, 2, 3), 40e6))
+    small = exchange_counts(ExchangeShape("hash", (0, 1, 2, 3), (0, 1, 2, 3), 1000.0), "s3-v1")
+    big = exchange_counts(ExchangeShape("hash", (0, 1, 2, 3), (0, 1, 2, 3), 40e6), "s3-v1")
     assert small.get_data == 0
     assert big.get_data == 12 * math.ceil(40e6 / (16 << 20))
 
