@@ -12,15 +12,23 @@ CDK_ARGS ?=
 CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
 CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test bench bench-tpcds venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
+.PHONY: run test check-arch bench bench-tpcds venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
+# `make run` needs only the engine: .stamp installs the core dependencies. Everything else (test tools,
+# pandas, the CDK and Powertools) goes on top in .stamp-dev, for test/lint/fmt and the deploy targets.
 $(VENV)/.stamp: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.stamp-dev: $(VENV)/.stamp
 	$(PY) -m pip install -q -e '.[test,pandas,infra,aws]'
 	touch $@
 
 venv: $(VENV)/.stamp
+
+venv-dev: $(VENV)/.stamp-dev
 
 data: venv
 	test -f $(DATA)/lineitem.parquet || $(VENV)/bin/squall gen-tpch --sf $(SF) --out $(DATA)
@@ -28,10 +36,19 @@ data: venv
 run: data
 	$(PY) -m squall.demo --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
 
-test: venv checkov-venv native browser
+test: venv-dev checkov-venv native browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(MAKE) --no-print-directory check-arch
 	$(VENV)/bin/pytest -q
+
+# layering (import-linter, .importlinter), no module import cycles, mypy on the library — all on the
+# package tree as Python sees it (tools/srcview.py mirrors pyproject's package-dir mapping)
+check-arch: venv
+	$(PY) tools/srcview.py build/srcview >/dev/null
+	cd build/srcview && PYTHONPATH=. ../../$(VENV)/bin/lint-imports --config ../../.importlinter --no-cache
+	$(PY) tools/check_cycles.py build/srcview
+	cd build/srcview && ../../$(VENV)/bin/mypy -p squall --config-file ../../pyproject.toml
 
 bench: data
 	$(PY) benchmarks/tpch.py --sf $(SF) --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
@@ -40,10 +57,10 @@ bench: data
 bench-tpcds: venv
 	$(PY) benchmarks/tpcds.py --sf $(SF) --workers $(if $(WORKERS),$(WORKERS),3)
 
-lint: venv
+lint: venv-dev
 	$(VENV)/bin/ruff check .
 
-fmt: venv
+fmt: venv-dev
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
@@ -56,23 +73,23 @@ $(CHECKOV_VENV)/.stamp:
 
 checkov-venv: $(CHECKOV_VENV)/.stamp
 
-layer: venv
+layer: venv-dev
 	$(PY) infra/layer/build_layer.py $(foreach a,$(ARCH),--arch $(a))
 
-build/layer-%.zip: pyproject.toml infra/layer/build_layer.py | venv
+build/layer-%.zip: pyproject.toml infra/layer/build_layer.py | venv-dev
 	$(PY) infra/layer/build_layer.py --arch $*
 
-stage: venv
+stage: venv-dev
 	$(PY) infra/cdk/squall_infra/staging.py build/function-code
 
-synth: venv
+synth: venv-dev
 	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 $(PY) infra/cdk/app.py -c architecture=$(ARCH) \
 		$(if $(wildcard build/layer-$(ARCH).zip build/layer-$(ARCH)),,-c layerPath=placeholder) $(CONTEXT)
 
-bootstrap: venv
+bootstrap: venv-dev
 	$(CDK) bootstrap $(CDK_ARGS)
 
-deploy: venv build/layer-$(ARCH).zip
+deploy: venv-dev build/layer-$(ARCH).zip
 	$(CDK) deploy -c architecture=$(ARCH) $(CONTEXT) $(CDK_ARGS)
 
 .PHONY: browser
@@ -89,7 +106,7 @@ browser:
 # `native` apt-installs libfabric-dev when missing (root), then builds squall_fabric._native into the
 # venv; without root/apt it prints what to install and the fabric tests skip.
 .PHONY: native bench-fabric
-native: venv
+native: venv-dev
 	$(PY) rdma-backend/build_ffi.py --apt
 
 # all-to-all throughput vs mpi4py Alltoallv (Open MPI over libfabric tcp) and a memcpy bound;
