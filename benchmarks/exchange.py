@@ -88,6 +88,7 @@ class Row:
     get_data: int = 0
     get_miss: int = 0
     head: int = 0
+    list: int = 0
     seconds: float = 0.0
     payload: int = 0
 
@@ -149,7 +150,7 @@ def bench_exchange(endpoint: str, world: int, levels: int, per_rank: int, args: 
         factory.cleanup(config)
     row = Row(world, levels, seconds=max(t for _, t in times) - min(t for t, _ in times))
     row.payload = sum(t.nbytes for parts in data for t in parts.values())
-    for name in ("put", "get_index", "get_data", "get_miss", "head"):
+    for name in ("put", "get_index", "get_data", "get_miss", "head", "list"):
         setattr(row, name, sum(s[name] for s in stats))
     return row
 
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         make_client({"endpoint_url": endpoint}).create_bucket(Bucket=BUCKET)
         print(f"moto S3 at {endpoint}; {args.per_rank_kib} KiB per rank; {args.threads} threads per endpoint")
         header = (
-            f"{'W':>3} {'levels':>7} {'PUT':>5} {'GET':>6} {'(idx+data+miss)':>17} {'HEAD':>5} "
+            f"{'W':>3} {'levels':>7} {'PUT':>5} {'GET':>6} {'(idx+data+miss)':>17} {'LIST':>5} {'HEAD':>5} "
             f"{'bound PUT/GET':>14} {'time s':>7} {'MB/s':>8} {'raw MB/s':>9} {'ratio':>6}"
         )
         print(header)
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = bench_exchange(endpoint, world, levels, per_rank, args)
                 split = f"({row.get_index}+{row.get_data}+{row.get_miss})"
                 print(
-                    f"{world:>3} {f'{levels}-level':>7} {row.put:>5} {row.get:>6} {split:>17} {row.head:>5} "
+                    f"{world:>3} {f'{levels}-level':>7} {row.put:>5} {row.get:>6} {split:>17} {row.list:>5} {row.head:>5} "
                     f"{bound(world, levels):>14} {row.seconds:>7.3f} {row.mb_s:>8.1f} {raw:>9.1f} "
                     f"{row.mb_s / raw:>6.2f}"
                 )

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from squall.driver.scale.requests import ExchangeShape, exchange_counts
 from squall.exchange.base import (
     ExchangeAborted,
     ExchangeError,
@@ -247,6 +248,10 @@ def test_request_counts_at_the_formula(s3, world, levels):
     }
     want = expected_counts(world, levels)
     assert {k: got[k] for k in want} == want
+    shape = ExchangeShape("hash", tuple(range(world)), tuple(range(world)), 500.0, levels=levels)
+    formula = exchange_counts(shape, "s3-v2")  # the scale model's table predicts them exactly
+    assert (formula.put, formula.get_index, formula.get_data, formula.list_) == (
+        got["put"], got["get_index"], got["get_data"], got["list"])  # fmt: skip
     assert got["get"] == got["get_data"] and got["get_index"] == got["get_miss"] == got["head"] == 0
     assert _total(stats, 1, "poll_rounds") == got["list"]  # one LIST per reading rank and level
     g = math.isqrt(world - 1) + 1 if world > 1 else 1
@@ -581,7 +586,7 @@ def test_broadcast_and_gather(s3):
         assert results[rank][0].equals(_table(1, 9, 6))
     assert results[2][1].equals(pa.concat_tables([_table(s, 2, s) for s in range(3)]))
     assert _total(stats, 1, "put") == 1 and _total(stats, 1, "get_data") == 2  # one range all read
-    assert _total(stats, 2, "put") == 2 and _total(stats, 2, "get_data") == 2
+    assert _total(stats, 2, "put") == 2 and _total(stats, 2, "get_data") == 1  # rank 0 sent no rows: no GET
 
 
 # --- benchmark smoke ---------------------------------------------------------------------------

@@ -217,30 +217,32 @@ def _open_fabric(provider: str) -> Callable[[Backend, Path], contextlib.Abstract
 
 
 def check_s3_request_formulas(stats: dict[str, Any], levels: int) -> None:
-    """Requests per S3 exchange, summed over the ranks (S senders, R receivers, g = ⌈√R⌉).
+    """Requests per S3 exchange, summed over the ranks (S senders, R receivers, g = ⌈√R⌉), exchange v2.
 
-    - one level: ``put - put_dup ≤ S`` (one object per sender) and ``get_index ≤ S·R`` — at most W PUTs
-      and W² GETs;
-    - two levels (hash, S = R = W): ``put - put_dup ≤ 2W`` and ``get_index ≤ 2W·g``;
-    - both: ``get_data ≤ get_index`` (every range ≤ part_size at this scale; a range inside the 64 KiB
-      tail costs no data GET at all).
+    - one level: ``put - put_dup ≤ S`` (one object per sender) and ``get_data ≤ S·R`` (one ranged GET per
+      (sender, receiver) pair with data; W² at most);
+    - two levels (hash, S = R = W): ``put - put_dup ≤ 2W`` and ``get_data ≤ 2W·g``;
+    - both: ``get_index == get_miss == 0`` (range lengths travel in the key names, a receiver only GETs
+      keys it listed) and one LIST per reading rank per polling round (``list == poll_rounds``; every
+      range ≤ part_size at this scale).
 
-    ``get_miss`` (polling 404s while a sender is late) and ``head`` (abort checks) depend on timing and
-    are not data GETs: reported, not bounded.
+    ``poll_rounds`` (more than one when a sender is late) and ``head`` (abort checks, one per second of
+    waiting) depend on timing: reported, not bounded.
     """
     for e in stats["exchanges"]:
         s, r = e["senders"], e["receivers"]
         assert e["levels"] == (levels if e["kind"] == "hash" and s == r else 1), e
-        assert e["get"] >= e["get_index"] + e["get_data"] + e["get_miss"], e  # (+ abort-reason reads)
+        assert e["get"] >= e["get_index"] + e["get_data"] + e["get_miss"], e  # (+ schema, abort-reason reads)
+        assert e["get_index"] == 0 and e["get_miss"] == 0, e
+        assert e["list"] == e["poll_rounds"], e
         writes = e["put"] - e["put_dup"]
         if e["levels"] == 1:
             assert writes <= s, e
-            assert e["get_index"] <= s * r, e
+            assert e["get_data"] <= s * r, e
         else:
             g = math.isqrt(r - 1) + 1
             assert writes <= 2 * r, e
-            assert e["get_index"] <= 2 * r * g, e
-        assert e["get_data"] <= e["get_index"], e
+            assert e["get_data"] <= 2 * r * g, e
         assert e["bytes_read"] >= 0 and e["bytes_written"] >= 0
 
 
