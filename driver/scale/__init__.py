@@ -5,7 +5,7 @@
 several W and ``best_workers`` applies the rule "cheapest W within 10 % of the fastest". Parameters
 live in :mod:`.params` (profiles ``aws`` and ``emulator-here``), exchange request formulas in
 :mod:`.requests`, compute rates and TPC-H size profiles in :mod:`.calibration` (measured here by
-:mod:`.calibrate`), the plan-to-work translation and SF scaling in :mod:`.workload`.
+benchmarks/scale_calibrate.py), the plan-to-work translation and SF scaling in :mod:`.workload`.
 
 Validation: ``benchmarks/scale_validate.py`` runs lambda-local + moto here and compares with the
 ``emulator-here`` profile (PUT and index-GET counts per exchange match the formulas exactly; data GETs

@@ -1,6 +1,6 @@
 """Calibration: per-stage compute rates and IPC sizes measured here, plus TPC-H stage-size profiles.
 
-The JSON (``calibration.json`` ships in the package; :func:`squall.driver.scale.calibrate.main`
+The JSON (``calibration.json`` ships in the package; `benchmarks/scale_calibrate.py`
 rewrites it) holds:
 
 - ``rates``: rows/s of one thread per stage *shape* (``scan``, ``aggregate``, ``join``, ``sort``,
