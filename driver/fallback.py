@@ -70,10 +70,12 @@ def _pushable_filters(ast: exp.Expression, catalog: Catalog) -> dict[str, list[e
     tree = ast.copy()
     for ident in tree.find_all(exp.Identifier):
         ident.set("this", ident.this.lower())
-    schema = {}
-    for t in {t.name for t in tree.find_all(exp.Table)}:
-        if t in catalog:
-            schema[t] = {f.name.lower(): "VARCHAR" for f in catalog.table(t).schema}
+    schema: dict[str, object] = {}
+    columns: dict[str, set[str]] = {}
+    for name in {t.name for t in tree.find_all(exp.Table)}:
+        if name in catalog:
+            columns[name] = {f.name.lower() for f in catalog.table(name).schema}
+            schema[name] = dict.fromkeys(columns[name], "VARCHAR")
     try:
         tree = qualify(tree, schema=schema, dialect=DIALECT, quote_identifiers=False)
     except Exception:  # sqlglot cannot qualify this text: push nothing
@@ -83,7 +85,7 @@ def _pushable_filters(ast: exp.Expression, catalog: Catalog) -> dict[str, list[e
     counts = Counter(t.name for t in tables)
     out: dict[str, list[exp.Expression]] = {}
     for t in tables:
-        if counts[t.name] != 1 or t.name in ctes or t.name not in schema:
+        if counts[t.name] != 1 or t.name in ctes or t.name not in columns:
             continue
         sel = t.parent.parent if t.parent is not None else None
         if not isinstance(t.parent, (exp.From, exp.Join)) or not isinstance(sel, exp.Select):
@@ -101,7 +103,7 @@ def _pushable_filters(ast: exp.Expression, catalog: Catalog) -> dict[str, list[e
             ):
                 continue
             cols = list(c.find_all(exp.Column))
-            if cols and all(col.table == alias and col.name in schema[t.name] for col in cols):
+            if cols and all(col.table == alias and col.name in columns[t.name] for col in cols):
                 bare = c.copy().transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n)
                 out.setdefault(t.name.lower(), []).append(bare)
     return out

@@ -131,11 +131,12 @@ def _expand_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> 
     ids = [sum(1 << (n - 1 - i) for i in range(n) if i not in s) for s in node.sets]
     bigint = exp.DataType.build("BIGINT")
     sets = L.Values(tuple((exp.cast(exp.Literal.number(g), bigint),) for g in ids), (node.gid,))
-    exprs = tuple((c, L.col(c)) for c in child.names) + ((node.gid, L.col(node.gid)),)
+    exprs: list[tuple[str, exp.Expression]] = [(c, L.col(c)) for c in child.names]
+    exprs.append((node.gid, L.col(node.gid)))
     for i, (m, (_k, e)) in enumerate(zip(masked, node.keys)):
         bit = parse(f"(({q(node.gid)} >> {n - 1 - i}) & 1) = 0")
-        exprs += ((m, exp.Case(ifs=[exp.If(this=bit, true=e.copy())])),)
-    expanded: L.Node = L.Project(L.Join(child, sets, "cross"), exprs)
+        exprs.append((m, exp.Case(ifs=[exp.If(this=bit, true=e.copy())])))
+    expanded: L.Node = L.Project(L.Join(child, sets, "cross"), tuple(exprs))
     by = tuple(L.col(m) for m in masked) + (L.col(node.gid),)
     ref, _ = ctx.to_hash(
         expanded, dist, by, "grouping sets that cannot be split: rows once per set by (key, id)"
