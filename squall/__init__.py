@@ -2,10 +2,16 @@
 
 >>> import squall
 >>> con = squall.connect(data="data/sf1", workers=2)
->>> con.sql("SELECT count(*) FROM lineitem").to_arrow()
+>>> con.sql("SELECT count(*) FROM lineitem").df()
+
+``import squall`` is cheap: the engine (DuckDB, pyarrow, sqlglot, the driver) is imported
+on first use of :func:`connect`, :class:`Connection` or :class:`Result`.
 """
 
-from squall.connection import Connection, connect
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from squall.errors import (
     BindError,
     DataError,
@@ -18,8 +24,11 @@ from squall.errors import (
     UserError,
     WorkerError,
 )
-from squall.result import Result
 from squall.version import __version__
+
+if TYPE_CHECKING:
+    from squall.connection import Connection, connect
+    from squall.result import Result
 
 __all__ = [
     "BindError",
@@ -37,3 +46,20 @@ __all__ = [
     "__version__",
     "connect",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The engine's names, imported on first use (keeps ``import squall`` and the CLI fast)."""
+    if name in ("Connection", "connect", "connection"):
+        import squall.connection as con_module  # the import sets this package's attribute "connection"
+
+        return con_module if name == "connection" else getattr(con_module, name)
+    if name in ("Result", "result"):
+        import squall.result as result_module
+
+        return result_module if name == "result" else result_module.Result
+    raise AttributeError(f"module 'squall' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

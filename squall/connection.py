@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from squall.client import RemoteConnection
@@ -100,11 +100,14 @@ class Connection:
     def sql(
         self,
         sql: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
         *,
         progress: Callable[[Progress], None] | None = None,
         timeout: float | None = None,
     ) -> Result:
         """Run one read-only query and return its result.
+
+        ``params`` binds ``?``/``$1`` (a list) or ``$name`` (a dict) as SQL literals.
 
         ``timeout`` (seconds; default: the connection's ``timeout``, else none): cancel the query when it
         runs longer and raise :class:`~squall.errors.QueryTimeout`. :meth:`cancel` from another thread
@@ -113,6 +116,10 @@ class Connection:
         """
         if self._closed:
             raise OptionError("connection is closed")
+        if params is not None:
+            from squall.params import bind
+
+            sql = bind(sql, params)
         limit = _check_timeout(timeout) if timeout is not None else self.timeout
         query = _Query(self.platform, limit)
         self._query = query

@@ -21,8 +21,6 @@ Errors are the PEP 249 classes below, mapped from ``squall.errors`` (the origina
 from __future__ import annotations
 
 import datetime as dt
-import decimal
-import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -210,42 +208,14 @@ def TimestampFromTicks(ticks: float) -> dt.datetime:
 
 
 def literal(value: Any) -> str:
-    """``value`` as a DuckDB SQL literal; ProgrammingError for types that have none here."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return f"({value})" if value < 0 else str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "CAST('NaN' AS DOUBLE)"
-        if math.isinf(value):
-            return f"CAST('{'-' if value < 0 else ''}Infinity' AS DOUBLE)"
-        text = repr(value)
-        text = text if "e" in text else text + "e0"  # an exponent makes DuckDB read a DOUBLE, not a DECIMAL
-        return f"({text})" if text.startswith("-") else text
-    if isinstance(value, decimal.Decimal):
-        if not value.is_finite():
-            raise ProgrammingError(f"cannot bind a non-finite Decimal: {value}")
-        text = format(value, "f")
-        return f"({text})" if text.startswith("-") else text
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ProgrammingError("cannot bind a string containing NUL characters")
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return "'" + "".join(f"\\x{b:02X}" for b in bytes(value)) + "'::BLOB"
-    if isinstance(value, dt.datetime):
-        kind = "TIMESTAMPTZ" if value.tzinfo is not None else "TIMESTAMP"
-        return f"{kind} '{value.isoformat(sep=' ')}'"
-    if isinstance(value, dt.date):
-        return f"DATE '{value.isoformat()}'"
-    if isinstance(value, dt.time):
-        if value.tzinfo is not None:
-            raise ProgrammingError("cannot bind a time with a time zone")
-        return f"TIME '{value.isoformat()}'"
-    raise ProgrammingError(f"cannot bind a parameter of type {type(value).__name__}")
+    """``value`` as a DuckDB SQL literal (:func:`squall.params.literal`); ProgrammingError for types that
+    have none here."""
+    from squall.params import literal as to_literal
+
+    try:
+        return to_literal(value)
+    except se.OptionError as err:
+        raise ProgrammingError(str(err)) from None
 
 
 def _placeholders(sql: str) -> list[int]:

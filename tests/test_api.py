@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import os
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -164,3 +167,136 @@ def test_closed_connection_refuses(sf001):
 def test_default_workers_is_core_count(sf001):
     with squall.connect(data=str(sf001)) as con:
         assert con.workers == (os.cpu_count() or 1)
+
+
+# --- issue 18: DuckDB-grade Result API and query parameters ----------------------------------------------
+
+
+def _duckdb_over(sf001):
+    import duckdb
+
+    db = duckdb.connect()
+    for name in ("lineitem", "orders", "customer"):
+        db.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{sf001 / (name + '.parquet')}')")
+    return db
+
+
+@pytest.mark.parametrize("q", [1, 3])
+def test_df_types_match_duckdb(connections, sf001, q):
+    from squall import tpch
+
+    con = connections.get(sf001, 2)
+    sql = tpch.query(q)
+    ours = con.sql(sql).df()
+    db = _duckdb_over(sf001)
+    theirs = db.sql(sql).df()
+    db.close()
+    assert list(ours.columns) == list(theirs.columns)
+    assert dict(ours.dtypes.astype(str)) == dict(theirs.dtypes.astype(str))
+    # decimals are floats and dates datetimes, as in DuckDB (not object columns)
+    if q == 1:
+        assert str(ours["sum_qty"].dtype) == "float64"
+    else:
+        assert (
+            str(ours["o_orderdate"].dtype).startswith("datetime64")
+            and str(ours["revenue"].dtype) == "float64"
+        )
+
+
+def test_df_nullable_and_special_types_like_duckdb(connections, sf001):
+    import duckdb
+
+    con = connections.get(sf001, 1)
+    sql = ("SELECT 1.5::DECIMAL(15,2) AS d, DATE '2020-01-01' AS dt, x AS i, CASE WHEN x = 1 THEN NULL ELSE x END "
+           "AS ni, INTERVAL 3 DAY AS iv, x = 1 AS b FROM (VALUES (1), (2)) t(x) ORDER BY x")  # fmt: skip
+    ours, theirs = con.sql(sql).df(), duckdb.sql(sql).df()
+    assert dict(ours.dtypes.astype(str)) == dict(theirs.dtypes.astype(str))
+    assert ours.equals(theirs)
+    assert con.sql("SELECT 1 AS n").to_pandas().equals(con.sql("SELECT 1 AS n").df())
+
+
+def test_arrow_pl_show_repr_html(connections, sf001, capsys, monkeypatch):
+    import sys
+    import types
+
+    con = connections.get(sf001, 2)
+    result = con.sql("SELECT n_nationkey, n_name FROM nation ORDER BY 1")
+    assert result.arrow() is result.to_arrow() and result.arrow().num_rows == 25
+
+    monkeypatch.setitem(sys.modules, "polars", None)  # not installed
+    with pytest.raises(squall.OptionError, match=r"^pl\(\) needs polars: pip install polars$"):
+        result.pl()
+    fake = types.SimpleNamespace(from_arrow=lambda table: ("polars", table.num_rows))
+    monkeypatch.setitem(sys.modules, "polars", fake)
+    assert result.pl() == ("polars", 25)
+
+    result.show(max_rows=6)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("┌") and "n_nationkey" in out[1] and "int64" in out[2] and "varchar" in out[2]
+    assert "ALGERIA" in "\n".join(out) and "UNITED STATES" in "\n".join(out) and "25 rows" in "\n".join(out)
+    assert len(out) < 20
+    with pytest.raises(squall.OptionError):
+        result.show(max_rows=0)
+
+    text = repr(result)
+    assert text.startswith("<squall.Result 25 rows x 2 columns>\n┌") and "ALGERIA" in text
+    page = result._repr_html_()
+    assert page.startswith("<table") and "<th>n_name<br><small>VARCHAR</small></th>" in page
+    assert "<td>ALGERIA</td>" in page and "25 rows x 2 columns, 15 not shown" in page
+    odd = con.sql("SELECT '<b>&' AS \"a<b\"")._repr_html_()
+    assert "&lt;b&gt;&amp;" in odd and "a&lt;b" in odd and "<b>&" not in odd
+
+
+def test_sql_params_positional_and_named(connections, sf001):
+    con = connections.get(sf001, 2)
+    got = con.sql(
+        "SELECT n_name FROM nation WHERE n_nationkey = ? OR n_name = ? ORDER BY 1", params=[3, "PERU"]
+    )
+    assert got.fetchall() == [("CANADA",), ("PERU",)]
+    got = con.sql("SELECT n_name FROM nation WHERE n_regionkey = $2 AND n_nationkey < $1 ORDER BY 1", [10, 1])
+    assert got.fetchall() == [("ARGENTINA",), ("BRAZIL",), ("CANADA",)]
+    got = con.sql("SELECT count(*) AS n FROM nation WHERE n_name LIKE $pat", params={"pat": "%A"})
+    assert got.fetchall() == [(11,)]
+    # values are literals: quotes and injection attempts stay data
+    got = con.sql("SELECT ? AS s, ? AS d", ["x' OR 1=1 --", datetime.date(2024, 2, 29)])
+    assert got.fetchall() == [("x' OR 1=1 --", datetime.date(2024, 2, 29))]
+    # placeholders in strings and comments are not parameters
+    assert con.sql("SELECT '?' AS q, ? AS v -- ?", [1]).fetchall() == [("?", 1)]
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "message"),
+    [
+        ("SELECT ?", [], "has 1 parameter(s) but 0 value(s)"),
+        ("SELECT ?, ?", [1], "has 2 parameter(s) but 1 value(s)"),
+        ("SELECT $2", [1], "parameter $2 but 1 value(s)"),
+        ("SELECT $a", {"b": 1}, "no value for parameter $a"),
+        ("SELECT $a", {"a": 1, "z": 2}, "parameter $z not in the query"),
+        ("SELECT $a", [1], "pass params as a dict"),
+        ("SELECT ?", {"a": 1}, "pass a list"),
+        ("SELECT ?, $1", [1], "do not mix"),
+        ("SELECT ?", "abc", "must be a list or tuple"),
+        ("SELECT ?", [object()], "cannot bind a parameter of type object"),
+    ],
+)
+def test_sql_params_errors(connections, sf001, sql, params, message):
+    con = connections.get(sf001, 1)
+    with pytest.raises(squall.UserError) as info:
+        con.sql(sql, params=params)
+    assert message in str(info.value)
+
+
+def test_import_squall_is_light():
+    code = "import sys, squall; print(sorted(m for m in ('duckdb', 'pyarrow', 'sqlglot', 'squall.driver') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    code = "import squall; print(squall.connect.__module__, squall.Result.__name__, squall.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["squall.connection", "Result", squall.__version__]
+
+
+def test_cli_version_imports_no_engine():
+    code = ("import sys; from squall.cli import main; main(['--version']); "
+            "print(sorted(m for m in ('duckdb', 'pyarrow', 'sqlglot') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "[]"
