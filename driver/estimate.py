@@ -52,7 +52,7 @@ def column_constraint(pred: exp.Expression) -> tuple[str, str, Any] | None:
     """``(column, op, value)`` for ``col op literal`` predicates (op in = < <= > >= in between)."""
     if isinstance(pred, (exp.EQ, exp.LT, exp.LTE, exp.GT, exp.GTE)):
         left, right = pred.this, pred.expression
-        kind: type = type(pred)
+        kind: type[exp.Binary] = type(pred)
         if not isinstance(left, exp.Column) and isinstance(right, exp.Column):
             left, right, kind = right, left, _FLIP[kind]
         if isinstance(left, exp.Column):

@@ -135,13 +135,13 @@ class Plan:
                             name=i["name"],
                             table=i["table"],
                             location=i["location"],
-                            columns=tuple(tuple(c) for c in i["columns"]),  # type: ignore[misc]
+                            columns=tuple(tuple(c) for c in i["columns"]),
                             splits=tuple(
                                 tuple(
                                     Split(
                                         sp["path"],
                                         tuple(sp["row_groups"]),
-                                        tuple(tuple(r) for r in sp["row_ranges"]),  # type: ignore[misc]
+                                        tuple(tuple(r) for r in sp["row_ranges"]),
                                         sp["rows"],
                                         sp["nbytes"],
                                         sp["whole_file"],
@@ -154,7 +154,7 @@ class Plan:
                             filters=tuple(i["filters"]),
                             schema_b64=i["schema_b64"],
                             scan=i.get("scan", "parquet"),
-                            scan_options=tuple(tuple(o) for o in i.get("scan_options", ())),  # type: ignore[misc]
+                            scan_options=tuple(tuple(o) for o in i.get("scan_options", ())),
                         )
                     )
                 else:
@@ -170,7 +170,7 @@ class Plan:
                     inputs=tuple(inputs),
                     sql=s["sql"],
                     output=output,
-                    columns=tuple(tuple(c) for c in s["columns"]),  # type: ignore[misc]
+                    columns=tuple(tuple(c) for c in s["columns"]),
                     note=s["note"],
                 )
             )

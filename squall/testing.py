@@ -70,19 +70,19 @@ def _hashable(v: Any) -> Any:
     return v
 
 
-def _literal_int(node: exp.Expression | None) -> int | None:
+def _literal_int(node: exp.Expr | None) -> int | None:
     if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
         return int(node.this)
     return None
 
 
-def _outermost(node: exp.Expression) -> exp.Expression:
+def _outermost(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Subquery) and not any(node.args.get(k) for k in ("order", "limit", "offset")):
         node = node.this
     return node
 
 
-def _same_column(a: exp.Expression, b: exp.Expression) -> bool:
+def _same_column(a: exp.Expr, b: exp.Expr) -> bool:
     if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
         return False
     if a.name.lower() != b.name.lower():
@@ -91,7 +91,7 @@ def _same_column(a: exp.Expression, b: exp.Expression) -> bool:
 
 
 def _map_order_item(
-    item: exp.Expression, projections: Sequence[exp.Expression] | None, names: Sequence[str]
+    item: exp.Expr, projections: Sequence[exp.Expr] | None, names: Sequence[str]
 ) -> int | None:
     """Index of the output column an ORDER BY item orders by, or None if it is not an output column."""
     ordinal = _literal_int(item)
@@ -136,7 +136,7 @@ def _ordering(sql: str, names: Sequence[str]) -> _Ordering:
     if not isinstance(order, exp.Order) or not order.expressions:
         return _Ordering(None, False, limit, offset)
 
-    projections: list[exp.Expression] | None = None
+    projections: list[exp.Expr] | None = None
     if isinstance(node, exp.Query):
         selects = list(node.selects)
         if len(selects) == len(names) and not any(isinstance(p, exp.Star) or p.is_star for p in selects):
@@ -189,7 +189,7 @@ class _Comparer:
 
     @staticmethod
     def _sort_key(values: Sequence[Any]) -> tuple[tuple[Any, ...], ...]:
-        out = []
+        out: list[tuple[Any, ...]] = []
         for v in values:
             if v is None:
                 out.append((0,))

@@ -620,7 +620,7 @@ class Simulation:
         billed = [(max(1, math.ceil(b * 1000)), self.cfg.memory_mb) for b in self.billed]
         s3_kinds = Counter({k: v for k, v in self.requests.items()
                             if k not in ("status_put", "abort_head")})  # fmt: skip
-        billable = Counter()
+        billable: Counter[str] = Counter()
         for k, v in s3_kinds.items():
             billable["get" if k in ("get_index", "get_miss", "get_data", "scan_get") else k] += v
         cost = query_cost(billed, self.invocations, billable, region=self.cfg.region,

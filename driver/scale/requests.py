@@ -245,14 +245,14 @@ def s3_v2(shape: ExchangeShape) -> ExchangeCounts:
     if v1.levels == 1:
         senders = sorted(set(shape.senders))
         groups = [i // GROUP_SIZE for i in range(len(senders))]
-        lists = sum(
+        n_lists = sum(
             len({gr for s, gr in zip(senders, groups, strict=True) if s != r})
             for r in receivers
             if v1.reads[1][r]
         )
     else:
-        lists = sum(int((r > 0).sum()) for r in v1.reads.values())
-    return ExchangeCounts(v1.levels, v1.put, 0, int(sum(d.sum() for d in data.values())), lists, reads=v1.reads,
+        n_lists = sum(int((r > 0).sum()) for r in v1.reads.values())
+    return ExchangeCounts(v1.levels, v1.put, 0, int(sum(d.sum() for d in data.values())), n_lists, reads=v1.reads,
                           data_gets=data, puts=v1.puts, read_bytes=v1.read_bytes)  # fmt: skip
 
 

@@ -9,12 +9,13 @@ extension autoloading and autoinstalling off, so nothing is downloaded.
 
 import os
 import sys
+from collections.abc import Callable
 
 import duckdb
 
 
 def _connect(extension: str, database: str = ":memory:") -> "duckdb.DuckDBPyConnection":
-    config = {
+    config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
         "allow_unsigned_extensions": False,
@@ -54,4 +55,5 @@ def queries(extension: str, out: str) -> None:
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"data": data, "queries": queries}[command](*args)
+    commands: dict[str, Callable[..., None]] = {"data": data, "queries": queries}
+    commands[command](*args)

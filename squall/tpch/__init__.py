@@ -375,8 +375,8 @@ def random_params(n: int, seed: int, *, sf: float = 1.0) -> dict[str, str]:
     if n == 11:
         return {"NATION": rng.choice(NATIONS)[0], "FRACTION": _fraction(sf)}
     if n == 12:
-        first, second = rng.sample(SHIP_MODES, 2)
-        return {"SHIPMODE1": first, "SHIPMODE2": second, "DATE": _year(rng)}
+        mode1, mode2 = rng.sample(SHIP_MODES, 2)
+        return {"SHIPMODE1": mode1, "SHIPMODE2": mode2, "DATE": _year(rng)}
     if n == 13:
         return {"WORD1": rng.choice(Q13_WORD1), "WORD2": rng.choice(Q13_WORD2)}
     if n == 14:
@@ -462,7 +462,25 @@ def dataset_files(data: str | Path) -> dict[str, list[Path]]:
     return result
 
 
-def generate(sf: float, out: str | Path, parts: int | None = None) -> list[Path]:
+def existing_sf(out: str | Path) -> float | None:
+    """The scale factor of the TPC-H ``supplier`` table already in ``out`` (10,000 rows per unit of
+    scale), None when there is none."""
+    root = Path(out)
+    files = [root / "supplier.parquet"] if (root / "supplier.parquet").is_file() else []
+    if not files and (root / "supplier").is_dir():
+        files = sorted((root / "supplier").glob("*.parquet"))
+    if not files:
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        rows = sum(pq.read_metadata(f).num_rows for f in files)
+    except (OSError, ValueError):
+        return None
+    return rows / 10_000
+
+
+def generate(sf: float, out: str | Path, parts: int | None = None, *, force: bool = False) -> list[Path]:
     """Write TPC-H at scale factor ``sf`` as Parquet into ``out`` with ``tpchgen-cli``; return the files.
 
     Without ``parts`` each table is ``out/<table>.parquet``; with ``parts`` each table is a folder
@@ -470,6 +488,8 @@ def generate(sf: float, out: str | Path, parts: int | None = None) -> list[Path]
     small scale factors some parts of the other tables can be empty (0 rows) files. The tool writes into a
     temporary folder beside ``out``; the tables are then moved into place (lineitem last, replacing any
     earlier version of the same table in either layout), so a half-written dataset never looks complete.
+
+    A folder holding TPC-H of another scale factor is refused (``OptionError``) unless ``force``.
 
     Raises ``OptionError`` for a bad ``sf`` or ``parts`` and ``DataError`` when the tool is missing or fails.
     """
@@ -480,6 +500,11 @@ def generate(sf: float, out: str | Path, parts: int | None = None) -> list[Path]
     out = Path(out).absolute()
     if out.exists() and not out.is_dir():
         raise OptionError(f"TPC-H output {out} exists and is not a folder")
+    other = existing_sf(out) if out.is_dir() and not force else None
+    if other is not None and round(other * 10_000) != max(1, int(sf * 10_000)):
+        raise OptionError(
+            f"{out} holds TPC-H SF {other:g}, not SF {sf:g}: remove it, choose another --out or pass --force"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
