@@ -796,7 +796,10 @@ class S3Exchange(Exchange):
                     source.pieces = decode_range(pa.py_buffer(b"".join(f.result() for f in source.fetch)))
         except BaseException:
             for source in found.values():
-                for f in [*source.fetch, *([source.indexed] if source.indexed else [])]:
+                futures: list[Future[Any]] = [*source.fetch]
+                if source.indexed is not None:
+                    futures.append(source.indexed)
+                for f in futures:
                     f.cancel()
             raise
         return [found[s] for s in sorted(found)]
@@ -942,7 +945,8 @@ class S3ExchangeFactory(ExchangeFactory):
     ``levels`` is 1, 2 or ``"auto"`` (see module doc); the other keyword
     options (``timeout_s``, ``compression``, ``threads``, ``max_pool_connections``,
     ``two_level_min``, ``tail_bytes``, ``part_size``, ``max_retries``,
-    ``retry_mode``, ``endpoint_url``, ``region``) are passed to the workers.
+    ``retry_mode``, ``poll_min_s``, ``poll_max_s``, ``abort_check_s``, ``group_size``,
+    ``max_key_bytes``, ``endpoint_url``, ``region``) are passed to the workers.
     ``requests`` counts the driver's own S3 calls (bucket check, abort, clean-up).
     """
 
