@@ -6,12 +6,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from squall.client import RemoteConnection
 from squall.driver.catalog import Catalog
 from squall.driver.compile import compile_sql
 from squall.driver.explain import explain_plan
+from squall.driver.forecast import AutoChoice, Estimator, fixed_auto_workers, format_estimate, platform_config
 from squall.driver.planner import PlannerOptions
 from squall.driver.platforms.base import Platform, Progress, platform_class
 from squall.driver.stats import summarize
@@ -19,6 +20,9 @@ from squall.errors import OptionError, QueryCancelled, QueryTimeout
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 from squall.result import Result
+
+if TYPE_CHECKING:
+    from squall.driver.scale import Estimate
 
 
 class Connection:
@@ -33,7 +37,7 @@ class Connection:
         self,
         data: str | None = None,
         *,
-        workers: int | None = None,
+        workers: int | str | None = None,
         platform: str | Platform = "local",
         exchange: str | None = None,
         exchange_options: dict[str, Any] | None = None,
@@ -44,6 +48,10 @@ class Connection:
         timeout: float | None = None,
     ) -> None:
         self.timeout = _check_timeout(timeout)
+        self._auto_cap: int | None = None  # workers="auto" with W per query: the largest W to consider
+        self._auto_note = ""  # workers="auto" with a fixed W: why that W
+        self._fanout_given = bool((platform_options or {}).get("fanout"))
+        self._estimator: Estimator | None = None
         self.catalog = Catalog(storage_options, scan=scan)
         if data is not None:
             self.catalog.register_folder(str(data))
@@ -55,6 +63,10 @@ class Connection:
             cls = platform_class(platform)
             if data is not None:
                 cls.check_storage(str(data))
+            if workers == "auto":
+                workers = self._auto_workers(cls.name)
+            elif isinstance(workers, str):
+                raise OptionError(f"workers must be a number or 'auto', got {workers!r}")
             kwargs: dict[str, Any] = {"workers": workers, "storage_options": storage_options}
             if exchange is not None:
                 kwargs["exchange"] = _exchange_name(exchange, exchange_options)
@@ -87,15 +99,102 @@ class Connection:
         return self.catalog.names()
 
     def plan(self, sql: str) -> Plan:
-        """The distributed plan of ``sql`` (nothing runs)."""
+        """The distributed plan of ``sql`` (nothing runs); with ``workers="auto"`` on a lambda platform, at
+        the W the scale model chose for it."""
+        if self._auto_cap is not None:
+            return self._plan_with_choice(sql)[0]
         with self._plan_lock:
             if self._db is None:
                 self._db = Sandbox(threads=1)
             return compile_sql(self.catalog, sql, self.platform.world_size, self.planner_options, self._db)
 
-    def explain(self, sql: str) -> str:
-        """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL."""
-        return explain_plan(self.plan(sql))
+    def explain(self, sql: str, *, estimate: bool = False) -> str:
+        """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL.
+
+        ``estimate=True`` adds the scale model's predicted time, cost and S3 requests (see :meth:`estimate`).
+        """
+        plan, choice = self._plan_with_choice(sql)
+        text = explain_plan(plan)
+        if not estimate and choice is None:
+            return text
+        reason = choice.reason if choice is not None else (self._auto_note or None)
+        if not estimate:
+            return f"{text.rstrip()}\n\n{reason}"
+        return f"{text.rstrip()}\n\n{format_estimate(self.estimator.estimate(plan), self.estimator, reason)}"
+
+    @property
+    def estimator(self) -> Estimator:
+        """The scale model for this connection's platform (cached per plan; see :mod:`squall.driver.forecast`)."""
+        if self._estimator is None:
+            self._estimator = Estimator(self.platform.name, platform_config(self.platform))
+        return self._estimator
+
+    def estimate(self, sql: str) -> Estimate:
+        """The scale model's predicted time, cost and requests of ``sql`` (nothing runs).
+
+        On ``lambda`` with the ``aws`` profile, on ``lambda-local`` with ``emulator-here``; on the other
+        platforms: what the plan would cost as Lambda workers at the same W (``aws``).
+        """
+        return self.estimator.estimate(self.plan(sql))
+
+    def _auto_workers(self, platform: str) -> int:
+        """``workers="auto"`` at connect: the W the platform starts with (see :mod:`squall.driver.forecast`)."""
+        import os
+
+        from squall.driver.forecast import PER_QUERY_W
+        from squall.driver.platforms.local.platform import max_local_workers
+
+        if platform == "lambda":
+            cap = min(int(os.environ.get("SQUALL_MAX_WORKERS", 1024)),
+                      int(os.environ.get("SQUALL_LAMBDA_CONCURRENCY", 1000)))  # fmt: skip
+        else:
+            cap = min(max_local_workers(), int(os.environ.get("SQUALL_MAX_WORKERS", 1024)))
+        if platform in PER_QUERY_W:
+            self._auto_cap = cap
+            return cap
+        w = fixed_auto_workers(cap)
+        self._auto_note = (
+            f"W={w} from workers='auto': the {platform} platform keeps a warm pool of fixed size, so 'auto' is "
+            f"this machine's cores, chosen once at connect"
+        )
+        return w
+
+    def _plan_with_choice(self, sql: str) -> tuple[Plan, AutoChoice | None]:
+        """The plan, at the W ``workers="auto"`` chose for it on the lambda platforms."""
+        if self._auto_cap is None:
+            return self.plan(sql), None
+        with self._plan_lock:
+            if self._db is None:
+                self._db = Sandbox(threads=1)
+            template = compile_sql(self.catalog, sql, min(4, self._auto_cap), self.planner_options, self._db)
+            choice = self.estimator.auto_workers(template, self._auto_cap)
+            if choice.workers == template.world_size:
+                return template, choice
+            return compile_sql(self.catalog, sql, choice.workers, self.planner_options, self._db), choice
+
+    def _fit_platform(self, plan: Plan) -> None:
+        """``workers="auto"`` on a lambda platform: run this query with the plan's W."""
+        if self._auto_cap is None or plan.world_size == self.platform.world_size:
+            return
+        from squall.driver.platforms.lambda_.tree import default_fanout
+
+        self.platform.world_size = plan.world_size
+        if not self._fanout_given and hasattr(self.platform, "fanout"):
+            self.platform.fanout = default_fanout(plan.world_size)
+
+    def _stats_estimate(self, plan: Plan) -> Callable[[], dict[str, Any] | None]:
+        """Start the model for ``stats["estimate"]`` beside the run (lambda platforms, or W ≤ 64)."""
+        from squall.driver.forecast import STATS_MAX_W, summary
+
+        if not (self.estimator.on_lambda or plan.world_size <= 64) or plan.world_size > STATS_MAX_W:
+            return lambda: None
+        wait = self.estimator.start(plan)
+
+        def done() -> dict[str, Any] | None:
+            est = wait(None)
+            return summary(est, self.estimator) if est is not None else None
+
+        return done
 
     def sql(
         self,
@@ -146,6 +245,8 @@ class Connection:
         driver_requests = _delta(self.catalog.requests(), driver_before)
         query_id = f"q{uuid.uuid4().hex[:16]}"
         query.check()
+        self._fit_platform(plan)
+        predicted = self._stats_estimate(plan)
         execution = self.platform.execute(plan, query_id, progress)
         done = time.perf_counter()
         table = execution.table.rename_columns(list(plan.result_names))
@@ -161,6 +262,9 @@ class Connection:
         )
         stats["driver_storage_requests"] = driver_requests
         stats.update(execution.details)
+        estimate = predicted()
+        if estimate is not None:
+            stats["estimate"] = estimate
         return Result(table, stats, plan)
 
     def cancel(self) -> None:
@@ -272,13 +376,15 @@ def _exchange_options(exchange: str, options: dict[str, Any] | None) -> dict[str
 
 
 def connect(
-    data: str | None = None, *, workers: int | None = None, **options: Any
+    data: str | None = None, *, workers: int | str | None = None, **options: Any
 ) -> Connection | RemoteConnection:
     """Open an embedded Squall connection, or a remote one when ``data`` is an ``http(s)://`` endpoint.
 
     ``data`` is a folder whose Parquet files (``<table>.parquet``) and
     sub-folders (``<table>/*.parquet``) become tables. ``workers`` defaults to
-    the number of cores. Further options: ``platform``, ``exchange`` (name or
+    the number of cores; ``workers="auto"``: on the lambda platforms the scale model picks W per query (the
+    cheapest W within 10 % of the fastest, up to the account's concurrency), on the local and fabric
+    platforms (a warm pool of fixed size) it is the machine's cores, chosen once. Further options: ``platform``, ``exchange`` (name or
     ``s3://bucket/prefix``; ``exchange_options={"levels": 1|2|"auto"}`` for S3),
     ``exchange_options``, ``storage_options``, ``planner_options``, ``scan``
     (``"s3select"``: scan S3 tables with S3 Select), ``timeout`` (seconds, every query's default;
@@ -293,5 +399,7 @@ def connect(
     """
     # --- remote endpoints (squall.client) ---
     if isinstance(data, str) and data.lower().startswith(("http://", "https://")):
+        if isinstance(workers, str):
+            raise OptionError(f"workers={workers!r} is for embedded connections; give the service a number")
         return RemoteConnection(data, workers=workers, **options)
     return Connection(data, workers=workers, **options)
