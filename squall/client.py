@@ -322,16 +322,18 @@ class RemoteConnection:
         query_id = self.submit(sql, workers=workers, timeout_s=timeout_s)
         return self.result(query_id, self.wait(query_id, progress=progress))
 
-    def explain(self, sql: str, *, workers: int | None = None) -> str:
-        """The distributed plan as text."""
-        return str(self._explain(sql, workers)["text"])
+    def explain(self, sql: str, *, workers: int | None = None, estimate: bool = False) -> str:
+        """The distributed plan as text (``estimate=True``: with the scale model's predicted time and cost)."""
+        return str(self._explain(sql, workers, estimate)["text"])
 
     def plan(self, sql: str, *, workers: int | None = None) -> Plan:
         """The distributed plan of ``sql`` (nothing runs)."""
         return Plan.from_dict(self._explain(sql, workers)["plan"])
 
-    def _explain(self, sql: str, workers: int | None) -> dict[str, Any]:
+    def _explain(self, sql: str, workers: int | None, estimate: bool = False) -> dict[str, Any]:
         body: dict[str, Any] = {"sql": sql}
+        if estimate:
+            body["estimate"] = True
         if workers or self.default_workers:
             body["workers"] = workers or self.default_workers
         return dict(self._json("POST", "/v1/explain", body))

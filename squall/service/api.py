@@ -15,7 +15,7 @@ GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json`` (el
                                           state), or streamed by ``squall serve``
 DELETE   ``/v1/queries/{id}``             cancel → 202 with the status
 GET      ``/v1/tables``                   the catalog with schemas
-POST     ``/v1/explain``                  ``{sql, workers?}`` → the distributed plan
+POST     ``/v1/explain``                  ``{sql, workers?, estimate?}`` → the distributed plan (+ cost)
 GET      ``/v1/openapi.json``             this API's OpenAPI 3.1 document (no token needed)
 GET      ``/healthz``                     liveness and version (no token needed)
 GET      ``/``, ``/console/<file>``       the web console (static files; no token needed to load it)
@@ -297,7 +297,7 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         },
     )
     def explain(body: ExplainRequest) -> Response[ExplainResponse]:
-        doc = ExplainResponse.model_validate(service.explain(body.sql, body.workers))
+        doc = ExplainResponse.model_validate(service.explain(body.sql, body.workers, estimate=body.estimate))
         return Response(200, content_types.APPLICATION_JSON, doc)
 
     @app.get(

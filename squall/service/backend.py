@@ -26,7 +26,7 @@ from squall.connection import Connection
 from squall.errors import OptionError, SquallError
 from squall.service import records
 from squall.service.errors import Busy, squall_error
-from squall.service.runner import describe_tables, run_query
+from squall.service.runner import describe_tables, explain_doc, run_query
 from squall.service.state import StateStore
 
 log = logging.getLogger("squall.service")
@@ -59,8 +59,8 @@ class Backend(ABC):
         """The catalog with schemas (see :func:`describe_tables`)."""
 
     @abstractmethod
-    def explain(self, sql: str, workers: int | None) -> dict[str, Any]:
-        """``{"text": explain text, "plan": plan as a dict}``."""
+    def explain(self, sql: str, workers: int | None, *, estimate: bool = False) -> dict[str, Any]:
+        """``{"text": explain text, "plan": plan as a dict}`` (+ ``"estimate"`` with ``estimate=True``)."""
 
     def close(self) -> None:  # noqa: B027 - optional
         """Stop running queries and release workers."""
@@ -164,11 +164,8 @@ class LocalBackend(Backend):
     def tables(self) -> list[dict[str, Any]]:
         return describe_tables(self.connection_for(None))
 
-    def explain(self, sql: str, workers: int | None) -> dict[str, Any]:
-        from squall.driver.explain import explain_plan
-
-        plan = self.connection_for(workers).plan(sql)
-        return {"text": explain_plan(plan), "plan": plan.to_dict()}
+    def explain(self, sql: str, workers: int | None, *, estimate: bool = False) -> dict[str, Any]:
+        return explain_doc(self.connection_for(workers), sql, estimate)
 
     def close(self) -> None:
         if self._closed:
@@ -229,6 +226,9 @@ class LambdaBackend(Backend):
     def tables(self) -> list[dict[str, Any]]:
         return list(self._invoke({"op": "tables"})["tables"])
 
-    def explain(self, sql: str, workers: int | None) -> dict[str, Any]:
+    def explain(self, sql: str, workers: int | None, *, estimate: bool = False) -> dict[str, Any]:
         self.check(sql, workers)
-        return self._invoke({"op": "explain", "sql": sql, "workers": workers})
+        event: dict[str, Any] = {"op": "explain", "sql": sql, "workers": workers}
+        if estimate:
+            event["estimate"] = True
+        return self._invoke(event)

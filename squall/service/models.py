@@ -39,6 +39,10 @@ class ExplainRequest(BaseModel):
 
     sql: str = Field(min_length=1, max_length=MAX_SQL)
     workers: int | None = Field(default=None, ge=1, le=1024)
+    estimate: bool = Field(
+        default=False,
+        description="add the scale model's predicted time, cost and S3 requests on the platform",
+    )
 
 
 class ErrorBody(BaseModel):
@@ -150,3 +154,8 @@ class TablesResponse(BaseModel):
 class ExplainResponse(BaseModel):
     text: str = Field(description="the distributed plan: stages, exchanges, each stage's DuckDB SQL")
     plan: dict[str, Any] = Field(description="the plan as JSON (squall.plan.Plan.from_dict)")
+    estimate: dict[str, Any] | None = Field(
+        default=None,
+        description="with estimate=true: {time_s, cost_usd, requests, profile, workers, label} from the scale "
+        "model (on the local platform: what the plan would cost on Lambda at that W)",
+    )

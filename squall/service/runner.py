@@ -238,6 +238,21 @@ def describe_tables(connection: Connection) -> list[dict[str, Any]]:
     return out
 
 
+def explain_doc(con: Connection, sql: str, estimate: bool = False) -> dict[str, Any]:
+    """``{"text", "plan"}`` of ``sql``; with ``estimate``: the text ends with the scale model's prediction
+    and ``"estimate"`` holds it (``time_s``, ``cost_usd``, ``requests``, ``profile``, ``workers``, ``label``)."""
+    from squall.driver.explain import explain_plan
+    from squall.driver.forecast import format_estimate, summary
+
+    plan = con.plan(sql)
+    doc: dict[str, Any] = {"text": explain_plan(plan), "plan": plan.to_dict()}
+    if estimate:
+        est = con.estimator.estimate(plan)
+        doc["text"] = f"{doc['text'].rstrip()}\n\n{format_estimate(est, con.estimator)}"
+        doc["estimate"] = summary(est, con.estimator)
+    return doc
+
+
 def handle_driver_event(
     event: dict[str, Any], connection_for: ConnectionFor, store: StateStore | None = None
 ) -> dict[str, Any]:
@@ -247,7 +262,8 @@ def handle_driver_event(
 
     - ``{"op": "run", "query_id": ID, "state": URL}`` (asynchronous) → runs the stored query;
     - ``{"op": "tables"}`` → ``{"tables": [...]}`` (the catalog with schemas);
-    - ``{"op": "explain", "sql": SQL, "workers": W}`` → ``{"text": ..., "plan": {...}}``.
+    - ``{"op": "explain", "sql": SQL, "workers": W, "estimate"?: true}`` → ``{"text": ..., "plan": {...}}``
+      (+ ``"estimate"``, see :func:`explain_doc`).
 
     User errors come back as ``{"error": ClassName, "detail": message}``.
     """
@@ -259,10 +275,9 @@ def handle_driver_event(
         if op == "tables":
             return {"tables": describe_tables(connection_for(None))}
         if op == "explain":
-            from squall.driver.explain import explain_plan
-
-            plan = connection_for(event.get("workers")).plan(event["sql"])
-            return {"text": explain_plan(plan), "plan": plan.to_dict()}
+            return explain_doc(
+                connection_for(event.get("workers")), event["sql"], bool(event.get("estimate"))
+            )
     except UserError as err:
         return error_doc(err)
     return {"error": "OptionError", "detail": f"unknown driver op {op!r}"}

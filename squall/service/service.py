@@ -438,8 +438,8 @@ class Service:
     def tables(self) -> list[dict[str, Any]]:
         return self.backend.tables()
 
-    def explain(self, sql: str, workers: int | None = None) -> dict[str, Any]:
-        return self.backend.explain(sql, workers)
+    def explain(self, sql: str, workers: int | None = None, *, estimate: bool = False) -> dict[str, Any]:
+        return self.backend.explain(sql, workers, estimate=estimate)
 
     def close(self) -> None:
         self.backend.close()
