@@ -52,8 +52,8 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
         return dataclasses.replace(node, input=prune(node.input, need), aggs=aggs)
     if isinstance(node, L.Sort):
         need = set(required)
-        for k in node.keys:
-            need |= columns_in(k.expression)
+        for sort_key in node.keys:
+            need |= columns_in(sort_key.expression)
         return dataclasses.replace(node, input=prune(node.input, need))
     if isinstance(node, L.Limit):
         return dataclasses.replace(node, input=prune(node.input, required))

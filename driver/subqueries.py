@@ -20,6 +20,7 @@ aggregate, subqueries inside OR, …) is refused with "not supported".
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from sqlglot import exp
 
@@ -156,7 +157,7 @@ class SubqueryMixin:
             sub.replace(internal_ref(name))
         return node, e
 
-    def _plan_with_select(self, body: exp.Select, exprs: list[exp.Expression], ctes) -> dict[str, str]:
+    def _plan_with_select(self, body: exp.Select, exprs: list[exp.Expr], ctes) -> dict[str, str]:
         body = body.copy()
         body.set("expressions", exprs)
         planned = self.query(body, ctes)
@@ -177,9 +178,7 @@ class SubqueryMixin:
         ):
             raise NotSupportedError("EXISTS over an aggregating subquery")
         resid_cols = _unique_columns(corr.residual, _defined_aliases(sub))
-        exprs: list[exp.Expression] = [
-            inner.copy().as_(f"__k{i}") for i, (inner, _o) in enumerate(corr.pairs)
-        ]
+        exprs: list[exp.Expr] = [inner.copy().as_(f"__k{i}") for i, (inner, _o) in enumerate(corr.pairs)]
         exprs += [c.copy().as_(f"__r{i}") for i, c in enumerate(resid_cols)]
         if not exprs:
             exprs = [exp.Literal.number(1).as_("__one")]
@@ -274,7 +273,7 @@ class SubqueryMixin:
 def L_and(items: list[exp.Expression]) -> exp.Expression | None:
     if not items:
         return None
-    return exp.and_(*items) if len(items) > 1 else items[0]
+    return cast(exp.Expression, exp.and_(*items)) if len(items) > 1 else items[0]
 
 
 def _unique_columns(exprs: list[exp.Expression], inner: set[str]) -> list[exp.Column]:

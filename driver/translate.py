@@ -81,7 +81,15 @@ def and_all(items: Iterable[exp.Expression]) -> exp.Expression | None:
     items = list(items)
     if not items:
         return None
-    return exp.and_(*[i.copy() for i in items]) if len(items) > 1 else items[0].copy()
+    return conjunction(items)
+
+
+def conjunction(items: Iterable[exp.Expression]) -> exp.Expression:
+    """AND of one or more predicates (copies)."""
+    items = list(items)
+    if len(items) == 1:
+        return items[0].copy()
+    return cast(exp.Expression, exp.and_(*[i.copy() for i in items]))
 
 
 def tables_of(e: exp.Expression) -> set[str]:
@@ -105,15 +113,15 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
         common &= set(t)
     derived = [texts[0][k] for k in sorted(common)]
     for alias in sorted(sources):
-        parts = []
+        parts: list[exp.Expression] = []
         for b in branches:
             local = [t for t in b if tables_of(t) == {alias} and t.sql(DIALECT) not in common]
             if not local:
                 parts = []
                 break
-            parts.append(and_all(local))
+            parts.append(conjunction(local))
         if parts:
-            derived.append(exp.or_(*[exp.paren(p) for p in parts]))
+            derived.append(cast(exp.Expression, exp.or_(*[exp.paren(p) for p in parts])))
     return derived
 
 
@@ -141,7 +149,7 @@ class Translator(SubqueryMixin):
         ast = ast.copy()
         for ident in ast.find_all(exp.Identifier):
             ident.set("this", ident.this.lower())
-        schema = {}
+        schema: dict[str, object] = {}
         for table in {t.name for t in ast.find_all(exp.Table)}:
             if table in self.catalog:
                 info = self.catalog.table(table)
@@ -220,7 +228,12 @@ class Translator(SubqueryMixin):
 
     def setop(self, e: exp.Expression, ctes: dict[str, exp.Expression]) -> Planned:
         ctes = self._with(e, ctes)
-        kind = {exp.Union: "union", exp.Intersect: "intersect", exp.Except: "except"}[type(e)]
+        kinds: dict[type[exp.Expression], str] = {
+            exp.Union: "union",
+            exp.Intersect: "intersect",
+            exp.Except: "except",
+        }
+        kind = kinds[type(e)]
         left = self.query(e.this, ctes)
         right = self.query(e.expression, ctes)
         if len(left.outputs) != len(right.outputs):
@@ -353,7 +366,7 @@ class Translator(SubqueryMixin):
         sel = 1.0
         for p in converted:
             sel *= selectivity(p, lambda _n: None)
-        return Source(src.alias, L.Filter(node, and_all(converted)), src.rows * sel, src.width)
+        return Source(src.alias, L.Filter(node, conjunction(converted)), src.rows * sel, src.width)
 
     def _inner_join_tree(self, sources: list[Source], preds: list[exp.Expression], scope: Scope) -> L.Node:
         aliases = {s.alias for s in sources}
@@ -411,7 +424,7 @@ class Translator(SubqueryMixin):
             have.add(nxt.alias)
         leftover = [self.convert(p, scope) for p in pending + constant]
         if leftover:
-            current = L.Filter(current, and_all(leftover))
+            current = L.Filter(current, conjunction(leftover))
         return current
 
     def _ordered_joins(
@@ -468,7 +481,7 @@ class Translator(SubqueryMixin):
             current = L.Join(current, right_node, jk, tuple(lkeys), tuple(rkeys), and_all(residual))
             have.add(src.alias)
         if post:
-            current = L.Filter(current, and_all([self.convert(p, scope) for p in post]))
+            current = L.Filter(current, conjunction([self.convert(p, scope) for p in post]))
         return current
 
     # --- aggregation, projection, order -------------------------------------------------------
@@ -563,7 +576,7 @@ class Translator(SubqueryMixin):
                 raise NotSupportedError("subquery in QUALIFY")
             node = L.Filter(node, rewrite(qualify))
 
-        exprs = []
+        exprs: list[tuple[str, exp.Expression]] = []
         outputs = []
         for p in projections:
             visible = p.alias_or_name
@@ -576,9 +589,9 @@ class Translator(SubqueryMixin):
             outputs.append((visible, name))
         project = L.Project(node, tuple(exprs))
         if sel.args.get("distinct") and not sel.args["distinct"].args.get("on"):
-            keys = tuple((n, L.col(n)) for n, _ in exprs)
+            distinct_keys: tuple[tuple[str, exp.Expression], ...] = tuple((n, L.col(n)) for n, _ in exprs)
             return self._order_limit(
-                sel, L.Aggregate(project, keys, ()), tuple(outputs), scope, rewrite, True
+                sel, L.Aggregate(project, distinct_keys, ()), tuple(outputs), scope, rewrite, True
             )
         return self._order_limit(sel, project, tuple(outputs), scope, rewrite)
 
@@ -594,7 +607,7 @@ class Translator(SubqueryMixin):
         order = e.args.get("order")
         if order is not None:
             order_items = _order_all(order.expressions, len(outputs))
-            by_visible = {}
+            by_visible: dict[str, str] = {}
             for v, i in outputs:
                 by_visible.setdefault(v, i)
             keys = []
@@ -945,7 +958,7 @@ def _agg_name(e: exp.Expression) -> str:
 
 
 def _agg_call(e: exp.Expression) -> L.AggCall:
-    func = (e.name if isinstance(e, exp.Anonymous) else e.sql_name()).lower()
+    func = (e.name if isinstance(e, exp.Anonymous) else cast(exp.Func, e).sql_name()).lower()
     distinct = False
     args: list[exp.Expression] = []
     inner = e.this if not isinstance(e, exp.Anonymous) else None
