@@ -49,7 +49,11 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("sql", nargs="?", help="the query text (or use -f)")
         sp.add_argument("-f", "--file", help="read the query from FILE ('-' for stdin)")
         sp.add_argument("--data", help="folder or s3://bucket/prefix of <table>.parquet or <table>/ tables")
-        sp.add_argument("--workers", type=int, default=None, help="number of workers (default: cores)")
+        sp.add_argument(
+            "--workers", type=_workers_arg, default=None,
+            help="number of workers (default: cores), or auto: the scale model picks W per query on the "
+            "lambda platforms (the cores on local)",
+        )  # fmt: skip
         endpoint_args(sp)
 
     def endpoint_args(sp: argparse.ArgumentParser) -> None:
@@ -100,6 +104,16 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="print the distributed plan")
     sql_args(e)
+    e.add_argument(
+        "--estimate", action="store_true",
+        help="add the scale model's predicted time, cost and S3 requests on the platform (local: on Lambda)",
+    )  # fmt: skip
+    e.add_argument(
+        "--platform", choices=PLATFORMS.names(), default=None, help="the platform to plan and price for"
+    )
+    e.add_argument(
+        "--exchange", default=None, help="lambda platforms: s3://bucket/prefix (default $SQUALL_BUCKET)"
+    )
 
     g = sub.add_parser("gen-tpch", help="write TPC-H tables as Parquet (tpchgen-cli)")
     g.add_argument("--sf", type=float, required=True, help="scale factor, e.g. 0.1, 1, 10")
@@ -156,7 +170,19 @@ def _read_sql(args: argparse.Namespace) -> str:
     return args.sql
 
 
-def _check_workers(workers: int | None) -> None:
+def _workers_arg(text: str) -> int | str:
+    """``--workers``: a number or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
+
+
+def _check_workers(workers: int | str | None) -> None:
+    if workers == "auto" or isinstance(workers, str):
+        return
     if workers is not None and not 1 <= workers <= 1024:
         raise OptionError(f"--workers must be between 1 and 1024, got {workers}")
 
@@ -259,12 +285,17 @@ def _explain(args: argparse.Namespace) -> int:
     _check_workers(args.workers)
     if args.endpoint:
         with _connect(args) as remote:
-            print(remote.explain(sql))
+            print(remote.explain(sql, estimate=args.estimate))
         return 0
     _need_data(args)
-    con = squall.Connection(data=args.data, workers=args.workers)
+    options: dict[str, Any] = {}
+    if args.platform:
+        options["platform"] = args.platform
+    if args.exchange:
+        options["exchange"] = args.exchange
+    con = squall.Connection(data=args.data, workers=args.workers, **options)
     try:
-        print(con.explain(sql))
+        print(con.explain(sql, estimate=args.estimate))
     finally:
         con.close()
     return 0
