@@ -108,6 +108,23 @@ def _chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:
     return ColumnChunkStats(lo, hi, nulls, chunk.total_compressed_size, chunk.total_uncompressed_size)
 
 
+def _schema_difference(first: pa.Schema, other: pa.Schema, first_path: str, path: str) -> str:
+    """Which column differs between two files of a table, and how."""
+    for i, col in enumerate(first):
+        if col.name not in other.names:
+            return f"column {col.name} is missing in {path} (present in {first_path})"
+        theirs = other.field(col.name)
+        if theirs.type != col.type:
+            return f"column {col.name} is {theirs.type} in {path} but {col.type} in {first_path}"
+        if other.names.index(col.name) != i:
+            where = other.names.index(col.name) + 1
+            return f"column {col.name} is column {where} in {path} but column {i + 1} in {first_path}"
+    extra = [n for n in other.names if n not in first.names]
+    if extra:
+        return f"column {extra[0]} in {path} is not in {first_path}"
+    return f"{path} differs from {first_path} in nullability"
+
+
 def load_table(name: str, location: str, storage: Storage) -> TableInfo:
     """Read the footers of every file of a table location."""
     files = storage.list_files(location)
@@ -120,7 +137,8 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
         if schema is None:
             schema = file_schema
         elif not file_schema.remove_metadata().equals(schema.remove_metadata()):
-            raise DataError(f"table {name}: {path} has a different schema than {files[0]}")
+            diff = _schema_difference(schema, file_schema, files[0], path)
+            raise DataError(f"table {name}: files with different schemas: {diff}")
         first_row = 0
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
@@ -132,6 +150,12 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
             first_row += rg.num_rows
     assert schema is not None
     return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups), footers)
+
+
+def _table_name(stem: str) -> str:
+    """A valid table name from a file or folder name (other characters become ``_``)."""
+    name = re.sub(r"\W", "_", stem) or "t"
+    return name if not name[0].isdigit() else "t_" + name
 
 
 class ParquetTables:
@@ -228,8 +252,16 @@ class Catalog:
         """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files."""
         if scheme_of(folder) != "file":
             return self._register_prefix(folder)
+        if os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table named after it
+            stem = _table_name(os.path.basename(folder).removesuffix(".parquet"))
+            self.register(stem, folder)
+            return [stem]
         if not os.path.isdir(folder):
-            raise DataError(f"data folder not found: {folder}")
+            what = "is not a folder or a .parquet file" if os.path.exists(folder) else "not found"
+            raise DataError(
+                f"data folder {what}: {folder} (--data takes a folder of <table>.parquet files and <table>/ "
+                "folders, or one .parquet file)"
+            )
         names = []
         for entry in sorted(os.listdir(folder)):
             path = os.path.join(folder, entry)
@@ -244,6 +276,15 @@ class Catalog:
             ):
                 self.register(entry, path)
                 names.append(entry)
+        # no tables in it: the folder is itself one table (its files, or hive partitions year=2024/…)
+        if (
+            not names
+            and any(e.endswith(".parquet") or "=" in e for e in os.listdir(folder))
+            and any(f.endswith(".parquet") for _r, _d, fs in os.walk(folder) for f in fs)
+        ):
+            name = _table_name(os.path.basename(os.path.normpath(folder)))
+            self.register(name, folder)
+            names.append(name)
         return names
 
     def _register_prefix(self, url: str) -> list[str]:

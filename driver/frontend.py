@@ -12,6 +12,7 @@ message for unknown columns or type errors.
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 import threading
 from dataclasses import dataclass
@@ -26,6 +27,17 @@ from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQu
 from squall.operators.duck import Sandbox
 
 DIALECT = "duckdb"
+
+
+class _NoFallbackWarning(logging.Filter):
+    """Drops sqlglot's "contains unsupported syntax. Falling back to parsing as a 'Command'" warning:
+    such statements are refused with one line of our own (EXPLAIN, SHOW, …)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_NoFallbackWarning())
 
 # Functions user SQL may never call: they read files, settings, the environment
 # or the database's own state, or run SQL text.
@@ -69,7 +81,12 @@ def parse(sql: str) -> exp.Expression:
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         desc = str(first.get("description") or err).splitlines()[0]
-        raise SqlSyntaxError(desc, first.get("line"), first.get("col")) from None
+        line, col = first.get("line"), first.get("col")
+        token = str(first.get("highlight") or "")
+        if col is not None and token and col >= len(token):
+            col = col - len(token) + 1  # sqlglot gives the token's last column; DuckDB points at its first
+            desc += f" at or near {token!r}"
+        raise SqlSyntaxError(desc, line, col) from None
     except TokenError as err:
         raise SqlSyntaxError(str(err).splitlines()[0]) from None
     if len(statements) != 1:
@@ -82,11 +99,22 @@ def _where(node: exp.Expression) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_TABLES_HINT = ": `squall tables --data DIR` lists the tables and their columns (con.tables() in Python)"
+#: what to use instead of statements users try first
+_HINTS = {
+    "EXPLAIN": ": `squall explain SQL` prints the distributed plan (con.explain(sql) in Python)",
+    "DESCRIBE": _TABLES_HINT,
+    "DESC": _TABLES_HINT,
+    "SHOW": _TABLES_HINT,
+    "SUMMARIZE": _TABLES_HINT,
+}
+
+
 def check_safe(ast: exp.Expression) -> None:
     """Reject everything that is not a plain read-only query over named tables."""
     if isinstance(ast, exp.Command) or not isinstance(ast, _STATEMENT_KINDS):
         kind = ast.key.upper() if not isinstance(ast, exp.Command) else str(ast.this).upper()
-        raise UnsafeQueryError(f"only SELECT queries are allowed, not {kind}")
+        raise UnsafeQueryError(f"only SELECT queries are allowed, not {kind}{_HINTS.get(kind, '')}")
     for node in ast.walk():
         if isinstance(node, exp.Command):
             raise UnsafeQueryError(f"statement not allowed: {_where(node)}")

@@ -14,6 +14,11 @@
 ``query``, ``explain`` and ``tables`` run embedded with ``--data`` or against a service with
 ``--endpoint URL [--token T | --auth iam]`` (the token defaults to ``$SQUALL_TOKEN``).
 
+Defaults: ``--data`` from ``$SQUALL_DATA``, else from a config file (the first of ``./squall.toml``
+and ``~/.config/squall/config.toml``, ``$XDG_CONFIG_HOME`` honoured) with keys ``data``, ``workers``,
+``platform``; flags win over both. ``squall --version``; ``-v``/``-vv`` or ``--log-level LEVEL``
+log on stderr; ``SQUALL_DEBUG=1`` logs at debug level and shows the traceback of internal errors.
+
 A user error prints one line ``error: …`` on stderr and exits 1; never a traceback.
 """
 
@@ -25,15 +30,18 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-import pyarrow as pa
-
-from squall.driver.platforms.base import PLATFORMS, platform_class
 from squall.errors import OptionError, SquallError, UserError
-from squall.service.formats import json_value
+from squall.version import __version__
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TABLE_ROWS = 40
+#: config files for defaults (``data``, ``workers``, ``platform``), the first that exists wins
+CONFIG_KEYS = ("data", "workers", "platform")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,14 +49,38 @@ class _Parser(argparse.ArgumentParser):
         raise OptionError(message)
 
 
+def _log_args(sp: argparse.ArgumentParser, top: bool) -> None:
+    # on the top parser and on every command (squall -v query … and squall query -v …)
+    default = 0 if top else argparse.SUPPRESS
+    sp.add_argument("-v", "--verbose", action="count", default=default, help="log on stderr (-vv: debug)")
+    sp.add_argument(
+        "--log-level", choices=LOG_LEVELS, default=None if top else argparse.SUPPRESS,
+        help="log level on stderr (SQUALL_DEBUG=1: debug, and tracebacks of internal errors)",
+    )  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="squall", description="SQL over Parquet, distributed over W workers.")
+    from squall.driver.platforms.base import PLATFORMS
+    from squall.driver.scan_kinds import scan_kinds
+
+    p = _Parser(
+        prog="squall",
+        description="SQL over Parquet, distributed over W workers.",
+        epilog="Defaults for --data/--workers/--platform: $SQUALL_DATA, ./squall.toml, "
+        "~/.config/squall/config.toml (keys data, workers, platform).",
+    )
+    p.add_argument("--version", action="version", version=f"squall {__version__}")
+    _log_args(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def sql_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("sql", nargs="?", help="the query text (or use -f)")
         sp.add_argument("-f", "--file", help="read the query from FILE ('-' for stdin)")
-        sp.add_argument("--data", help="folder or s3://bucket/prefix of <table>.parquet or <table>/ tables")
+        sp.add_argument(
+            "--data",
+            help="folder or s3://bucket/prefix of <table>.parquet or <table>/ tables, or one .parquet file "
+            "(default: $SQUALL_DATA or the config file; none: queries that read no table)",
+        )
         sp.add_argument(
             "--workers", type=_workers_arg, default=None,
             help="number of workers (default: cores), or auto: the scale model picks W per query on the "
@@ -71,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--output", help="write the result to FILE instead of stdout")
     q.add_argument("--stats-json", help="write the query statistics as JSON to FILE")
     q.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    q.add_argument(
+        "--max-rows", type=int, default=TABLE_ROWS, help=f"rows --format table prints (default {TABLE_ROWS})"
+    )
+    q.add_argument("--timeout", type=float, default=None, help="cancel the query after this many seconds")
     # --- S3 data and exchange (issue 4) ---
     q.add_argument("--exchange", default=None, help="local (default) or s3://bucket/prefix (S3 exchange)")
     q.add_argument(
@@ -81,9 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     q.add_argument(
         "--scan",
-        choices=["parquet", "s3select"],
+        choices=scan_kinds(),
         default=None,
-        help="s3select: scan S3 tables with S3 Select",
+        help="how workers read tables (default parquet; s3select: scan S3 tables with S3 Select)",
     )
 
     # --- platforms (issue 5) ---
@@ -121,24 +157,25 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--parts", type=int, default=None, help="split each table into N files (<table>/*.parquet)"
     )
+    g.add_argument("--force", action="store_true", help="overwrite a folder holding another scale factor")
     gd = sub.add_parser("gen-tpcds", help="write the 24 TPC-DS tables as Parquet (DuckDB's dsdgen)")
     gd.add_argument("--sf", type=float, required=True, help="scale factor, at least 0.01 (e.g. 0.1, 1)")
     gd.add_argument("--out", required=True, help="output folder (<table>.parquet)")
     # --- service: tables, serve ---
     t = sub.add_parser("tables", help="list the tables and their columns")
-    t.add_argument("--data", help="folder of <table>.parquet files or <table>/ folders")
+    t.add_argument("--data", help="folder of <table>.parquet files or <table>/ folders, or one .parquet file")
     endpoint_args(t)
     t.add_argument("--format", choices=["table", "json"], default="table")
 
     s = sub.add_parser("serve", help="run the REST API locally (same API as the deployed service)")
-    s.add_argument("--data", required=True, help="folder or s3://bucket/prefix with the tables")
+    s.add_argument("--data", help="folder or s3://bucket/prefix with the tables (default: $SQUALL_DATA)")
     s.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
     s.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
     s.add_argument("--token", default=None, help="require 'Authorization: Bearer T' (default: $SQUALL_TOKEN)")
     s.add_argument(
-        "--platform", choices=PLATFORMS.names(), default="local", help="where queries run (default: local)"
+        "--platform", choices=PLATFORMS.names(), default=None, help="where queries run (default: local)"
     )
     s.add_argument("--workers", type=int, default=None, help="workers per query (default: cores)")
     s.add_argument(
@@ -151,6 +188,8 @@ def _parser() -> argparse.ArgumentParser:
         help="delete finished queries and their results this long after they end (e.g. 30m, 24h, 7d; "
         "off: keep them; default 24h)",
     )  # fmt: skip
+    for command in sub.choices.values():
+        _log_args(command, top=False)
     return p
 
 
@@ -208,9 +247,13 @@ def _progress(enabled: bool) -> Iterator[Any]:
         yield update
 
 
-def _format_table(table: pa.Table, out: IO[str]) -> None:
+def _format_table(table: pa.Table, out: IO[str], max_rows: int = TABLE_ROWS) -> None:
+    import pyarrow as pa
+
+    from squall.service.formats import printable
+
     names = table.column_names
-    shown = table.slice(0, TABLE_ROWS)
+    shown = printable(table.slice(0, max_rows))
     cols = [[("NULL" if v is None else str(v)) for v in c.to_pylist()] for c in shown.columns]
     widths = [max([len(n)] + [len(v) for v in col]) for n, col in zip(names, cols)]
     numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
@@ -225,11 +268,17 @@ def _format_table(table: pa.Table, out: IO[str]) -> None:
     for i in range(shown.num_rows):
         out.write(line([c[i] for c in cols]) + "\n")
     more = table.num_rows - shown.num_rows
-    suffix = f", {more} not shown (use --format csv or --output)" if more > 0 else ""
+    suffix = f", {more} not shown (use --max-rows N, --format csv or --output)" if more > 0 else ""
     out.write(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''}{suffix})\n")
 
 
-def _write_result(table: pa.Table, fmt: str, output: str | None) -> None:
+def _write_result(table: pa.Table, fmt: str, output: str | None, max_rows: int = TABLE_ROWS) -> None:
+    import pyarrow as pa
+
+    from squall.service.formats import json_value, printable
+
+    if fmt in ("csv", "json"):
+        table = printable(table)  # INTERVAL and BLOB as DuckDB prints them
     if fmt == "parquet":
         if not output:
             raise OptionError("--format parquet needs --output FILE")
@@ -254,27 +303,59 @@ def _write_result(table: pa.Table, fmt: str, output: str | None) -> None:
             json.dump(rows, handle, indent=None)
             handle.write("\n")
         else:
-            _format_table(table, handle)
+            _format_table(table, handle, max_rows)
     finally:
         if output:
             handle.close()
 
 
+def _check_output(path: str | None, flag: str) -> None:
+    """Fail before the query runs when ``path`` cannot be written."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise OptionError(f"{flag} {path} is a folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise OptionError(f"cannot write {flag} {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise OptionError(f"cannot write {flag} {path}: permission denied")
+
+
 def _query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     _check_workers(args.workers)
-    if args.output and os.path.isdir(args.output):
-        raise OptionError(f"--output {args.output} is a folder")
+    if args.max_rows < 1:
+        raise OptionError(f"--max-rows must be at least 1, got {args.max_rows}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise OptionError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    if args.format == "parquet" and not args.output:
+        raise OptionError("--format parquet needs --output FILE")
+    _check_output(args.output, "--output")
+    _check_output(args.stats_json, "--stats-json")
     show = not args.no_progress and sys.stderr.isatty()
+    _log().debug("query: data=%s endpoint=%s workers=%s platform=%s", args.data, args.endpoint, args.workers,
+                 args.platform)  # fmt: skip
     with _connect(args) as con, _progress(show) as progress:
-        result = con.sql(sql, progress=progress)
-    _write_result(result.to_arrow(), args.format, args.output)
+        if args.timeout is None:
+            result = con.sql(sql, progress=progress)
+        elif args.endpoint:
+            result = con.sql(sql, progress=progress, timeout_s=args.timeout)
+        else:
+            result = con.sql(sql, progress=progress, timeout=args.timeout)
+    stats = result.stats
+    _log().info("query %s: %s rows in %.3f s (planning %.3f s)", stats.get("query_id"), stats.get("rows"),
+                stats.get("elapsed_s", 0.0), stats.get("planning_s", 0.0))  # fmt: skip
+    _write_result(result.to_arrow(), args.format, args.output, args.max_rows)
     if args.stats_json:
         try:
             with open(args.stats_json, "w", encoding="utf-8") as fh:
                 json.dump(result.stats, fh, indent=2, default=str)
         except OSError as err:
             raise OptionError(f"cannot write {args.stats_json}: {err.strerror}") from None
+    cost = result.stats.get("cost_usd")
+    if cost is not None:  # Lambda platforms price every query
+        print(f"cost: ${cost:.6f} (Lambda and S3 requests; details: --stats-json)", file=sys.stderr)
     return 0
 
 
@@ -304,7 +385,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _gen_tpch(args: argparse.Namespace) -> int:
     from squall import tpch
 
-    files = tpch.generate(args.sf, args.out, args.parts)
+    files = tpch.generate(args.sf, args.out, args.parts, force=args.force)
     print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
     return 0
 
@@ -320,11 +401,15 @@ def _gen_tpcds(args: argparse.Namespace) -> int:
 # --- service: remote connections, tables, serve ---
 
 
-def _need_data(args: argparse.Namespace) -> None:
+def _need_data(args: argparse.Namespace, required: bool = False) -> None:
+    """--data and --endpoint exclude each other; ``required``: one of them must be given (tables, serve);
+    queries without either run embedded over no tables (``SELECT 1``)."""
     if args.data and args.endpoint:
         raise OptionError("give --data (embedded) or --endpoint (remote), not both")
-    if not args.data and not args.endpoint:
-        raise OptionError("give --data DIR (embedded) or --endpoint URL (a Squall service)")
+    if required and not args.data and not args.endpoint:
+        raise OptionError(
+            "give --data DIR (embedded) or --endpoint URL (a Squall service), or set SQUALL_DATA"
+        )
 
 
 def _connect(args: argparse.Namespace) -> Any:
@@ -348,6 +433,8 @@ PLATFORM_FLAGS = {"fanout": "--fanout", "function": "--function", "provider": "-
 def _platform_options(args: argparse.Namespace) -> dict[str, Any]:
     """connect() keywords for ``query --platform/--fanout/--function/--provider``, checked against the
     platform's capabilities (``options``, ``needs_s3_location``)."""
+    from squall.driver.platforms.base import platform_class
+
     platform = getattr(args, "platform", None) if args.command == "query" else None
     given = {opt: getattr(args, opt, None) for opt in PLATFORM_FLAGS}
     given = {opt: value for opt, value in given.items() if value is not None and value != ""}
@@ -368,6 +455,8 @@ def _platform_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _flags_need_platform(option: str) -> str:
     """One line: the flags that go with ``option``'s platforms, e.g. "--provider needs --platform fabric"."""
+    from squall.driver.platforms.base import PLATFORMS, platform_class
+
     takes = {name: platform_class(name).options for name in PLATFORMS.names()}
     platforms = [name for name, opts in takes.items() if option in opts]
     flags = [flag for opt, flag in PLATFORM_FLAGS.items()
@@ -393,7 +482,9 @@ def _s3_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _tables(args: argparse.Namespace) -> int:
     from squall.service.backend import describe_tables
+    from squall.service.formats import sql_type_of_name
 
+    _need_data(args, required=True)
     args.workers = None
     with _connect(args) as con:
         tables = con.describe() if args.endpoint else describe_tables(con)
@@ -405,11 +496,14 @@ def _tables(args: argparse.Namespace) -> int:
         rows = "?" if t.get("rows") is None else f"{t['rows']:,}"
         print(f"{t['name']} ({rows} rows)" + (f"  error: {t['error']}" if t.get("error") else ""))
         for c in t["columns"]:
-            print(f"  {c['name']:<24} {c['type']}{'' if c['nullable'] else ' not null'}")
+            kind = sql_type_of_name(c["type"])  # DuckDB's SQL names: BIGINT, DECIMAL(15,2), DATE, VARCHAR
+            print(f"  {c['name']:<24} {kind}{'' if c['nullable'] else ' not null'}")
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if not args.data:
+        raise OptionError("squall serve needs --data DIR|s3://… (or SQUALL_DATA)")
     _check_workers(args.workers)
     if not 0 <= args.port <= 65535:
         raise OptionError(f"--port must be between 0 and 65535, got {args.port}")
@@ -425,7 +519,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         token=args.token or os.environ.get("SQUALL_TOKEN") or None,
-        platform=args.platform,
+        platform=args.platform or "local",
         workers=args.workers,
         state=args.state,
         inline_limit=DEFAULT_INLINE_LIMIT if args.inline_limit is None else args.inline_limit,
@@ -435,10 +529,80 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config() -> tuple[dict[str, Any], str | None]:
+    """The defaults of the first config file that exists, and its path."""
+    home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    for path in ("squall.toml", os.path.join(home, "squall", "config.toml")):
+        if not os.path.isfile(path):
+            continue
+        import tomllib
+
+        try:
+            with open(path, "rb") as fh:
+                config = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise OptionError(f"cannot read config file {path}: {err}") from None
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if unknown:
+            raise OptionError(
+                f"config file {path}: unknown key {unknown[0]!r} (keys: {', '.join(CONFIG_KEYS)})"
+            )
+        _log().debug("config file %s: %s", path, config)
+        return config, path
+    return {}, None
+
+
+def _apply_defaults(args: argparse.Namespace) -> None:
+    """Flags win; then $SQUALL_DATA (data only); then the config file."""
+    if args.command not in ("query", "explain", "tables", "serve"):
+        return
+    config, path = _config()
+    if getattr(args, "endpoint", None):
+        return
+    if not args.data:
+        args.data = os.environ.get("SQUALL_DATA") or config.get("data") or None
+        if args.data is not None and not isinstance(args.data, str):
+            raise OptionError(f"config file {path}: data must be a string")
+    if hasattr(args, "workers") and args.workers is None and "workers" in config:
+        if not isinstance(config["workers"], int) or isinstance(config["workers"], bool):
+            raise OptionError(f"config file {path}: workers must be an integer")
+        args.workers = config["workers"]
+    if hasattr(args, "platform") and args.platform is None and "platform" in config:
+        args.platform = str(config["platform"])
+
+
+def _log() -> Any:
+    import logging
+
+    return logging.getLogger("squall.cli")
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    level = args.log_level
+    if level is None and args.verbose:
+        level = "info" if args.verbose == 1 else "debug"
+    if level is None and os.environ.get("SQUALL_DEBUG"):
+        level = "debug"
+    if level is None:
+        return
+    import logging
+
+    logging.basicConfig(
+        level=getattr(logging, level.upper()), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``squall`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--version"], ["-V"]):  # without building the parser (it imports the platforms)
+        print(f"squall {__version__}")
+        return 0
     try:
         args = _parser().parse_args(argv)
+        _setup_logging(args)
+        _apply_defaults(args)
         handler = {"query": _query, "explain": _explain, "gen-tpch": _gen_tpch, "tables": _tables,
                    "serve": _serve, "gen-tpcds": _gen_tpcds}[args.command]  # fmt: skip
         return handler(args)

@@ -64,7 +64,7 @@ def test_user_errors_are_one_line(server, sf001):
     assert_user_error(run("query", "SELECT * FROM nope", "--endpoint", server.url, "--token", TOKEN), "nope")
     assert_user_error(run("query", "SELECT 1", "--endpoint", server.url), "bearer token")
     assert_user_error(run("tables", "--endpoint", server.url, "--token", "wrong"), "wrong token")
-    assert_user_error(run("query", "SELECT 1"), "--data DIR")
+    assert_user_error(run("tables"), "--data DIR")  # query without --data runs (SELECT 1 reads no table)
     assert_user_error(run("query", "SELECT 1", "--data", str(sf001), "--endpoint", server.url), "not both")
     assert_user_error(run("query", "SELECT 1", "--endpoint", "localhost:1"), "http")
     assert_user_error(run("serve", "--data", str(sf001 / "missing")), "not found")
