@@ -17,7 +17,7 @@ CHECKOV_VENV := build/checkov-venv
 # `make run` needs only the engine: .stamp installs the core dependencies. Everything else (test tools,
 # pandas, the CDK and Powertools) goes on top in .stamp-dev, for test/lint/fmt and the deploy targets.
 $(VENV)/.stamp: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PYTHON) -m venv --clear $(VENV)  # new, or half-made
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
 	touch $@
