@@ -421,9 +421,10 @@ def _connect(args: argparse.Namespace) -> Any:
         if not args.endpoint.lower().startswith(("http://", "https://")):
             raise OptionError(f"--endpoint must be an http(s):// URL, got {args.endpoint!r}")
         return squall.connect(args.endpoint, token=args.token, auth=args.auth, workers=args.workers)
-    return squall.connect(
-        data=args.data, workers=getattr(args, "workers", None), **_s3_options(args), **_platform_options(args)
-    )
+    workers = getattr(args, "workers", None)
+    if workers is None and not args.data and getattr(args, "platform", None) in (None, "local"):
+        workers = 1  # no tables: nothing to distribute, one worker process starts fastest
+    return squall.connect(data=args.data, workers=workers, **_s3_options(args), **_platform_options(args))
 
 
 #: platform options the query command takes as flags: constructor keyword -> flag

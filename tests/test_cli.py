@@ -360,3 +360,21 @@ def test_syntax_error_points_where_duckdb_does(sql):
     with pytest.raises(squall.SqlSyntaxError) as ours:
         parse(sql)
     assert f"at line {line_no}, column {column}:" in str(ours.value), (str(ours.value), text)
+
+
+def test_query_without_data_starts_one_worker(monkeypatch, tmp_path, capsys):
+    import squall.connection
+
+    seen = {}
+    real = squall.connection.Connection.__init__
+
+    def spy(self, data=None, *, workers=None, **kwargs):
+        seen["workers"] = workers
+        real(self, data, workers=workers, **kwargs)
+
+    monkeypatch.setattr(squall.connection.Connection, "__init__", spy)
+    monkeypatch.delenv("SQUALL_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert main(["query", "SELECT 1"]) == 0
+    assert seen == {"workers": 1}
