@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
+from typing import cast
 
 import duckdb
 import sqlglot
@@ -91,10 +92,10 @@ def parse(sql: str) -> exp.Expression:
         raise SqlSyntaxError(str(err).splitlines()[0]) from None
     if len(statements) != 1:
         raise UnsafeQueryError(f"expected one statement, got {len(statements)}: send one SELECT at a time")
-    return statements[0]
+    return cast(exp.Expression, statements[0])
 
 
-def _where(node: exp.Expression) -> str:
+def _where(node: exp.Expr) -> str:
     text = node.sql(DIALECT)
     return text if len(text) <= 60 else text[:57] + "..."
 
