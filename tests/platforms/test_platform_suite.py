@@ -133,7 +133,11 @@ def test_crashed_rank(site, sf01, reference, monkeypatch):
         if site.backend.recovers_crashes:
             result = con.sql(JOIN)
             assert_same_result(result.to_arrow(), _expected(reference, JOIN), JOIN)
-            assert result.stats["lambda"]["retries"] >= 1, result.stats["lambda"]
+            # the crashed rank comes back: re-invoked when its heartbeat stops, or a straggler duplicate
+            # of it wins first (whichever the timing gives; both run the same deterministic work)
+            lam = result.stats["lambda"]
+            assert lam["retries"] + lam["duplicates"] >= 1, lam
+            assert any(r["rank"] == 1 for r in lam["relaunched"]), lam
         else:
             with pytest.raises(
                 squall.WorkerError, match="rank 1 failed: worker process exited with code 17"
