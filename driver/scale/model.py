@@ -37,26 +37,15 @@ from typing import Any
 import numpy as np
 import simpy
 
+from squall.driver.platforms.lambda_ import tree
 from squall.driver.scale.calibration import Calibration
 from squall.driver.scale.params import LogNormal, PlatformConfig, Profile
 from squall.driver.scale.requests import ExchangeCounts, ExchangeShape, exchange_counts, grid_width
 from squall.driver.scale.workload import StageWork, Workload
 
-
-def tree_blocks(world: int, fanout: int) -> list[tuple[int, int]]:
-    """The driver's first-level invocations: blocks of ``fanout`` ranks (``lambda_state.first_level``)."""
-    return [(a, min(a + fanout, world)) for a in range(0, world, fanout)]
-
-
-def tree_children(lo: int, hi: int, fanout: int) -> list[tuple[int, int]]:
-    """What a worker with ranks [lo, hi) invokes before running rank lo (``lambda_state.children``)."""
-    lo += 1
-    n = hi - lo
-    if n <= 0:
-        return []
-    count = min(fanout, n)
-    size = math.ceil(n / count)
-    return [(a, min(a + size, hi)) for a in range(lo, hi, size)]
+#: the invocation tree is the Lambda platform's own: the driver's first-level blocks, each worker's children
+tree_blocks = tree.first_level
+tree_children = tree.children
 
 
 @lru_cache(maxsize=16)

@@ -137,25 +137,6 @@ def test_cost_adds_up():
     assert again["cost_usd"] > 0
 
 
-def test_invocation_tree_matches_the_platform():
-    state = None
-    for mod in ("squall.driver.platforms.lambda_.tree", "squall.driver.platforms.lambda_.state",
-                "squall.driver.lambda_state"):  # fmt: skip
-        try:
-            state = __import__(mod, fromlist=["first_level"])
-        except ImportError:
-            continue
-        if hasattr(state, "first_level"):
-            break
-        state = None
-    if state is None:
-        pytest.skip("lambda platform state module not importable")
-    for w, f in ((16, 4), (100, 10), (37, 3)):
-        assert tree_blocks(w, f) == state.first_level(w, f)
-        for lo, hi in tree_blocks(w, f):
-            assert tree_children(lo, hi, f) == state.children(lo, hi, f)
-
-
 def test_invocations_reach_every_rank():
     for w, f in ((16, 4), (1000, 32), (10, 2)):
         seen: list[int] = []
