@@ -3,9 +3,13 @@ warnings on `pip install -e .`); the README's design document is in the reposito
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -37,6 +41,92 @@ def test_make_run_installs_only_the_engine(tmp_path):
         assert not re.search(r"\.\[", spec), f"`make run` installs extras: {line}"
     assert any("squall.demo" in ln for ln in lines)
     assert not any("checkov" in ln or "build_ffi" in ln or "apt-get" in ln for ln in lines)
+
+
+#: distributions `make run` must not have installed (names as `pip list` prints them, lower-cased)
+DEV_TOOLING = {
+    "aws-cdk-lib",
+    "constructs",
+    "moto",
+    "pytest",
+    "ruff",
+    "checkov",
+    "cfn-lint",
+    "schemathesis",
+    "selenium",
+    "aws-lambda-powertools",
+    "pandas",
+    "import-linter",
+    "mypy",
+}
+
+
+def _fresh_copy(dest: Path) -> None:
+    """The working tree as a fresh clone has it: the files git tracks plus new ones it does not ignore (so
+    uncommitted changes are what is tested), without .venv, data/ or build/; a plain copy without git."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        shutil.copytree(
+            ROOT, dest, ignore=shutil.ignore_patterns(".git", ".venv", "data", "build", "__pycache__")
+        )
+        return
+    for name in listed.decode().split("\0"):
+        source = ROOT / name
+        if name and source.is_file():  # a deleted file is still listed until it is committed
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+
+
+def test_first_run_make_run_in_a_fresh_clone(tmp_path):
+    """Really runs `make run SF=0.01 WORKERS=2` in a fresh copy of the repository, with the machine's
+    Python (pip takes the wheels from its cache, filled by `make test`): the demo prints its queries'
+    results, and the new .venv holds the engine's dependencies only. About 1 minute on 2 cores."""
+    if shutil.which("make") is None or shutil.which("git") is None:
+        pytest.skip("make or git is not installed")
+    clone = tmp_path / "squall"
+    clone.mkdir()
+    _fresh_copy(clone)
+    python = getattr(sys, "_base_executable", None) or sys.executable  # not this venv's python
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "SQUALL_DATA")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    started = time.monotonic()
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "run", "SF=0.01", "WORKERS=2", f"PYTHON={python}"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    took = time.monotonic() - started
+    assert proc.returncode == 0, (
+        f"make run failed after {took:.0f} s:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+    out = proc.stdout
+    assert "Squall " in out and "2 local workers" in out, out[-3000:]
+    for q in ("Q01", "Q03", "Q05", "Q06", "Q10", "Q12", "Q14", "Q19"):
+        assert f"== TPC-H {q} " in out, f"{q} missing:\n{out[-3000:]}"
+    assert re.search(r"^\(\d+ rows?\)$", out, re.M), out[-3000:]  # a result table was printed
+    assert "all queries in" in out and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+    listed = subprocess.run(
+        [str(clone / ".venv/bin/python"), "-m", "pip", "list", "--format=json"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    installed = {p["name"].lower().replace("_", "-") for p in json.loads(listed)}
+    assert "squall" in installed and "duckdb" in installed, installed
+    assert installed & DEV_TOOLING == set(), (
+        f"`make run` installed deploy/test tooling: {installed & DEV_TOOLING}"
+    )
 
 
 def test_make_test_installs_the_rest_on_top(tmp_path):
