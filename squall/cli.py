@@ -220,10 +220,12 @@ def _workers_arg(text: str) -> int | str:
 
 
 def _check_workers(workers: int | str | None) -> None:
+    """Only the lower bound: the upper one is the platform's (local: 8 per core, at most 256; lambda:
+    ``SQUALL_MAX_WORKERS``; a server: its own ``--workers``), and its message says why."""
     if workers == "auto" or isinstance(workers, str):
         return
-    if workers is not None and not 1 <= workers <= 1024:
-        raise OptionError(f"--workers must be between 1 and 1024, got {workers}")
+    if workers is not None and workers < 1:
+        raise OptionError(f"--workers must be at least 1, got {workers}")
 
 
 @contextlib.contextmanager

@@ -71,7 +71,7 @@ def test_explain_prints_stages(sf001, capsys):
         (["query", "SELECT 1; SELECT 2"], "expected one statement"),
         (["query", "SELECT CAST(n_name AS INTEGER) FROM nation"], "Could not convert string"),
         (["query"], "no query"),
-        (["query", "SELECT 1", "--workers", "0"], "--workers must be between 1 and 1024"),
+        (["query", "SELECT 1", "--workers", "0"], "--workers must be at least 1, got 0"),
         (["query", "SELECT 1", "--format", "xml"], "invalid choice"),
         (["query", "SELECT 1", "--format", "parquet"], "--format parquet needs --output"),
         (["query", "-f", "/nonexistent/q.sql"], "cannot read /nonexistent/q.sql"),
@@ -84,6 +84,28 @@ def test_user_errors_one_line_exit_1(sf001, capsys, args, message):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err, err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["query", "explain"])
+def test_too_many_workers_is_the_platforms_message(sf001, capsys, command):
+    """The CLI checks only W >= 1; the upper bound and its one-line message are the platform's (local: 8
+    per core, at most 256), not a "--workers must be between 1 and 1024" of the CLI's own first."""
+    from squall.driver.platforms.local.platform import max_local_workers
+
+    limit = max_local_workers(os.cpu_count() or 1)
+    for workers in (limit + 1, 2000):
+        assert main([command, "SELECT 1", "--data", str(sf001), "--workers", str(workers)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: workers must be "), err  # the platform's words, not "--workers …"
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_workers_above_1024_where_the_platform_takes_them(sf001, capsys, monkeypatch):
+    """The lambda platforms take up to $SQUALL_MAX_WORKERS: the CLI does not cap W at 1024 before them."""
+    monkeypatch.setenv("SQUALL_MAX_WORKERS", "4096")
+    args = ["explain", "SELECT 42", "--data", str(sf001), "--platform", "lambda-local"]
+    assert main([*args, "--exchange", "s3://bucket/x", "--workers", "2000"]) == 0
+    assert "on 2000 worker(s)" in capsys.readouterr().out
 
 
 def test_missing_data_folder_and_real_exit_code(tmp_path):
