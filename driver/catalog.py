@@ -8,6 +8,7 @@ schema.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import threading
@@ -172,6 +173,25 @@ class ParquetTables:
 PARQUET_TABLES = ParquetTables()
 
 
+def _file_stamps(location: str) -> tuple[tuple[str, int, int], ...]:
+    """(path, size, mtime in ns) of every file of a local table location (file, folder or glob)."""
+    path = location.removeprefix("file://")
+    if any(ch in path for ch in "*?["):
+        files = sorted(glob.glob(path))
+    elif os.path.isdir(path):
+        files = sorted(os.path.join(root, f) for root, _dirs, fs in os.walk(path) for f in fs)
+    else:
+        files = [path]
+    stamps = []
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        stamps.append((f, st.st_size, st.st_mtime_ns))
+    return tuple(stamps)
+
+
 def _span(bounds: tuple[Any, Any] | None) -> float | None:
     """Number of integer values (or days) between two bounds, inclusive."""
     if bounds is None:
@@ -199,6 +219,8 @@ class Catalog:
         self._storage_options = dict(storage_options or {})
         self._ndv: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
+        self._version = 0  # bumped by register() and by version() when a local file changed
+        self._stamps: dict[str, tuple[tuple[str, int, int], ...]] = {}  # lower name -> its files' size/mtime
 
     def storage(self, location: str) -> Storage:
         scheme = scheme_of(location)
@@ -246,7 +268,38 @@ class Catalog:
             raise DataError(f"table {name}: location not found: {location}")
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
-            self._tables.pop(name.lower(), None)
+            self._forget(name.lower())
+            self._stamps.pop(name.lower(), None)
+            self._version += 1
+
+    def _forget(self, key: str) -> None:
+        """Drop what was read of table ``key`` (footers, distinct-value estimates); the lock is held."""
+        self._tables.pop(key, None)
+        for ndv_key in [k for k in self._ndv if k[0] == key]:
+            del self._ndv[ndv_key]
+
+    def version(self) -> int:
+        """A number that changes when a table is registered or one of a local table's files changes
+        (appears, goes, or changes size or mtime): plans cached under an older version are stale.
+
+        A changed file also drops the footers and statistics read from it. Object-store tables
+        (``s3://``) change the version only when registered again.
+        """
+        with self._lock:
+            entries = list(self._locations.items())
+        for key, (_name, location, _fmt, _scan) in entries:
+            if scheme_of(location) != "file":
+                continue
+            stamp = _file_stamps(location)
+            with self._lock:
+                if self._stamps.get(key) == stamp or key not in self._locations:
+                    continue
+                if key in self._stamps:
+                    self._forget(key)
+                self._stamps[key] = stamp
+                self._version += 1
+        with self._lock:
+            return self._version
 
     def register_folder(self, folder: str) -> list[str]:
         """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files."""

@@ -4,6 +4,7 @@ in the plan's notes, when a part has no distributed plan and the translator coul
 from __future__ import annotations
 
 import functools
+import time
 
 import duckdb
 
@@ -37,23 +38,39 @@ def compile_sql(
     world_size: int,
     options: PlannerOptions | None = None,
     db: Sandbox | None = None,
+    timings: dict[str, float] | None = None,
 ) -> Plan:
     """Plan ``sql`` for ``world_size`` workers; raises UserError subclasses for bad input.
 
     ``db`` is a driver-side sandbox to reuse across queries (one is made per call otherwise).
+    ``timings``, when given, receives the seconds spent in each step: ``bind_s`` (DuckDB binds the
+    query), ``translate_s`` (the logical plan, pruned; a failed attempt included when the query falls
+    back to one rank) and ``plan_s`` (the distributed plan, its DuckDB type checks included).
     """
+    spent = timings if timings is not None else {}
+    t0 = time.perf_counter()
     binder = Binder(catalog, db)
     bound = binder.bind(sql)
+    t1 = time.perf_counter()
+    spent["bind_s"] = t1 - t0
     translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
     try:
         planned = translator.translate(bound.ast)
         if len(planned.outputs) != len(bound.names):
             raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
         pruned = Planned(prune(planned.node), planned.outputs)
-        return Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
+        t2 = time.perf_counter()
+        spent["translate_s"] = t2 - t1
+        plan = Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
+        spent["plan_s"] = time.perf_counter() - t2
+        return plan
     except (NotSupportedError, BindError) as err:
         # DuckDB bound the query, so this is Squall's limit, not the user's error: run it on one rank
         reason = str(err).removeprefix("not supported: ")
     names = Names()
     node, outputs = one_rank(catalog, bound, names.fresh, reason)
-    return Planner(catalog, world_size, options, db).plan(bound, Planned(node, outputs), names)
+    t2 = time.perf_counter()
+    spent["translate_s"] = t2 - t1
+    plan = Planner(catalog, world_size, options, db).plan(bound, Planned(node, outputs), names)
+    spent["plan_s"] = time.perf_counter() - t2
+    return plan

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,9 @@ from squall.result import Result
 
 if TYPE_CHECKING:
     from squall.driver.scale import Estimate
+
+#: compiled plans kept per connection (least recently used dropped first)
+PLAN_CACHE_SIZE = 128
 
 
 class Connection:
@@ -78,6 +82,7 @@ class Connection:
         self.planner_options = planner_options
         self._db: Sandbox | None = None
         self._plan_lock = threading.Lock()
+        self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None], Plan] = OrderedDict()
         self._closed = False
         self._query: _Query | None = None
 
@@ -103,10 +108,30 @@ class Connection:
         the W the scale model chose for it."""
         if self._auto_cap is not None:
             return self._plan_with_choice(sql)[0]
+        return self._compile(sql, self.platform.world_size)[0]
+
+    def _compile(self, sql: str, world_size: int) -> tuple[Plan, dict[str, Any]]:
+        """The plan of ``sql`` at ``world_size``, from this connection's plan cache when the same text was
+        planned at the same W, with the same planner options, against the same catalog version (no table
+        registered, no local file changed since). Also: ``{"plan_cache": "hit"|"miss", "planning_breakdown":
+        {...}}`` for the stats (the breakdown in seconds: version check, bind, translate, plan)."""
+        start = time.perf_counter()
+        version = self.catalog.version()
+        key = (sql, version, world_size, self.planner_options)
+        checked = time.perf_counter()
         with self._plan_lock:
+            cached = self._plans.get(key)
+            if cached is not None:
+                self._plans.move_to_end(key)
+                return cached, {"plan_cache": "hit", "planning_breakdown": {"cache_s": checked - start}}
             if self._db is None:
                 self._db = Sandbox(threads=1)
-            return compile_sql(self.catalog, sql, self.platform.world_size, self.planner_options, self._db)
+            timings: dict[str, float] = {"cache_s": checked - start}
+            plan = compile_sql(self.catalog, sql, world_size, self.planner_options, self._db, timings)
+            self._plans[key] = plan
+            while len(self._plans) > PLAN_CACHE_SIZE:
+                self._plans.popitem(last=False)
+            return plan, {"plan_cache": "miss", "planning_breakdown": timings}
 
     def explain(self, sql: str, *, estimate: bool = False) -> str:
         """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL.
@@ -163,14 +188,11 @@ class Connection:
         """The plan, at the W ``workers="auto"`` chose for it on the lambda platforms."""
         if self._auto_cap is None:
             return self.plan(sql), None
-        with self._plan_lock:
-            if self._db is None:
-                self._db = Sandbox(threads=1)
-            template = compile_sql(self.catalog, sql, min(4, self._auto_cap), self.planner_options, self._db)
-            choice = self.estimator.auto_workers(template, self._auto_cap)
-            if choice.workers == template.world_size:
-                return template, choice
-            return compile_sql(self.catalog, sql, choice.workers, self.planner_options, self._db), choice
+        template = self._compile(sql, min(4, self._auto_cap))[0]
+        choice = self.estimator.auto_workers(template, self._auto_cap)
+        if choice.workers == template.world_size:
+            return template, choice
+        return self._compile(sql, choice.workers)[0], choice
 
     def _fit_platform(self, plan: Plan) -> None:
         """``workers="auto"`` on a lambda platform: run this query with the plan's W."""
@@ -240,7 +262,10 @@ class Connection:
     def _run(self, sql: str, query: _Query, progress: Callable[[Progress], None] | None) -> Result:
         start = time.perf_counter()
         driver_before = self.catalog.requests()
-        plan = self.plan(sql)
+        if self._auto_cap is not None:
+            plan, compiled = self._plan_with_choice(sql)[0], {"plan_cache": "n/a", "planning_breakdown": {}}
+        else:
+            plan, compiled = self._compile(sql, self.platform.world_size)
         planned = time.perf_counter()
         driver_requests = _delta(self.catalog.requests(), driver_before)
         query_id = f"q{uuid.uuid4().hex[:16]}"
@@ -261,6 +286,7 @@ class Connection:
             execution_s=done - planned,
         )
         stats["driver_storage_requests"] = driver_requests
+        stats.update(compiled)
         stats.update(execution.details)
         estimate = predicted()
         if estimate is not None:
