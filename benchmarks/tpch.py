@@ -7,6 +7,11 @@ Each query runs once on both engines as a warm-up (file cache) whose results are
 is the wall clock around ``sql → Arrow table`` on both sides. Prints one line per query and, last, the
 geometric mean of the squall/duckdb ratios over the queries that ran on both. Exits 1 if any result differs
 or any query fails, 2 on bad arguments.
+
+``--profile`` adds, under each query, where Squall's time went (from ``Result.stats``): planning on the first
+run (a plan-cache miss: bind, translate, plan), then of the best timed run (a cache hit) the driver's share
+(dispatch to the workers and result transfer: the run minus the slowest worker), and per stage the slowest
+rank's scan, compute, send (partition + write) and receive (wait + read) seconds.
 """
 
 from __future__ import annotations
@@ -76,7 +81,34 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="use TPC-H random substitution parameters from this seed (default: validation)",
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="print where the time goes, per query and per stage"
+    )
     return parser
+
+
+def profile_lines(first: dict[str, Any], best: dict[str, Any]) -> list[str]:
+    """The ``--profile`` table of one query: planning from the first run's stats (a plan-cache miss), the
+    rest from the best run's."""
+    ms = 1e3
+    pb = first.get("planning_breakdown", {})
+    workers = max((w["elapsed_s"] for w in best.get("per_worker", [])), default=0.0)
+    driver = max(best["execution_s"] - workers, 0.0)
+    lines = [
+        f"     planning (miss) {first['planning_s'] * ms:7.1f} ms: bind {pb.get('bind_s', 0) * ms:.1f}"
+        f"  translate {pb.get('translate_s', 0) * ms:.1f}  plan {pb.get('plan_s', 0) * ms:.1f}"
+        f"  | run: plan {best['planning_s'] * ms:.1f} ({best.get('plan_cache', '?')})"
+        f"  workers {workers * ms:.1f}  dispatch+result {driver * ms:.1f}"
+        f"  on {best.get('ran_on', 'workers')}",
+        "     stage ranks output       rows_in   rows_out    time_ms  scan_ms  comp_ms  part_ms  send_ms   recv_ms",
+    ]
+    for st in best.get("stages", []):
+        lines.append(
+            f"     {st['stage']:>5} {st['ranks']:>5} {st['output']:<10} {st['rows_in']:>9} {st['rows_out']:>10}"
+            f" {st['time_s'] * ms:10.1f} {st['scan_s'] * ms:8.1f} {st['compute_s'] * ms:8.1f}"
+            f" {st.get('partition_s', 0.0) * ms:8.1f} {st['send_s'] * ms:8.1f} {st['receive_s'] * ms:9.1f}"
+        )
+    return lines
 
 
 def duckdb_peer(data: Path) -> duckdb.DuckDBPyConnection:
@@ -127,8 +159,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"error: squall.connect failed: {_one_line(exc)}", file=out)
         return 1
 
+    squall_stats: list[dict[str, Any]] = []
+
     def run_squall(sql: str) -> pa.Table:
-        return con.sql(sql).to_arrow()
+        result = con.sql(sql)
+        squall_stats.append(result.stats)
+        return result.to_arrow()
 
     def run_duckdb(sql: str) -> pa.Table:
         return peer.sql(sql).to_arrow_table()
@@ -152,8 +188,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 failed = True
                 continue
             try:
+                squall_stats.clear()
                 actual, _ = _timed(lambda sql=sql: run_squall(sql))
-                best_squall = min(_timed(lambda sql=sql: run_squall(sql))[1] for _ in range(args.repeat))
+                times = [_timed(lambda sql=sql: run_squall(sql))[1] for _ in range(args.repeat)]
+                best_squall = min(times)
+                best_stats = squall_stats[1 + times.index(best_squall)]
             except Exception as exc:
                 print(
                     f"{label}  squall FAILED: {_one_line(exc)}  duckdb {best_duck:.3f}s", file=out, flush=True
@@ -173,6 +212,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             if problem is not None:
                 print(f"     {problem}", file=out, flush=True)
                 failed = True
+            if args.profile:
+                print("\n".join(profile_lines(squall_stats[0], best_stats)), file=out, flush=True)
     finally:
         close = getattr(con, "close", None)
         if callable(close):
