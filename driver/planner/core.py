@@ -155,6 +155,56 @@ class Context:
                 self._db.con.unregister(name)
         return schema, types
 
+    def logical_types(self, node: L.Node) -> tuple[str, ...] | None:
+        """DuckDB's types of the logical ``node`` bound as one query (scans as empty tables, no
+        exchanges, no aggregate splits): what the node's columns are in DuckDB's own plan. ``None``
+        when the subtree cannot be rendered on its own."""
+        tables: dict[str, pa.Table] = {}
+
+        def swap(n: L.Node) -> L.Node:
+            if isinstance(n, L.Scan):
+                info = self.catalog.table(n.table)
+                name = f"__types_{len(tables)}"
+                fields = [info.schema.field(src).with_name(internal) for src, internal in n.columns]
+                tables[name] = pa.schema(fields).empty_table()
+                return InputRef(name, n.names)
+            changes: dict[str, object] = {}
+            for f in dataclasses.fields(n):
+                v = getattr(n, f.name)
+                if isinstance(v, L.Node):
+                    changes[f.name] = swap(v)
+                elif isinstance(v, tuple) and v and all(isinstance(c, L.Node) for c in v):
+                    changes[f.name] = tuple(swap(c) for c in v)
+            return dataclasses.replace(n, **changes) if changes else n
+
+        registered = []
+        try:
+            sql = render(swap(node))
+            for name, table in tables.items():
+                self._db.con.register(name, table)
+                registered.append(name)
+            return tuple(str(t) for t in self._db.relation(sql).types)
+        except (duckdb.Error, NotSupportedError, KeyError, TypeError, ValueError):
+            return None
+        finally:
+            for name in registered:
+                self._db.con.unregister(name)
+
+    def cast_to(self, node: L.Node, want: tuple[str, ...] | None) -> L.Node:
+        """``node`` with each column whose DuckDB type is not ``want``'s cast to it."""
+        if want is None:
+            return node
+        _schema, types = self.typecheck(render(node), leaves(node))
+        if len(types) != len(want) or all(have == w for (_c, have), w in zip(types, want)):
+            return node
+        exprs: list[tuple[str, exp.Expression]] = []
+        for name, (_c, have), w in zip(node.names, types, want):
+            e: exp.Expression = L.col(name)
+            if have != w:
+                e = exp.cast(e, exp.DataType.build(w, dialect="duckdb"))
+            exprs.append((name, e))
+        return L.Project(node, tuple(exprs))
+
     def stage(self, node: L.Node, dist: Dist, output: Output, note: str = "") -> InputRef:
         """Cut ``node`` into a stage whose output goes to ``output``; return the consumer's input."""
         stage_id = len(self.stages) + 1
