@@ -3,9 +3,9 @@
 An aggregate whose input is already hash-partitioned on a subset of its group
 keys (or is on one rank, or replicated) completes in place. Otherwise decomposable
 aggregates run partial on every rank (AVG as SUM and COUNT, VAR/STDDEV as
-count, sum and sum of squares) and final after the exchange: a gather to rank 0
-when there are few groups (no keys, or at most ``gather_groups`` by the
-catalog's NDVs), else hash-partitioned by the group keys. Aggregates that cannot
+count, mean and M2, merged pairwise as DuckDB does) and final after the
+exchange: a gather to rank 0 when there are few groups (no keys, or at most
+``gather_groups`` by the catalog's NDVs), else hash-partitioned by the group keys. Aggregates that cannot
 be split (DISTINCT, holistic ones) move their rows instead — deduped locally on
 (keys, arguments) first when that cannot change the result — and complete after
 the move.
@@ -207,16 +207,25 @@ def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tupl
             fs, fc = add_final("sum", f"SUM({q(s)})"), add_final("sum", f"SUM({q(c)})")
             post.append((name, parse(f"CAST({q(fs)} AS DOUBLE) / CAST({q(fc)} AS DOUBLE)")))
         elif f in _VARIANCE:
+            # per partial (count, mean, M2), merged pairwise as DuckDB does (Chan et al.): stable, and
+            # exactly 0 for a constant column (a constant partial's mean is the value itself)
             x = f"CAST({arg} AS DOUBLE)"
             n = add_partial("count", a.args, f"COUNT({arg})")
-            s = add_partial("sum", a.args, f"SUM({x})")
-            ss = add_partial("sum", a.args, f"SUM({x} * {x})")
-            fn, fs, fss = (add_final("sum", f"SUM({q(p)})") for p in (n, s, ss))
-            m2 = f"GREATEST({q(fss)} - {q(fs)} * {q(fs)} / {q(fn)}, 0)"
+            mean = add_partial(
+                "mean", a.args, f"CASE WHEN MIN({x}) = MAX({x}) THEN MIN({x}) ELSE AVG({x}) END"
+            )
+            m2 = add_partial("m2", a.args, f"VAR_POP({x}) * COUNT({arg})")
+            merged = add_final(
+                "merge",
+                f"LIST_REDUCE(LIST({{'n': {q(n)}, 'mean': {q(mean)}, 'm2': {q(m2)}}}) FILTER (WHERE {q(n)} > 0), "
+                "LAMBDA a, b: {'n': a.n + b.n, 'mean': a.mean + (b.mean - a.mean) * b.n / (a.n + b.n), "
+                "'m2': a.m2 + b.m2 + (b.mean - a.mean) * (b.mean - a.mean) * a.n * b.n / (a.n + b.n)})",
+            )
+            fn, fm2 = f"STRUCT_EXTRACT({q(merged)}, 'n')", f"STRUCT_EXTRACT({q(merged)}, 'm2')"
             pop = f in ("stddev_pop", "var_pop")
-            denom = q(fn) if pop else f"({q(fn)} - 1)"
-            guard = f"{q(fn)} > 0" if pop else f"{q(fn)} > 1"
-            var = f"CASE WHEN {guard} THEN {m2} / {denom} END"
+            denom = fn if pop else f"({fn} - 1)"
+            guard = f"{fn} > 0" if pop else f"{fn} > 1"
+            var = f"CASE WHEN {guard} THEN GREATEST({fm2}, 0) / {denom} END"
             post.append((name, parse(f"SQRT({var})" if f.startswith("stddev") else var)))
         else:
             raise NotSupportedError(f"aggregate {f} split")
