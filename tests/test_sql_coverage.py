@@ -42,6 +42,21 @@ QUERIES = {
     "not_in_without_nulls": "SELECT id FROM t1 WHERE id NOT IN (SELECT t1_id FROM t2 WHERE t1_id IS NOT NULL)",
     "not_in_empty": "SELECT count(*) FROM t1 WHERE grp NOT IN (SELECT cat FROM t2_empty)",
     "in_list": "SELECT id FROM t1 WHERE grp IN ('g1', 'g2') AND id NOT IN (1, 2, 3)",
+    # EXISTS / IN (subquery) under OR / CASE: mark joins (three-valued IN: NULLs in the subquery or the value)
+    "in_subquery_in_or": "SELECT id FROM t1 WHERE grp = 'g1' OR id IN (SELECT t1_id FROM t2)",
+    "not_in_with_nulls_in_or": "SELECT id FROM t1 WHERE grp = 'g1' OR id NOT IN (SELECT t1_id FROM t2 WHERE score > 45)",
+    "not_in_without_nulls_in_or": "SELECT id FROM t1 WHERE grp = 'g1' OR id NOT IN "
+    "(SELECT t1_id FROM t2 WHERE t1_id IS NOT NULL AND score > 45)",
+    "in_empty_in_or": "SELECT count(*) FROM t1 WHERE grp = 'g1' OR NOT (grp IN (SELECT cat FROM t2_empty))",
+    "null_value_in_or": "SELECT count(*) FROM t1 WHERE val > 45 OR NOT (grp IN (SELECT cat FROM t3))",
+    "exists_or_exists": "SELECT id FROM t1 a WHERE EXISTS (SELECT 1 FROM t2 b WHERE b.t1_id = a.id AND b.score > 40) "
+    "OR EXISTS (SELECT 1 FROM t2 c WHERE c.t1_id = a.id + 1 AND c.cat = 'h')",
+    "not_exists_in_or": "SELECT count(*) FROM t1 a WHERE a.val < 5 OR NOT EXISTS (SELECT 1 FROM t2 b WHERE b.t1_id = a.id)",
+    "correlated_in_in_or": "SELECT count(*) FROM t1 a WHERE a.grp = 'g2' OR a.id NOT IN "
+    "(SELECT b.t1_id FROM t2 b WHERE b.cat = a.grp AND b.score > 30)",
+    "uncorrelated_exists_in_or": "SELECT count(*) FROM t1 WHERE val < 3 OR EXISTS (SELECT 1 FROM t2 WHERE score > 400)",
+    "in_aggregate_in_case": "SELECT count(*) FROM t1 WHERE CASE WHEN grp = 'g1' THEN id IN (SELECT max(t1_id) FROM t2) "
+    "ELSE val IN (SELECT score FROM t2) END",
     "uncorrelated_exists": "SELECT count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE score > 40)",
     # scalar subqueries
     "scalar_where": "SELECT id, val FROM t1 WHERE val > (SELECT avg(val) FROM t1)",
@@ -49,6 +64,12 @@ QUERIES = {
     "scalar_select_list": "SELECT id, (SELECT max(score) FROM t2) AS top FROM t1 WHERE id < 20",
     "scalar_select_correlated": "SELECT id, (SELECT sum(b.score) FROM t2 b WHERE b.t1_id = a.id) AS s FROM t1 a",
     "scalar_empty": "SELECT id, (SELECT max(score) FROM t2_empty) AS m FROM t1 WHERE id < 5",
+    # uncorrelated scalar subqueries that may return several rows: checked at run time (see below)
+    "scalar_rows_one": "SELECT id, (SELECT name FROM t3 WHERE cat = 'h') AS n FROM t1 WHERE id < 5",
+    "scalar_rows_none": "SELECT id, (SELECT name FROM t3 WHERE cat = 'nope') AS n FROM t1 WHERE id < 5",
+    "scalar_rows_where": "SELECT count(*) FROM t1 WHERE val > (SELECT score FROM t2 WHERE id = 7) + 1",
+    "scalar_rows_limit_order": "SELECT id FROM t1 WHERE id = (SELECT t1_id FROM t2 WHERE t1_id IS NOT NULL "
+    "ORDER BY t1_id DESC LIMIT 1 OFFSET 2)",
     "scalar_in_having": "SELECT grp, sum(val) AS s FROM t1 GROUP BY grp HAVING sum(val) > (SELECT avg(val) FROM t1)",
     # CTEs and derived tables
     "cte_twice": "WITH s AS (SELECT grp, sum(val) AS v FROM t1 GROUP BY grp) "
@@ -62,6 +83,14 @@ QUERIES = {
     "intersect": "SELECT grp FROM t1 INTERSECT SELECT cat FROM t2",
     "except": "SELECT grp FROM t1 EXCEPT SELECT cat FROM t3",
     "union_order_limit": "SELECT id FROM t1 UNION ALL SELECT id FROM t2 ORDER BY id DESC LIMIT 7",
+    # an integer SUM (HUGEINT) or literal on one side, a DECIMAL on the other: DuckDB's supertype keeps the scale
+    "union_int_sum_decimal": "SELECT sum(score) AS s FROM t2 UNION SELECT sum(amount) FROM t1 UNION SELECT 25.5",
+    "union_all_decimal_int_sum": "SELECT sum(amount) AS s FROM t1 WHERE id <= 3 UNION ALL SELECT sum(score) FROM t2",
+    "except_decimal_int_sum": "SELECT sum(0.1) AS s FROM t3 EXCEPT SELECT sum(0) FROM t2",
+    "except_grouped_decimal_int_sum": "SELECT grp, sum(amount) AS s FROM t1 GROUP BY grp "
+    "EXCEPT SELECT cat, sum(score) FROM t2 GROUP BY cat",
+    "intersect_int_sum_decimal": "SELECT sum(id) AS s FROM t1 WHERE id <= 3 INTERSECT SELECT sum(1.1) FROM t3",
+    "union_int_literal_decimal": "SELECT sum(5000) AS s FROM t3 UNION SELECT 25.5 FROM t1",
     # aggregates
     "distinct": "SELECT DISTINCT grp, flag FROM t1",
     "count_distinct": "SELECT grp, count(DISTINCT flag) AS f, count(DISTINCT name) AS n FROM t1 GROUP BY grp",
@@ -69,6 +98,13 @@ QUERIES = {
     "mixed_distinct": "SELECT grp, count(DISTINCT name), sum(val) FROM t1 GROUP BY grp",
     "having": "SELECT grp, count(*) AS n FROM t1 GROUP BY grp HAVING count(*) > 100 AND min(id) < 50",
     "stddev_variance": "SELECT grp, stddev(val), variance(val), stddev_pop(val), var_pop(val) FROM t1 GROUP BY grp",
+    "stddev_constant": "SELECT grp, stddev(c) FROM (SELECT grp, CAST(1234567.89 AS DECIMAL(15, 2)) AS c FROM t1) "
+    "AS x GROUP BY grp",
+    "var_samp_var_pop_constant": "SELECT grp, var_samp(c), var_pop(c), stddev_pop(c) "
+    "FROM (SELECT grp, CAST(1234567.89 AS DECIMAL(15, 2)) AS c FROM t1) AS x GROUP BY grp",
+    "stddev_large_magnitude": "SELECT grp, stddev(val + 1e9), var_samp(val + 1e9), var_pop(val * 1e6 - 1e12), "
+    "stddev(amount * 100000) FROM t1 GROUP BY grp",
+    "stddev_global": "SELECT stddev(val + 1e9), var_samp(-966.20), var_pop(val), stddev_pop(-966.20) FROM t1",
     "global_aggs": "SELECT count(*), count(val), sum(amount), avg(amount), min(d), max(name) FROM t1",
     "aggs_on_empty": "SELECT count(*), sum(score), avg(score), max(cat) FROM t2_empty",
     "group_on_empty": "SELECT cat, count(*) FROM t2_empty GROUP BY cat",
@@ -145,7 +181,6 @@ QUERIES = {
     # no distributed plan yet: answered by the one-rank fallback (said in explain and stats)
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
     "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
-    "in_subquery_in_or": "SELECT id FROM t1 WHERE grp = 'g1' OR id IN (SELECT t1_id FROM t2)",
     "count_in_correlated_scalar": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.t1_id = t1.id) FROM t1",
     "multi_column_in": "SELECT id FROM t1 WHERE (id, grp) IN (SELECT t1_id, cat FROM t2)",
     "correlation_two_levels": "SELECT id FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
@@ -263,3 +298,24 @@ def test_one_rank_fallback_is_said(engine):
     assert any(n.startswith("one rank (LATERAL") for n in result.stats["notes"])
     assert any("on rank 0 only: LATERAL" in s["note"] for s in result.stats["stages"])
     assert engine.sql(QUERIES["window_over_aggregate"]).stats["notes"] == []
+
+
+def test_variance_of_a_constant_is_exactly_zero(engine):
+    """Merged per-rank (count, mean, M2) as DuckDB merges them: no rounding residue for a constant."""
+    for c in ("1234567.89", "123.456", "-966.20", "0.1"):
+        for f in ("stddev", "var_samp", "var_pop", "stddev_pop"):
+            sql = f"SELECT grp, {f}({c}) AS v FROM t1 GROUP BY grp"
+            for row in engine.sql(sql).to_arrow().to_pylist():
+                assert row["v"] == 0.0, (sql, row)
+
+
+def test_scalar_subquery_with_several_rows_raises_duckdbs_error(engine, reference):
+    """Planned like any query, its row count checked at run time: DuckDB's own error, on one line."""
+    sql = "SELECT id, (SELECT name FROM t3 WHERE cat LIKE 'g%') AS n FROM t1 WHERE id < 5"
+    with pytest.raises(duckdb.InvalidInputException) as expected:
+        reference.sql(sql).fetchall()
+    with pytest.raises(squall.QueryRuntimeError) as got:
+        engine.sql(sql)
+    assert "\n" not in str(got.value)
+    assert str(got.value) == str(expected.value).splitlines()[0]
+    assert not any(n.startswith("one rank") for n in engine.plan(sql).notes)
