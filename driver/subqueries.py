@@ -7,8 +7,10 @@
   (no row survives a NULL in the subquery; a NULL ``x`` survives only an empty
   subquery), its right side replicated because both facts are global;
 - scalar subqueries, uncorrelated → ``LEFT JOIN … ON TRUE`` with their single
-  row; correlated on equalities → grouped by the correlation keys and
-  ``LEFT JOIN``ed on them (an absent group yields NULL, as SQL wants).
+  row (one that may return several rows is reduced to its count and value,
+  raising DuckDB's error at run time when the count is above one);
+  correlated on equalities → grouped by the correlation keys and ``LEFT
+  JOIN``ed on them (an absent group yields NULL, as SQL wants).
 
 Each rewrite works on the sqlglot AST: the correlated conjuncts are taken out
 of the subquery, its select list becomes the join keys and values, and the
@@ -248,7 +250,7 @@ class SubqueryMixin:
                 limit is not None and limit.expression.sql() == "1"
             )
             if not one_row:
-                raise NotSupportedError("scalar subquery that may return more than one row")
+                return self._checked_scalar(node, body, ctes)
             outputs = self._plan_with_select(body, [value.copy().as_("__v")], ctes)
             join = L.Join(node, self._last_planned.node, "left", (), (), None)
             return join, outputs["__v"]
@@ -268,6 +270,41 @@ class SubqueryMixin:
         right_keys = tuple(L.col(outputs[f"__k{i}"]) for i in range(len(keys)))
         join = L.Join(node, self._last_planned.node, "left", left_keys, right_keys, None)
         return join, outputs["__v"]
+
+    def _checked_scalar(self, node: L.Node, body: exp.Select, ctes) -> tuple[L.Node, str]:
+        """An uncorrelated scalar subquery that may return several rows: planned like any query, then
+        reduced to one row (its count and its value) that raises DuckDB's own error when the count
+        is above one at run time; 0 rows give NULL, as in DuckDB."""
+        item = body.expressions[0]
+        name = item.alias if isinstance(item, exp.Alias) and item.alias else "__v"
+        value = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(value, exp.Star):
+            raise NotSupportedError("scalar subquery that may return more than one row, selecting *")
+        inner = body.copy()
+        inner.set("expressions", [value.copy().as_(name)])
+        ref = exp.column(name, table="__sq")
+        checked = exp.Case(
+            ifs=[
+                exp.If(
+                    this=exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(1)),
+                    true=exp.Anonymous(this="error", expressions=[exp.Literal.string(MORE_THAN_ONE_ROW)]),
+                )
+            ],
+            default=exp.Max(this=ref),
+        )
+        outer = exp.Select(expressions=[checked.as_("__v")]).from_(
+            exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__sq")))
+        )
+        planned = self.query(outer, ctes)
+        outputs = dict(planned.outputs)
+        return L.Join(node, planned.node, "left", (), (), None), outputs["__v"]
+
+
+#: DuckDB's error (an InvalidInputException) for a scalar subquery that returns more than one row
+MORE_THAN_ONE_ROW = (
+    "More than one row returned by a subquery used as an expression - "
+    "scalar subqueries can only return a single row."
+)
 
 
 def L_and(items: list[exp.Expression]) -> exp.Expression | None:

@@ -39,19 +39,13 @@ GOLDEN = Path(__file__).parent / "golden" / "tpcds-explain"
 # (plan notes) of the parts that have no distributed plan yet and run on rank 0 over gathered inputs; the test
 # of the golden plans checks this list exactly, so a query that gets a distributed plan must leave it too.
 REFUSED: dict[int, str] = {}
-SCALAR = "scalar subquery that may return more than one row"
 EXISTS_IN_OR = "EXISTS or IN (subquery) inside OR/CASE; write it as a join"
 NON_EQUALITY = "scalar subquery correlated by a non-equality"
 ONE_RANK: dict[int, set[str]] = {
-    6: {SCALAR},
     10: {EXISTS_IN_OR},
-    14: {SCALAR},
     35: {EXISTS_IN_OR},
     41: {NON_EQUALITY},
-    44: {SCALAR},
     45: {EXISTS_IN_OR},
-    54: {SCALAR},
-    58: {SCALAR},
 }
 ONE_RANK_NOTE = re.compile(r"one rank \((.*)\): DuckDB runs this part on rank 0 only")
 
