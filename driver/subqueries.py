@@ -6,6 +6,11 @@
 - ``x IN (SELECT …)`` → semi join on ``x``; ``NOT IN`` → a null-aware anti join
   (no row survives a NULL in the subquery; a NULL ``x`` survives only an empty
   subquery), its right side replicated because both facts are global;
+- ``EXISTS`` / ``IN`` under OR or CASE → mark joins: ``LEFT JOIN``s to the
+  subquery's distinct (correlation keys, value) and, for ``IN``, its row and
+  non-NULL counts per correlation key, from which a CASE gives SQL's
+  three-valued answer (NULL for no match with a NULL value or a NULL in the
+  subquery, FALSE for an empty one);
 - scalar subqueries, uncorrelated → ``LEFT JOIN … ON TRUE`` with their single
   row (one that may return several rows is reduced to its count and value,
   raising DuckDB's error at run time when the count is above one);
@@ -16,7 +21,7 @@ Each rewrite works on the sqlglot AST: the correlated conjuncts are taken out
 of the subquery, its select list becomes the join keys and values, and the
 now uncorrelated subquery is planned like any query. What cannot be rewritten
 this way (COUNT in a correlated scalar subquery, correlation below an
-aggregate, subqueries inside OR, …) is refused with "not supported".
+aggregate, non-equality correlation under OR, …) is refused with "not supported".
 """
 
 from __future__ import annotations
@@ -144,7 +149,7 @@ class SubqueryMixin:
         if any(isinstance(n, (exp.Exists,)) for n in conj.walk()) or any(
             isinstance(n, exp.In) and n.args.get("query") is not None for n in conj.walk()
         ):
-            raise NotSupportedError("EXISTS or IN (subquery) inside OR/CASE; write it as a join")
+            node, conj = self.attach_marks(node, conj, scope, ctes)
         node, rewritten = self.attach_scalars(node, conj, scope, ctes)
         return L.Filter(node, self.convert(rewritten, scope))
 
@@ -158,6 +163,130 @@ class SubqueryMixin:
             node, name = self._scalar(node, sub.this, scope, ctes)
             sub.replace(internal_ref(name))
         return node, e
+
+    def attach_marks(self, node: L.Node, e: exp.Expression, scope, ctes) -> tuple[L.Node, exp.Expression]:
+        """Mark joins: every EXISTS / IN (subquery) of ``e`` (under OR/CASE) becomes a boolean
+        computed from LEFT JOINs to the subquery's distinct keys (and, for IN, its per-key row and
+        non-NULL counts: SQL's three-valued IN); ``e`` is returned with them replaced."""
+        e = e.copy()
+        found = [
+            n
+            for n in e.walk()
+            if isinstance(n, exp.Exists) or (isinstance(n, exp.In) and n.args.get("query") is not None)
+        ]
+        for n in found:
+            if n.find_ancestor(exp.Subquery) is not None:
+                continue
+            if isinstance(n, exp.Exists):
+                node, mark = self._exists_mark(node, _query_of(n.this), scope, ctes)
+            else:
+                node, mark = self._in_mark(node, n.this, _query_of(n.args["query"]), scope, ctes)
+            n.replace(mark)
+        return node, e
+
+    def _mark_input(self, sub: exp.Expression, scope, value: bool) -> tuple[Correlation, exp.Select]:
+        """The subquery as a derived table ``__mk`` of ``__v`` (IN's value) and ``__k<i>`` (correlation keys)."""
+        unsupported = "EXISTS or IN (subquery) inside OR/CASE; write it as a join"
+        if not isinstance(sub, exp.Select):
+            raise NotSupportedError(unsupported)
+        corr = correlate(sub, self._scope_aliases(scope))
+        body = corr.body
+        if corr.residual:
+            raise NotSupportedError(unsupported)
+        if corr.pairs and (
+            body.args.get("group") or body.args.get("having") or any(_has_agg(p) for p in body.expressions)
+        ):
+            raise NotSupportedError(unsupported)
+        exprs: list[exp.Expr] = []
+        if value:
+            if len(body.expressions) != 1 or isinstance(body.expressions[0], exp.Star):
+                raise NotSupportedError(unsupported)
+            v = body.expressions[0]
+            exprs.append((v.this if isinstance(v, exp.Alias) else v).copy().as_("__v"))
+        exprs += [inner.copy().as_(f"__k{i}") for i, (inner, _o) in enumerate(corr.pairs)]
+        if not exprs:
+            exprs = [exp.Literal.number(1).as_("__one")]
+        inner_sel = body.copy()
+        inner_sel.set("expressions", exprs)
+        return corr, inner_sel
+
+    def _mark_table(self, inner: exp.Select) -> exp.Subquery:
+        return exp.Subquery(this=inner.copy(), alias=exp.TableAlias(this=exp.to_identifier("__mk")))
+
+    def _exists_mark(self, node: L.Node, sub: exp.Expression, scope, ctes) -> tuple[L.Node, exp.Expression]:
+        corr, inner = self._mark_input(sub, scope, value=False)
+        keys = [exp.column(f"__k{i}", table="__mk") for i in range(len(corr.pairs))]
+        sel = exp.Select(
+            expressions=[k.copy() for k in keys] + [exp.true().as_("__m")], distinct=exp.Distinct()
+        )
+        sel = sel.from_(self._mark_table(inner))
+        planned = self.query(sel, ctes)
+        outputs = dict(planned.outputs)
+        left_keys = tuple(self.convert(o, scope) for _i, o in corr.pairs)
+        right_keys = tuple(L.col(outputs[f"__k{i}"]) for i in range(len(keys)))
+        node = L.Join(node, planned.node, "left", left_keys, right_keys, None)
+        return node, exp.Coalesce(this=internal_ref(outputs["__m"]), expressions=[exp.false()])
+
+    def _in_mark(
+        self, node: L.Node, lhs: exp.Expression, sub: exp.Expression, scope, ctes
+    ) -> tuple[L.Node, exp.Expression]:
+        if isinstance(_unwrap(lhs), exp.Tuple):
+            raise NotSupportedError("EXISTS or IN (subquery) inside OR/CASE; write it as a join")
+        corr, inner = self._mark_input(sub, scope, value=True)
+        n = len(corr.pairs)
+        keys = [exp.column(f"__k{i}", table="__mk") for i in range(n)]
+        # the distinct non-NULL values (per correlation key): a match is TRUE
+        hit = exp.Select(
+            expressions=[exp.column("__v", table="__mk")]
+            + [k.copy() for k in keys]
+            + [exp.true().as_("__m")],
+            distinct=exp.Distinct(),
+        ).from_(self._mark_table(inner))
+        hit = hit.where(exp.Not(this=exp.Is(this=exp.column("__v", table="__mk"), expression=exp.Null())))
+        planned = self.query(hit, ctes)
+        out = dict(planned.outputs)
+        left_keys = (self.convert(lhs, scope),) + tuple(self.convert(o, scope) for _i, o in corr.pairs)
+        right_keys = (L.col(out["__v"]),) + tuple(L.col(out[f"__k{i}"]) for i in range(n))
+        node = L.Join(node, planned.node, "left", left_keys, right_keys, None)
+        # the subquery's row and non-NULL counts (per correlation key): no match is FALSE when it is
+        # empty, else NULL when the value is NULL or the subquery holds a NULL
+        facts = exp.Select(
+            expressions=[k.copy() for k in keys]
+            + [
+                exp.Count(this=exp.Star()).as_("__n"),
+                exp.Count(this=exp.column("__v", table="__mk")).as_("__nv"),
+            ]
+        ).from_(self._mark_table(inner))
+        if keys:
+            facts = facts.group_by(*[k.copy() for k in keys])
+        planned_f = self.query(facts, ctes)
+        fo = dict(planned_f.outputs)
+        fkeys = tuple(self.convert(o, scope) for _i, o in corr.pairs)
+        node = L.Join(
+            node, planned_f.node, "left", fkeys, tuple(L.col(fo[f"__k{i}"]) for i in range(n)), None
+        )
+        m, cnt, cnt_v = internal_ref(out["__m"]), internal_ref(fo["__n"]), internal_ref(fo["__nv"])
+        mark = exp.Case(
+            ifs=[
+                exp.If(this=exp.Is(this=m, expression=exp.true()), true=exp.true()),
+                exp.If(
+                    this=exp.EQ(
+                        this=exp.func("coalesce", cnt, exp.Literal.number(0)),
+                        expression=exp.Literal.number(0),
+                    ),
+                    true=exp.false(),
+                ),
+                exp.If(
+                    this=exp.or_(
+                        exp.Is(this=lhs.copy(), expression=exp.Null()),
+                        exp.GT(this=cnt.copy(), expression=cnt_v),
+                    ),
+                    true=exp.Null(),
+                ),
+            ],
+            default=exp.false(),
+        )
+        return node, exp.Paren(this=mark)
 
     def _plan_with_select(self, body: exp.Select, exprs: list[exp.Expr], ctes) -> dict[str, str]:
         body = body.copy()

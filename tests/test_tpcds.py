@@ -39,13 +39,9 @@ GOLDEN = Path(__file__).parent / "golden" / "tpcds-explain"
 # (plan notes) of the parts that have no distributed plan yet and run on rank 0 over gathered inputs; the test
 # of the golden plans checks this list exactly, so a query that gets a distributed plan must leave it too.
 REFUSED: dict[int, str] = {}
-EXISTS_IN_OR = "EXISTS or IN (subquery) inside OR/CASE; write it as a join"
 NON_EQUALITY = "scalar subquery correlated by a non-equality"
 ONE_RANK: dict[int, set[str]] = {
-    10: {EXISTS_IN_OR},
-    35: {EXISTS_IN_OR},
     41: {NON_EQUALITY},
-    45: {EXISTS_IN_OR},
 }
 ONE_RANK_NOTE = re.compile(r"one rank \((.*)\): DuckDB runs this part on rank 0 only")
 
