@@ -48,6 +48,7 @@ def summarize(
                 "scan_s": max((s["scan_s"] for s in ran), default=0.0),
                 "compute_s": max((s["compute_s"] for s in ran), default=0.0),
                 "send_s": max((s["send_s"] for s in ran), default=0.0),
+                "partition_s": max((s.get("partition_s", 0.0) for s in ran), default=0.0),
                 "receive_s": max((s["receive_s"] for s in per_rank), default=0.0),
             }
         )

@@ -31,7 +31,7 @@ from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 
 # DuckDB errors caused by the data or the query's own logic: the user's to fix.
-_USER_RUNTIME = (
+USER_RUNTIME = (  # DuckDB errors that are the query's fault (a bad cast, …), not the engine's
     duckdb.ConversionException,
     duckdb.OutOfRangeException,
     duckdb.InvalidInputException,
@@ -54,6 +54,7 @@ class StageReport:
     compute_s: float = 0.0
     send_s: float = 0.0
     receive_s: float = 0.0
+    partition_s: float = 0.0  # splitting a hash output by receiver: a part of send_s
     rows_received: int = 0
     bytes_received: int = 0
 
@@ -217,7 +218,7 @@ class Worker:
                 )
             else:
                 table = db.query(stage.sql)
-        except _USER_RUNTIME as err:
+        except USER_RUNTIME as err:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
         finally:
             for name in inputs:
@@ -229,6 +230,7 @@ class Worker:
         if output.kind != "result" and self.rank in output.senders:
             if output.kind == "hash":
                 parts = split_by_partition(table, len(output.receivers))
+                sr.partition_s += time.perf_counter() - t2
                 addressed = {r: parts[i] for i, r in enumerate(output.receivers)}
             else:
                 addressed = {r: table for r in output.receivers}

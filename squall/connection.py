@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -9,20 +10,21 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from squall.client import RemoteConnection
 from squall.driver.catalog import Catalog
 from squall.driver.compile import compile_sql
 from squall.driver.explain import explain_plan
-from squall.driver.forecast import AutoChoice, Estimator, fixed_auto_workers, format_estimate, platform_config
 from squall.driver.planner import PlannerOptions
-from squall.driver.platforms.base import Platform, Progress, platform_class
+from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
 from squall.driver.stats import summarize
-from squall.errors import OptionError, QueryCancelled, QueryTimeout
+from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, QueryTimeout
 from squall.operators.duck import Sandbox
+from squall.operators.worker import USER_RUNTIME, StageReport, WorkerReport
 from squall.plan import Plan
 from squall.result import Result
 
 if TYPE_CHECKING:
+    from squall.client import RemoteConnection
+    from squall.driver.forecast import AutoChoice, Estimator
     from squall.driver.scale import Estimate
 
 #: compiled plans kept per connection (least recently used dropped first)
@@ -145,12 +147,16 @@ class Connection:
         reason = choice.reason if choice is not None else (self._auto_note or None)
         if not estimate:
             return f"{text.rstrip()}\n\n{reason}"
+        from squall.driver.forecast import format_estimate  # the scale model: imported when first used
+
         return f"{text.rstrip()}\n\n{format_estimate(self.estimator.estimate(plan), self.estimator, reason)}"
 
     @property
     def estimator(self) -> Estimator:
         """The scale model for this connection's platform (cached per plan; see :mod:`squall.driver.forecast`)."""
         if self._estimator is None:
+            from squall.driver.forecast import Estimator, platform_config  # imported when first used
+
             self._estimator = Estimator(self.platform.name, platform_config(self.platform))
         return self._estimator
 
@@ -166,7 +172,7 @@ class Connection:
         """``workers="auto"`` at connect: the W the platform starts with (see :mod:`squall.driver.forecast`)."""
         import os
 
-        from squall.driver.forecast import PER_QUERY_W
+        from squall.driver.forecast import PER_QUERY_W, fixed_auto_workers
         from squall.driver.platforms.local.platform import max_local_workers
 
         if platform == "lambda":
@@ -261,6 +267,9 @@ class Connection:
 
     def _run(self, sql: str, query: _Query, progress: Callable[[Progress], None] | None) -> Result:
         start = time.perf_counter()
+        prestart = getattr(self.platform, "prestart", None)
+        if prestart is not None and self._auto_cap is None and _mentions_table(sql, self.catalog.names()):
+            prestart()  # the worker pool starts while the query is planned
         driver_before = self.catalog.requests()
         if self._auto_cap is not None:
             plan, compiled = self._plan_with_choice(sql)[0], {"plan_cache": "n/a", "planning_breakdown": {}}
@@ -270,9 +279,14 @@ class Connection:
         driver_requests = _delta(self.catalog.requests(), driver_before)
         query_id = f"q{uuid.uuid4().hex[:16]}"
         query.check()
-        self._fit_platform(plan)
-        predicted = self._stats_estimate(plan)
-        execution = self.platform.execute(plan, query_id, progress)
+        on_driver = _reads_nothing(plan)
+        if on_driver:  # no table read, one stage: the driver's own sandbox answers, no worker starts
+            predicted: Callable[[], dict[str, Any] | None] = lambda: None  # noqa: E731
+            execution = self._run_on_driver(plan)
+        else:
+            self._fit_platform(plan)
+            predicted = self._stats_estimate(plan)
+            execution = self.platform.execute(plan, query_id, progress)
         done = time.perf_counter()
         table = execution.table.rename_columns(list(plan.result_names))
         stats = summarize(
@@ -287,11 +301,32 @@ class Connection:
         )
         stats["driver_storage_requests"] = driver_requests
         stats.update(compiled)
+        stats["ran_on"] = "driver" if on_driver else "workers"
         stats.update(execution.details)
         estimate = predicted()
         if estimate is not None:
             stats["estimate"] = estimate
         return Result(table, stats, plan)
+
+    def _run_on_driver(self, plan: Plan) -> Execution:
+        """Run a plan that reads no table (one stage, no input) in the driver's sandboxed DuckDB (external
+        access off, configuration locked, as on a worker), reported as rank 0."""
+        stage = plan.stages[0]
+        report = WorkerReport(0)
+        sr = StageReport(stage.id)
+        start = time.perf_counter()
+        with self._plan_lock:
+            if self._db is None:
+                self._db = Sandbox(threads=1)
+            try:
+                table = self._db.query(stage.sql)
+            except USER_RUNTIME as err:
+                raise QueryRuntimeError(str(err).splitlines()[0]) from None
+        sr.compute_s = time.perf_counter() - start
+        sr.rows_out, sr.bytes_out = table.num_rows, table.nbytes
+        report.stages.append(sr)
+        report.elapsed_s = sr.compute_s
+        return Execution(table, [report.to_dict()])
 
     def cancel(self) -> None:
         """Cancel the query running on this connection (from another thread); its ``sql()`` raises
@@ -378,6 +413,17 @@ class _Query:
             self._finished.set()
 
 
+def _mentions_table(sql: str, tables: Sequence[str]) -> bool:
+    """``sql`` names one of ``tables`` as a word (a cheap guess, before planning, that workers will run it)."""
+    text = sql.lower()
+    return any(re.search(rf"\b{re.escape(t.lower())}\b", text) for t in tables)
+
+
+def _reads_nothing(plan: Plan) -> bool:
+    """One stage without inputs (no scan, no exchange): nothing for a worker to do that the driver cannot."""
+    return len(plan.stages) == 1 and not plan.stages[0].inputs and plan.stages[0].output.kind == "result"
+
+
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
@@ -427,5 +473,7 @@ def connect(
     if isinstance(data, str) and data.lower().startswith(("http://", "https://")):
         if isinstance(workers, str):
             raise OptionError(f"workers={workers!r} is for embedded connections; give the service a number")
+        from squall.client import RemoteConnection  # urllib and the HTTP client: only for remote endpoints
+
         return RemoteConnection(data, workers=workers, **options)
     return Connection(data, workers=workers, **options)

@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -116,6 +117,8 @@ class LocalPlatform(Platform):
         self._listener: Listener | None = None
         self._listener_dir: str | None = None
         self._running: _Run | None = None
+        self._starting: threading.Thread | None = None  # prestart(): the pool starting beside planning
+        self._start_error: BaseException | None = None
 
     def _spawns_locally(self) -> bool:
         """The platform starts its workers on this machine (subject to :func:`max_local_workers`)."""
@@ -236,7 +239,37 @@ class LocalPlatform(Platform):
                 self._close_listener()  # drops connections still waiting in its backlog
             raise
 
+    def prestart(self) -> None:
+        """Start missing workers in a background thread, e.g. while the driver plans the query;
+        :meth:`execute` waits for it (and raises what it raised)."""
+        if self._starting is not None:
+            return
+        if len(self._procs) == self.world_size and all(self._alive(r) for r in range(self.world_size)):
+            return
+        track(self)  # on the calling (main) thread: the signal handlers can only be installed there
+
+        def start() -> None:
+            try:
+                self._ensure_pool()
+            except BaseException as exc:
+                self._start_error = exc
+
+        self._starting = threading.Thread(target=start, name="squall-pool-start", daemon=True)
+        self._starting.start()
+
+    def _await_start(self) -> None:
+        thread, self._starting = self._starting, None
+        if thread is not None:
+            thread.join()
+            error, self._start_error = self._start_error, None
+            if error is not None:
+                raise error
+
     def close(self) -> None:
+        try:
+            self._await_start()
+        except Exception:
+            pass  # closing anyway: what started is stopped below
         untrack(self)
         for conn in self._conns:
             if conn is None:
@@ -284,6 +317,7 @@ class LocalPlatform(Platform):
     ) -> Execution:
         if plan.world_size != self.world_size:
             raise OptionError(f"plan is for {plan.world_size} workers, platform has {self.world_size}")
+        self._await_start()
         self._ensure_pool()
         results = default_root() / "results"
         results.mkdir(parents=True, exist_ok=True)
