@@ -6,6 +6,11 @@
 
 ``import squall`` is cheap: the engine (DuckDB, pyarrow, sqlglot, the driver) is imported
 on first use of :func:`connect`, :class:`Connection` or :class:`Result`.
+
+The ``squall`` folder holds the SDK (``connection``, ``result``, ``params``, ``client``, ``dbapi``,
+``testing``), the CLI, ``service/``, the TPC-H/TPC-DS helpers, and the bottom layer every other package
+may use: ``plan`` (the wire format), ``aws``, ``registry``, ``errors``, ``version``. The SDK may import the
+driver and below; the bottom layer imports only the standard library and ``errors``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ Modules, bottom up:
 - :mod:`~squall.service.server` — ``squall serve``: stdlib HTTP server that feeds API Gateway proxy events to
   the same resolver.
 
+May import: the SDK (:mod:`squall.connection`, :mod:`squall.result`, …), the driver and the layers below;
+never :mod:`squall.functions` or the CLI.
+
 Importing this package needs nothing beyond Squall's core dependencies; :mod:`~squall.service.api` and
 :mod:`~squall.service.server` need the ``aws`` extra (``aws-lambda-powertools``, ``pydantic``).
 """
