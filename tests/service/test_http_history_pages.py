@@ -131,8 +131,10 @@ def test_console_files_are_package_data():
     folder = ROOT / "squall" / "service" / "console"
     assert {p.name for p in folder.iterdir()} >= {"index.html", "console.js", "console.css"}
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["squall"]
-    assert "service/console/*" in patterns
+    setuptools = config["tool"]["setuptools"]
+    assert "squall.service.console" in setuptools["packages"]
+    patterns = setuptools["package-data"]["squall.service.console"]
+    assert {"*.html", "*.css", "*.js"} <= set(patterns)
     assert any("selenium" in dep for dep in config["project"]["optional-dependencies"]["test"])
 
 
