@@ -6,7 +6,8 @@
                  [--platform local|lambda-local|lambda|fabric] [--fanout F] [--function NAME]
                  [--provider tcp|shm|efa]
     squall explain SQL | -f FILE --data DIR [--workers W]
-    squall gen-tpch --sf SF --out DIR [--parts N]
+    squall gen-tpch --sf SF --out DIR [--parts N] [--skew jcch [--hot-share H] [--hot-keys K] [--zipf Z]
+                 [--seed N] [--correlate-dates]]
     squall gen-tpcds --sf SF --out DIR
     squall tables --data DIR | --endpoint URL
     squall serve --data DIR|s3://… [--port P] [--token T] [--workers W] [--state DIR|s3://…]
@@ -158,6 +159,25 @@ def _parser() -> argparse.ArgumentParser:
         "--parts", type=int, default=None, help="split each table into N files (<table>/*.parquet)"
     )
     g.add_argument("--force", action="store_true", help="overwrite a folder holding another scale factor")
+    g.add_argument(
+        "--skew", choices=["jcch"], default=None,
+        help="JCC-H-style skewed keys (squall/tpch/skew.py: hot orders/customers/parts, Zipf, date-correlated keys)",
+    )  # fmt: skip
+    g.add_argument(
+        "--hot-share", type=float, default=None, help="--skew: share of rows on hot keys (default 0.3)"
+    )
+    g.add_argument(
+        "--hot-keys", type=int, default=None, help="--skew: number of hot keys per column (default 1)"
+    )
+    g.add_argument(
+        "--zipf", type=float, default=None, help="--skew: Zipf exponent of the other keys (default 0: off)"
+    )
+    g.add_argument("--seed", type=int, default=None, help="--skew: seed of the hash-based draws (default 0)")
+    g.add_argument(
+        "--correlate-dates",
+        action="store_true",
+        help="--skew: order keys follow o_orderdate (fuzzy co-location)",
+    )
     gd = sub.add_parser("gen-tpcds", help="write the 24 TPC-DS tables as Parquet (DuckDB's dsdgen)")
     gd.add_argument("--sf", type=float, required=True, help="scale factor, at least 0.01 (e.g. 0.1, 1)")
     gd.add_argument("--out", required=True, help="output folder (<table>.parquet)")
@@ -387,7 +407,24 @@ def _explain(args: argparse.Namespace) -> int:
 def _gen_tpch(args: argparse.Namespace) -> int:
     from squall import tpch
 
-    files = tpch.generate(args.sf, args.out, args.parts, force=args.force)
+    skew_flags = {
+        "hot_share": args.hot_share,
+        "hot_keys": args.hot_keys,
+        "zipf": args.zipf,
+        "seed": args.seed,
+    }
+    given = {k: v for k, v in skew_flags.items() if v is not None}
+    if args.skew is None:
+        if given or args.correlate_dates:
+            raise OptionError(
+                "--hot-share, --hot-keys, --zipf, --seed and --correlate-dates need --skew jcch"
+            )
+        files = tpch.generate(args.sf, args.out, args.parts, force=args.force)
+    else:
+        from squall.tpch.skew import SkewSpec, generate_skewed
+
+        spec = SkewSpec(**given, correlate_dates=args.correlate_dates)
+        files = generate_skewed(args.sf, args.out, spec, args.parts, force=args.force)
     print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
     return 0
 
