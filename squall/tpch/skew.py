@@ -17,7 +17,8 @@ column                                 value after rewriting
                                        hot orders, uniformly; else Zipf(*z*) over all orders when *z* > 0; else
                                        unchanged. A single hot order (K = 1) holds a share *h* of all lineitems.
 ``lineitem.l_partkey``                 hot rows: one of the *K* hot parts (the same draw as the hot order: a hot
-                                       order's lines are hot parts); else Zipf(*z*) over all parts when *z* > 0;
+                                       order's lines are hot parts,
+                                       but for its own ≤ 7 original lines); else Zipf(*z*) over all parts when *z* > 0;
                                        else unchanged.
 ``lineitem.l_suppkey``                 unchanged unless ``l_partkey`` changed; then one of that part's 4
                                        ``partsupp`` suppliers (uniformly), so (l_partkey, l_suppkey) is always a
