@@ -19,7 +19,7 @@ from squall.cli import main
 from squall.errors import OptionError
 from squall.testing import assert_same_result
 from squall.tpch.skew import MARKER, SkewSpec, generate_skewed, read_marker
-from tests.skew_data import SETTINGS, skew_dataset, skew_sf
+from tests.jcch_data import SETTINGS, skew_dataset, skew_sf
 from tests.tpch_data import duckdb_over, tpch_dataset
 
 SF = skew_sf()
