@@ -6,6 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from squall.driver.exchange_stats import exchange_balance
 from squall.plan import Plan
 
 
@@ -88,6 +89,7 @@ def summarize(
                     merged[k] = merged.get(k, 0) + v
                 elif k not in merged and k not in ("exchange_id",):
                     merged[k] = v
+        merged.update(exchange_balance(stage, reports))
         exchanges.append(merged)
     return {
         "query_id": query_id,

@@ -5,7 +5,7 @@
                  [--exchange-levels 1|2|auto] [--scan parquet|s3select]
                  [--platform local|lambda-local|lambda|fabric] [--fanout F] [--function NAME]
                  [--provider tcp|shm|efa]
-    squall explain SQL | -f FILE --data DIR [--workers W]
+    squall explain SQL | -f FILE --data DIR [--workers W] [--analyze]
     squall gen-tpch --sf SF --out DIR [--parts N] [--skew jcch [--hot-share H] [--hot-keys K] [--zipf Z]
                  [--seed N] [--correlate-dates]]
     squall gen-tpcds --sf SF --out DIR
@@ -144,6 +144,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--estimate", action="store_true",
         help="add the scale model's predicted time, cost and S3 requests on the platform (local: on Lambda)",
+    )  # fmt: skip
+    e.add_argument(
+        "--analyze", action="store_true",
+        help="run the query too and add per-exchange rows per rank and skew (max/mean)",
     )  # fmt: skip
     e.add_argument(
         "--platform", choices=PLATFORMS.names(), default=None, help="the platform to plan and price for"
@@ -386,6 +390,10 @@ def _explain(args: argparse.Namespace) -> int:
 
     sql = _read_sql(args)
     _check_workers(args.workers)
+    if args.endpoint and args.analyze:
+        raise OptionError(
+            "explain --analyze runs embedded (--data); against a service use query --stats-json"
+        )
     if args.endpoint:
         with _connect(args) as remote:
             print(remote.explain(sql, estimate=args.estimate))
@@ -399,6 +407,11 @@ def _explain(args: argparse.Namespace) -> int:
     con = squall.Connection(data=args.data, workers=args.workers, **options)
     try:
         print(con.explain(sql, estimate=args.estimate))
+        if args.analyze:
+            from squall.driver.exchange_stats import format_exchanges
+
+            print()
+            print(format_exchanges(con.sql(sql).stats))
     finally:
         con.close()
     return 0

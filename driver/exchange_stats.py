@@ -1,0 +1,74 @@
+"""Per-exchange balance: rows and bytes each receiving rank got, the skew factor, the skew handling.
+
+``Result.stats["exchanges"][i]`` gains, for the exchange fed by stage ``stage``:
+
+- ``rows_per_rank`` / ``bytes_per_rank``: what each receiver took in (in receiver order; its own rows
+  included: they are work it does), from the workers' stage reports;
+- ``skew``: max/mean of ``rows_per_rank`` (1.0 = perfectly even; 1.0 too when nothing moved);
+- for a skew-aware hash exchange (``squall.operators.skew``): ``partitions``, ``assignment``
+  (how partitions were assigned), ``partitions_per_rank``, ``rows_kept_local`` (rows whose partition
+  was assigned to the rank that produced them: they did not cross the network), ``heavy_hitters``
+  (how many hot keys) and ``heavy_handling`` (what happened to their rows).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from squall.plan import Stage
+
+
+def skew_factor(values: list[int]) -> float:
+    """max/mean of ``values`` (1.0 for an empty list or all zeros)."""
+    if not values or sum(values) == 0:
+        return 1.0
+    return max(values) / (sum(values) / len(values))
+
+
+def exchange_balance(stage: Stage, reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-rank receive figures and skew-handling summary of ``stage``'s exchange."""
+    by_rank: dict[int, dict[str, Any]] = {}
+    for r in reports:
+        for s in r["stages"]:
+            if s["stage"] == stage.id:
+                by_rank[r["rank"]] = s
+    receivers = stage.output.receivers
+    rows = [int(by_rank.get(r, {}).get("rows_received", 0)) for r in receivers]
+    nbytes = [int(by_rank.get(r, {}).get("bytes_received", 0)) for r in receivers]
+    out: dict[str, Any] = {
+        "rows_per_rank": rows,
+        "bytes_per_rank": nbytes,
+        "skew": round(skew_factor(rows), 4),
+    }
+    skews = [by_rank[r]["skew"] for r in sorted(by_rank) if by_rank[r].get("skew")]
+    if skews:
+        first = skews[0]  # every rank computed the same assignment; counters differ per rank
+        out["partitions"] = first["partitions"]
+        out["assignment"] = first["assignment"]
+        out["partitions_per_rank"] = first["partitions_per_rank"]
+        out["rows_kept_local"] = sum(s["rows_kept_local"] for s in skews)
+        out["rows_moved"] = sum(s["rows_moved"] for s in skews)
+        out["heavy_hitters"] = first["heavy_hitters"]
+        out["heavy_handling"] = first["heavy_handling"]
+        out["heavy_rows_kept"] = sum(s["heavy_rows_kept"] for s in skews)
+        out["heavy_rows_broadcast"] = sum(s["heavy_rows_broadcast"] for s in skews)
+        out["histogram_s"] = max(s["histogram_s"] for s in skews)
+    return out
+
+
+def format_exchanges(stats: dict[str, Any]) -> str:
+    """One line per exchange: kind, rows per rank and the skew factor (``squall explain --analyze``)."""
+    lines = ["Exchanges (rows received per rank, skew = max/mean):"]
+    for e in stats.get("exchanges", []):
+        rows = e.get("rows_per_rank", [])
+        text = f"  stage {e['stage']} {e['kind']}: rows {rows} skew {e.get('skew', 1.0):.2f}"
+        if "assignment" in e:
+            text += (
+                f"; partitions={e['partitions']} assignment={e['assignment']}"
+                f" partitions/rank {e['partitions_per_rank']} rows kept local {e['rows_kept_local']}"
+                f" moved {e['rows_moved']}"
+            )
+            if e["heavy_hitters"]:
+                text += f"; heavy hitters: {e['heavy_hitters']} ({e['heavy_handling']})"
+        lines.append(text)
+    return "\n".join(lines)
