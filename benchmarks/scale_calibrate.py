@@ -24,6 +24,7 @@ import datetime as dt
 import os
 import platform as pyplatform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,17 @@ def measure_rates(
     return rates, overhead, points
 
 
-def measure_sizes(data: str, queries: list[int], workers: int = 4) -> dict[str, Any]:
-    """Per query: stage signature and each stage's (rows_out, bytes_out) at SF0.1 and SF1."""
-    out: dict[str, Any] = {}
-    for sf in ("1", "0.1"):
+def measure_sizes(
+    data: str, queries: list[int], workers: int = 4, timeout_s: float | None = None,
+    out: dict[str, Any] | None = None, save: Any = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Per query: stage signature and each stage's (rows_out, bytes_out) at SF0.1 and SF1.
+
+    ``out``: profiles measured before (kept for queries whose runs fail now); a query that fails or runs
+    past ``timeout_s`` is reported on stderr and keeps its old profile. ``save(out)`` after each run."""
+    old = dict(out or {})
+    fresh: dict[str, Any] = {}
+    for sf in ("0.1", "1"):
         con = squall.connect(
             data=os.path.join(data, f"sf{sf}"), workers=workers, planner_options=large_sf_options(float(sf))
         )
@@ -78,19 +86,33 @@ def measure_sizes(data: str, queries: list[int], workers: int = 4) -> dict[str, 
             for q in queries:
                 sql = tpch.query(q)
                 plan = con.plan(sql)
-                entry = out.setdefault(
+                entry = fresh.setdefault(
                     str(q),
                     {"workers": workers, "plan_as_sf": PLAN_AS_SF, "signature": signature(plan), "sizes": {}},
                 )
                 if entry["signature"] != signature(plan):
                     entry.setdefault("mismatch", []).append(sf)
                     continue
-                res = con.sql(sql)
+                t0 = time.perf_counter()
+                try:
+                    res = con.sql(sql, timeout=timeout_s)
+                except squall.SquallError as exc:
+                    print(f"Q{q} SF{sf}: {str(exc).splitlines()[0]} (keeping the old profile)", file=sys.stderr,
+                          flush=True)  # fmt: skip
+                    entry["failed"] = True
+                    continue
                 entry["sizes"][sf] = {str(st["stage"]): [st["rows_out"], st["bytes_out"]]
                                       for st in res.stats["stages"]}  # fmt: skip
+                print(f"Q{q} SF{sf}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+                merged = {
+                    **old,
+                    **{k: v for k, v in fresh.items() if not v.get("failed") and "1" in v["sizes"]},
+                }
+                if save is not None:
+                    save(merged)
         finally:
             con.close()
-    return out
+    return {**old, **{k: v for k, v in fresh.items() if not v.get("failed") and "1" in v["sizes"]}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -100,24 +122,38 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(Path(scale.__file__).with_name("calibration.json")))
     ap.add_argument("--queries", default=",".join(str(q) for q in tpch.QUERY_NUMBERS))
     ap.add_argument("--skip-sizes", action="store_true", help="keep the TPC-H size profiles already there")
+    ap.add_argument(
+        "--skip-rates",
+        action="store_true",
+        help="keep the compute rates already there (a loaded machine: times are not load-independent)",
+    )
+    ap.add_argument("--timeout", type=float, default=None, help="per-query limit of the size runs (s)")
     args = ap.parse_args(argv)
     queries = [int(q) for q in args.queries.split(",")]
     base = load_calibration(args.out) if Path(args.out).exists() else Calibration()
     t0 = time.perf_counter()
-    rates, overhead, points = measure_rates(args.data, queries)
-    base.rates = {k: round(v, 1) for k, v in rates.items()}
-    base.stage_overhead_s = round(overhead, 5)
+    load = os.getloadavg()
+    points: list[Any] = []
+    if not args.skip_rates:
+        rates, overhead, points = measure_rates(args.data, queries)
+        base.rates = {k: round(v, 1) for k, v in rates.items()}
+        base.stage_overhead_s = round(overhead, 5)
+        base.meta = {**base.meta, "rates_load_average": [round(x, 1) for x in load],
+                     "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                     "machine": f"{pyplatform.machine()} {os.cpu_count()} cores, {pyplatform.python_version()}",
+                     "threads_per_worker": 1, "stages_measured": len(points),
+                     "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
     if not args.skip_sizes:
-        base.tpch = {"profiled_sf": [0.1, 1], "queries": measure_sizes(args.data, queries)}
-    base.meta = {
-        "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": f"{pyplatform.machine()} {os.cpu_count()} cores, {pyplatform.python_version()}",
-        "threads_per_worker": 1,
-        "stages_measured": len(points),
-        "seconds": round(time.perf_counter() - t0, 1),
-        "ipc_note": "piece sizes fitted on moto runs: Q3 hash pieces ~1.5 KB (4 columns, ~3 KB Arrow), "
-        "Q1 gather pieces ~2 KB (10 columns, ~0.5 KB Arrow)",
-    }
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def save(profiles: dict[str, Any]) -> None:
+            base.tpch = {"profiled_sf": [0.1, 1], "queries": profiles}
+            base.meta = {**base.meta, "tpch_profiles": f"Q{','.join(sorted(profiles, key=int))} planned as at "
+                         f"SF{PLAN_AS_SF:g} (calibrate.large_sf_options), sizes at SF0.1 and SF1, {stamp}"}  # fmt: skip
+            Path(args.out).write_text(base.to_json() + "\n")
+
+        save(measure_sizes(args.data, queries, timeout_s=args.timeout,
+                           out=base.tpch.get("queries", {}), save=save))  # fmt: skip
     Path(args.out).write_text(base.to_json() + "\n")
     print(f"wrote {args.out}: rates {base.rates}, overhead {base.stage_overhead_s} s")
 

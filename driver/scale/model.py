@@ -13,10 +13,19 @@ Processes (one SimPy process each), following ``driver/platforms/lambda_`` (form
 - **rank**: for each stage: HEAD abort check; if it runs the stage: scan (S3 ranged GETs through the
   function's network bucket, on AWS) then compute (calibrated rate of the stage's shape, on its own vCPUs
   or on the emulator's shared cores, processor sharing) then send (one PUT per exchange object, then
-  the ``sent`` status PUT); if it receives: poll-and-fetch exactly like ``S3Exchange._collect`` (a GET per
-  pending sender per round: a miss until the sender's object exists, then the index GET and the data GETs
-  the formulas in :mod:`squall.driver.scale.requests` give; a HEAD and a jittered sleep 20 ms … 1 s
-  between rounds) — two levels forward first; then the ``stage`` status PUT.
+  the ``sent`` status PUT); if it receives: poll-and-fetch like ``S3Exchange._collect`` of the exchange
+  version in ``PlatformConfig.exchange_version`` (:data:`squall.driver.scale.requests.POLLING`):
+
+  - ``s3-v2`` (today's exchange, the default): each round one LIST per group prefix that still has a
+    pending sender, then — without waiting for them — the data GETs of the newly listed senders (as many
+    as the formulas give; none for empty pieces; an index GET first only when keys overflowed); if
+    senders are still missing, an abort HEAD when ``ABORT_CHECK_S`` (1 s) passed since this rank's last
+    check and a jittered sleep 20 ms … 1 s (doubling); at the end it waits for its GETs. Between stages
+    the worker's abort check is also at most one HEAD per second.
+  - ``s3-v1``: a GET per pending sender per round (a 404 miss until the object exists, then the index
+    GET and the data GETs), a HEAD and a jittered sleep per round, and a HEAD per stage.
+
+  Two levels forward first; then the ``stage`` status PUT.
 
 Shared resources: S3 request rate per class (GET/HEAD vs PUT/LIST) as a token bucket of
 ``s3_prefixes x 5,500`` (resp. 3,500) per second: requests above it see 503 SlowDown and retry after
@@ -40,7 +49,17 @@ import simpy
 from squall.driver.platforms.lambda_ import tree
 from squall.driver.scale.calibration import Calibration
 from squall.driver.scale.params import LogNormal, PlatformConfig, Profile
-from squall.driver.scale.requests import ExchangeCounts, ExchangeShape, exchange_counts, grid_width
+from squall.driver.scale.requests import (
+    ABORT_CHECK_S,
+    POLL_MAX_S,
+    POLL_MIN_S,
+    POLLING,
+    ExchangeCounts,
+    ExchangeShape,
+    exchange_counts,
+    grid_width,
+    list_groups,
+)
 from squall.driver.scale.workload import StageWork, Workload
 
 #: the invocation tree is the Lambda platform's own: the driver's first-level blocks, each worker's children
@@ -241,6 +260,8 @@ class Simulation:
         self.piece: dict[int, float] = {}
         self.xstats: dict[int, Counter[str]] = {}
         self.notes: list[str] = []
+        self.polling = POLLING.get(config.exchange_version, "list")
+        self.abort_checked: dict[int, float] = {}  # rank -> when its exchange last HEADed ABORT (v2)
         self._shapes()
 
     # -- exchange shapes and formulas
@@ -405,12 +426,13 @@ class Simulation:
         shared = self.cpu is not None
         for st in self.work.stages:
             est = self.per_stage[st.id]
-            self.requests["abort_head"] += 1
-            if shared:
-                yield from self.s3("head", 1, r)
-                wait = 0.0
-            else:
-                wait = self.req("head", 1, r)
+            wait = 0.0
+            if self._abort_due(r):
+                self.requests["abort_head"] += 1
+                if shared:
+                    yield from self.s3("head", 1, r)
+                else:
+                    wait = self.req("head", 1, r)
             if r in st.ranks:
                 wait += p.stage_overhead_s
                 if p.data_on_s3 and st.scan_bytes[r] > 0:
@@ -462,6 +484,18 @@ class Simulation:
                 wait += self._status_t(r)
                 yield self.env.timeout(wait)
             est.end_s = max(est.end_s, self.env.now)
+
+    def _abort_due(self, r: int, at: float = 0.0) -> bool:
+        """Whether rank ``r`` HEADs the abort marker now (+``at``): v1 at every stage, v2 at most once per
+        ``ABORT_CHECK_S`` (its exchange opens with the clock at its first stage)."""
+        if self.polling == "get":
+            return True
+        now = self.env.now + at
+        last = self.abort_checked.setdefault(r, now)
+        if now - last < ABORT_CHECK_S:
+            return False
+        self.abort_checked[r] = now
+        return True
 
     def _status_t(self, rank: int) -> float:
         self.last_change = self.env.now
@@ -528,7 +562,98 @@ class Simulation:
         yield from self._collect(st, r, 2, 2)
 
     def _collect(self, st: StageWork, r: int, level: int, levels: int) -> Generator[Any, Any, None]:
-        """``S3Exchange._collect``: rounds of GETs over the pending senders until every object was read."""
+        """``S3Exchange._collect`` of the configured exchange version (module doc)."""
+        if self.polling == "get":
+            yield from self._collect_v1(st, r, level, levels)
+        else:
+            yield from self._collect_listed(st, r, level, levels)
+
+    def _collect_listed(self, st: StageWork, r: int, level: int, levels: int) -> Generator[Any, Any, None]:
+        """s3-v2: per round one LIST per pending group prefix, the GETs of what it listed (in the
+        background), an abort HEAD at most once per second of waiting, a jittered backoff sleep."""
+        xid = st.id
+        counts = self.exchanges[xid]
+        pending = self._sources(st, r, level, levels)
+        if not pending:
+            return
+        group = list_groups(st.output_kind, self._sources(st, -1, level, levels) if levels == 1 else pending,
+                            counts.levels)  # fmt: skip
+        n_read = max(1, int(counts.reads[level][r]))
+        data_per_obj = int(counts.data_gets[level][r]) / n_read
+        bytes_per_obj = float(counts.read_bytes[level][r]) / n_read
+        index = counts.get_index > 0  # keys overflowed: a tail GET per object first
+        cpu = self.prof.s3_request_cpu_s
+        delay = POLL_MIN_S
+        data_owed = 0.0
+        fetched = self.env.now  # when the GETs started so far are done
+        self.abort_checked.setdefault(r, self.env.now)
+        while pending:
+            if not cpu and not any(self._event((xid, level, s)).triggered for s in pending):
+                delay = yield from self._idle_lists(xid, level, r, pending, group, delay)
+                continue
+            groups = {group[s] for s in pending}
+            t = self.req("list", len(groups), r, xid=xid)
+            n_req = len(groups)
+            ready = [s for s in pending if self._event((xid, level, s)).triggered]
+            if ready:
+                g = 0.0
+                if index:
+                    g = self.req("get", len(ready), r, xid=xid, count_as="get_index", at=t)
+                    n_req += len(ready)
+                data_owed += data_per_obj * len(ready)
+                n_data = int(round(data_owed))
+                data_owed -= n_data
+                g += self.req("get", n_data, r, nbytes=bytes_per_obj * len(ready), xid=xid,
+                              count_as="get_data", at=t + g)  # fmt: skip
+                n_req += n_data
+                fetched = max(fetched, self.env.now + t + g)
+            pending = [s for s in pending if s not in ready]
+            if pending:
+                if self._abort_due(r, t):
+                    t += self.req("head", 1, r, xid=xid, at=t)
+                    n_req += 1
+                t += delay * float(self.prng.uniform(0.5, 1.0))
+                delay = min(delay * 2, POLL_MAX_S)
+            if cpu:
+                yield from self.cpu_work(n_req * cpu)
+            yield self.env.timeout(t)
+        if fetched > self.env.now:
+            yield self.env.timeout(fetched - self.env.now)
+
+    def _idle_lists(
+        self, xid: int, level: int, r: int, pending: list[int], group: dict[int, int], delay: float
+    ) -> Generator[Any, Any, float]:
+        """s3-v2 without per-request CPU: wait until one of ``pending`` is written and count the rounds
+        that found nothing meanwhile (one LIST per pending group each, an abort HEAD per second)."""
+        p = self.prof
+        start = self.env.now
+        yield self.env.any_of([self._event((xid, level, s)) for s in pending])
+        until = self.env.now
+        n_groups = len({group[s] for s in pending})
+        t, rounds, heads = start, 0, 0
+        while t < until:
+            t += p.s3_list_s.median
+            if self._abort_due(r, t - self.env.now):
+                heads += 1
+                t += p.s3_head_s.median
+            t += delay * 0.75
+            delay = min(delay * 2, POLL_MAX_S)
+            rounds += 1
+            if rounds > 100_000:
+                break
+        rounds = max(rounds, 1)
+        self.requests["list"] += rounds * n_groups
+        self.requests["head"] += heads
+        self.xstats[xid]["list"] += rounds * n_groups
+        self.xstats[xid]["head"] += heads
+        self.puts.admit(until, rounds * n_groups)
+        self.gets.admit(until, heads)
+        if t > until:
+            yield self.env.timeout(t - until)
+        return delay
+
+    def _collect_v1(self, st: StageWork, r: int, level: int, levels: int) -> Generator[Any, Any, None]:
+        """s3-v1: rounds of GETs over the pending senders until every object was read."""
         xid = st.id
         counts = self.exchanges[xid]
         pending = self._sources(st, r, level, levels)

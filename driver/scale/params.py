@@ -40,6 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from squall.driver.scale.requests import CURRENT
+
 MB_PER_VCPU = 1769  # [Lambda-cpu]
 
 
@@ -164,7 +166,8 @@ def profile(name: str | Profile) -> Profile:
 class PlatformConfig:
     """The user's choices: ``workers`` (W), ``fanout`` (None: ⌈√W⌉ as the platform does), memory,
     architecture, region, the exchange's ``levels`` option and the exchange version whose request
-    formulas apply (see :mod:`squall.driver.scale.requests`)."""
+    formulas and polling the model follows (default: ``requests.CURRENT``, what ``exchange/s3.py`` runs
+    today; see :mod:`squall.driver.scale.requests`)."""
 
     workers: int
     fanout: int | None = None
@@ -172,7 +175,7 @@ class PlatformConfig:
     architecture: str = "arm64"
     region: str = "us-east-1"
     levels: int | str = "auto"
-    exchange_version: str = "s3-v1"
+    exchange_version: str = CURRENT
     profile: str = "aws"
 
     @property

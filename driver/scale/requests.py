@@ -69,7 +69,9 @@ class ExchangeCounts:
     """Requests of one exchange, totals and per rank (numpy arrays indexed by rank).
 
     ``reads[level][r]`` is how many objects rank r reads at that level (1-based), ``data_gets[level][r]``
-    its data GETs; ``puts[level][r]`` 0/1. ``list_`` counts LIST requests (target version only).
+    its data GETs; ``puts[level][r]`` 0/1. ``list_`` counts LIST requests when nobody waits (s3-v2 and
+    target: one per reading rank, level and group prefix; each polling round that still misses a sender
+    adds one per pending group, which the simulator counts).
     """
 
     levels: int
@@ -254,6 +256,22 @@ def s3_v2(shape: ExchangeShape) -> ExchangeCounts:
         n_lists = sum(int((r > 0).sum()) for r in v1.reads.values())
     return ExchangeCounts(v1.levels, v1.put, 0, int(sum(d.sum() for d in data.values())), n_lists, reads=v1.reads,
                           data_gets=data, puts=v1.puts, read_bytes=v1.read_bytes)  # fmt: skip
+
+
+#: how a receiver of each version polls (the simulator follows it): ``"get"`` — a GET per pending sender
+#: per round (a 404 until the object exists) and a HEAD per round; ``"list"`` — one LIST per pending
+#: group prefix per round, an abort HEAD at most once per ``ABORT_CHECK_S`` of waiting
+POLLING: dict[str, str] = {"s3-v1": "get", "s3-v2": "list", "target": "list"}
+#: ``squall.exchange.s3.DEFAULTS`` polling values: backoff 20 ms … 1 s (jittered), abort check period
+POLL_MIN_S, POLL_MAX_S, ABORT_CHECK_S = 0.02, 1.0, 1.0
+
+
+def list_groups(kind: str, senders: Sequence[int], levels: int) -> dict[int, int]:
+    """Sender -> LIST group of an s3-v2 exchange level (one level: position // ``GROUP_SIZE``; two
+    levels: one group per reader and level — a grid row at level 1, a column at level 2)."""
+    if levels == 2:
+        return {s: 0 for s in senders}
+    return {s: i // GROUP_SIZE for i, s in enumerate(sorted(set(senders)))}
 
 
 #: exchange version -> request formula; "s3-v2" is what exchange/s3.py does today, "s3-v1" before issue 15

@@ -18,7 +18,17 @@ from squall.driver.scale import (
     exchange_counts,
 )
 from squall.driver.scale.model import tree_blocks, tree_children
-from squall.driver.scale.requests import FORMULAS, ExchangeShape, closed_form, grid_reads, grid_width
+from squall.driver.scale.requests import (
+    CURRENT,
+    FORMULAS,
+    POLL_MAX_S,
+    POLL_MIN_S,
+    POLLING,
+    ExchangeShape,
+    closed_form,
+    grid_reads,
+    grid_width,
+)
 from squall.driver.scale.workload import StageSize, StageSizes, scaled
 from squall.plan import ExchangeInput, Output, Plan, ScanInput, Split, Stage
 
@@ -58,23 +68,79 @@ def test_more_workers_less_compute_per_worker():
     assert compute[0] > compute[1] > compute[2]
 
 
+def test_default_exchange_version_is_what_the_exchange_runs():
+    s3 = pytest.importorskip("squall.exchange.s3")
+    assert s3.MAGIC == b"SQXCHG02"  # object format version 2: lengths in the keys (exchange/s3.py)
+    assert CURRENT == "s3-v2" and PlatformConfig(workers=4).exchange_version == CURRENT
+    assert POLLING[CURRENT] == "list" and POLLING["s3-v1"] == "get"
+
+
+def _rounds_bound(time_s: float) -> float:
+    """Most polling rounds one reader can make in ``time_s``: backoff 20 ms … 1 s, sleeps ≥ half of it."""
+    rounds, t, delay = 1, 0.0, POLL_MIN_S
+    while t <= time_s:
+        t += 0.5 * delay
+        delay = min(2 * delay, POLL_MAX_S)
+        rounds += 1
+    return rounds
+
+
 @pytest.mark.parametrize("world", [4, 9, 16, 64])
-def test_simulated_requests_equal_the_formulas(world):
+def test_simulated_requests_v1(world):
+    """s3-v1: W PUTs and W(W-1) index GETs one level, 2W and 2W(g-1) two levels; polling by 404s + HEADs."""
     plan, sizes = make_plan(world)
-    est = estimate(plan, PlatformConfig(workers=world), CAL, sizes=sizes)
+    est = estimate(plan, PlatformConfig(workers=world, exchange_version="s3-v1"), CAL, sizes=sizes)
     for x in est.exchanges:
         f = x["formula"]
         assert (x["put"], x["get_index"], x["get_data"]) == (f["put"], f["get_index"], f["get_data"])
+        assert x["list"] == 0
     hash_x = next(x for x in est.exchanges if x["stage"] == 1)
-    if world < 16:  # one level: W PUTs, W(W-1) tail GETs
+    if world < 16:
         assert hash_x["levels"] == 1
         assert (hash_x["put"], hash_x["get_index"]) == (world, world * (world - 1))
-    else:  # two levels on a full g x g grid: 2W PUTs, 2W(g-1) tail GETs
+    else:
         g = grid_width(world)
         assert hash_x["levels"] == 2 and g * g == world
         assert (hash_x["put"], hash_x["get_index"]) == (2 * world, 2 * world * (g - 1))
     gather = next(x for x in est.exchanges if x["stage"] == 2)
     assert (gather["put"], gather["get_index"]) == (world - 1, world - 1)  # rank 0 keeps its own piece
+    # v1 polls with a GET per pending sender (a 404 until it wrote) and a HEAD per round that waits
+    assert est.requests["get_miss"] > 0 and sum(x["head"] for x in est.exchanges) > 0
+
+
+@pytest.mark.parametrize("world", [4, 9, 16, 64])
+def test_simulated_requests_v2(world):
+    """s3-v2 (the default): one data GET per remote pair with data (one level W(W-1), two levels
+    2W(g-1)), no index GETs, no misses; LISTs = the formula's one per reader and level, plus one per
+    extra polling round; abort HEADs at most one per second of waiting."""
+    plan, sizes = make_plan(world)
+    est = estimate(plan, PlatformConfig(workers=world), CAL, sizes=sizes)
+    assert est.requests.get("get_miss", 0) == 0 and est.requests.get("get_index", 0) == 0
+    bound = _rounds_bound(est.time_s)
+    for x in est.exchanges:
+        f = x["formula"]
+        assert (x["put"], x["get_index"], x["get_data"]) == (f["put"], 0, f["get_data"])
+        assert x["get_miss"] == 0
+        assert f["list"] <= x["list"] <= f["list"] * bound
+        assert x["head"] <= world * (est.time_s + 1)
+    hash_x = next(x for x in est.exchanges if x["stage"] == 1)
+    if world < 16:
+        assert hash_x["levels"] == 1
+        assert hash_x["formula"] == {
+            "put": world,
+            "get_index": 0,
+            "get_data": world * (world - 1),
+            "list": world,
+        }
+    else:
+        g = grid_width(world)
+        assert hash_x["levels"] == 2 and g * g == world
+        assert hash_x["formula"] == {"put": 2 * world, "get_index": 0, "get_data": 2 * world * (g - 1),
+                                     "list": 2 * world}  # fmt: skip
+    gather = next(x for x in est.exchanges if x["stage"] == 2)
+    assert gather["formula"] == {"put": world - 1, "get_index": 0, "get_data": world - 1, "list": 1}
+    # some receiver waits for a slower sender: its extra polling rounds are counted as LISTs
+    assert sum(x["list"] for x in est.exchanges) > sum(x["formula"]["list"] for x in est.exchanges)
 
 
 def test_two_level_forced_at_nine_matches_closed_form():
@@ -98,6 +164,23 @@ def test_data_gets_when_pieces_leave_the_tail():
     big = exchange_counts(ExchangeShape("hash", (0, 1, 2, 3), (0, 1, 2, 3), 40e6), "s3-v1")
     assert small.get_data == 0
     assert big.get_data == 12 * math.ceil(40e6 / (16 << 20))
+
+
+def test_v2_formula_one_get_per_pair_with_data():
+    """s3-v2: no index GETs; one data GET per remote pair (⌈range / part⌉ for big ranges), none for empty
+    pieces; one LIST per reader; two levels at W=9 (forced): 18 PUTs, 36 GETs, 18 LISTs."""
+    ranks = (0, 1, 2, 3)
+    small = exchange_counts(ExchangeShape("hash", ranks, ranks, 1000.0), "s3-v2")
+    big = exchange_counts(ExchangeShape("hash", ranks, ranks, 40e6), "s3-v2")
+    empty = exchange_counts(ExchangeShape("hash", ranks, ranks, 0.0), "s3-v2")
+    assert (small.put, small.get_index, small.get_data, small.list_) == (4, 0, 12, 4)
+    assert (big.get_index, big.get_data) == (0, 12 * math.ceil(40e6 / (16 << 20)))
+    assert empty.get == 0
+    nine = exchange_counts(ExchangeShape("hash", tuple(range(9)), tuple(range(9)), 1500.0, levels=2), "s3-v2")
+    assert (nine.levels, nine.put, nine.get_index, nine.get_data, nine.list_) == (2, 18, 0, 36, 18)
+    wide = tuple(range(130))  # one level forced over 130 senders: ⌈130/64⌉ = 3 LIST groups per reader
+    counts = exchange_counts(ExchangeShape("gather", wide, (0,), 100.0, levels=1), "s3-v2")
+    assert (counts.put, counts.get_data, counts.list_) == (129, 129, 3)
 
 
 def test_target_version_drops_index_gets():
@@ -158,7 +241,7 @@ def test_best_workers_rule():
 def test_more_workers_same_sf_more_requests():
     a = estimate_workload(work_at(64, 10), PlatformConfig(workers=64), CAL)
     b = estimate_workload(work_at(256, 10), PlatformConfig(workers=256), CAL)
-    assert b.requests["put"] > a.requests["put"] and b.requests["get_index"] > a.requests["get_index"]
+    assert b.requests["put"] > a.requests["put"] and b.requests["get_data"] > a.requests["get_data"]
 
 
 def test_shipped_calibration_loads():

@@ -1,0 +1,115 @@
+"""The S3 exchange's measured requests on moto's server against the scale model's s3-v2 formula, polling
+included (issue 15: "request counts at W = 4, 9, 16 and 64 within the formulas, polling included").
+
+A hash exchange among W ranks (threads, each with its own endpoint and boto3 client), every pair with
+data, ``levels="auto"`` (one level below 16 ranks, two from 16) — and sender k starts k x 15 ms late,
+so receivers really wait and poll. Asserted against :func:`squall.driver.scale.requests.exchange_counts`
+(the table the simulator uses) and Lambada's bounds:
+
+- PUT and data GET exactly the formula (one level W PUTs and W(W-1) GETs ≤ W²; two levels 2W PUTs and
+  2W(g-1) GETs ≤ 2W⌈√W⌉); no index GETs, no 404 misses;
+- LIST = the formula's one per reader and level plus one per extra polling round: every reader LISTs
+  one group prefix per round at these W, so LIST = Σ poll_rounds ≥ the formula, and each reader's
+  rounds fit the backoff (20 ms doubling to 1 s, sleeps ≥ half of it) over the time it waited;
+- abort HEADs at most one per second a reader waited (``abort_check_s``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from squall.driver.scale.requests import POLL_MAX_S, POLL_MIN_S, ExchangeShape, exchange_counts
+from squall.exchange.base import ExchangeSpec, exchange_factory, open_exchange
+
+from ..s3server import moto_available, moto_s3
+
+BUCKET = "squall-scale-requests"
+LATE_S = 0.015  # sender k starts k x LATE_S late
+pytestmark = pytest.mark.skipif(moto_available() is not None, reason=str(moto_available()))
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with moto_s3(BUCKET) as server:
+        yield server
+
+
+def max_rounds(waited_s: float, levels: int) -> int:
+    """Most LIST rounds a reader can make while waiting ``waited_s`` (per level: one round at once, then
+    one per backoff sleep, each ≥ half its delay)."""
+    rounds, t, delay = 1, 0.0, POLL_MIN_S
+    while t <= waited_s:
+        t += 0.5 * delay
+        delay = min(2 * delay, POLL_MAX_S)
+        rounds += 1
+    return levels * rounds
+
+
+def run_exchange(s3: Any, world: int) -> tuple[dict[int, pa.Table], dict[int, dict], dict[int, float]]:
+    factory = exchange_factory("s3", bucket_url=f"s3://{BUCKET}/x", endpoint_url=s3.endpoint_url,
+                               timeout_s=300, threads=4, max_pool_connections=8)  # fmt: skip
+    config = factory.prepare(f"q{uuid.uuid4().hex[:10]}", world)
+    start = threading.Barrier(world)
+
+    def one(rank: int) -> tuple[pa.Table, dict, float]:
+        exchange = open_exchange(config, rank, world)
+        try:
+            spec = ExchangeSpec(config["query_id"], 1, tuple(range(world)), tuple(range(world)))
+            start.wait()
+            time.sleep(rank * LATE_S)
+            exchange.send(spec, {r: pa.table({"src": [rank] * 2, "dst": [r] * 2}) for r in range(world)})
+            t0 = time.monotonic()
+            got = exchange.receive(spec)
+            return got, exchange.stats().to_dict(), time.monotonic() - t0
+        finally:
+            exchange.close()
+
+    try:
+        with ThreadPoolExecutor(world) as pool:
+            out = dict(zip(range(world), pool.map(one, range(world)), strict=True))
+    finally:
+        factory.cleanup(config)
+    return (
+        {r: v[0] for r, v in out.items()},
+        {r: v[1] for r, v in out.items()},
+        {r: v[2] for r, v in out.items()},
+    )
+
+
+@pytest.mark.parametrize("world", [4, 9, 16, 64])
+def test_measured_requests_within_the_v2_formula_polling_included(s3, world):
+    tables, stats, waited = run_exchange(s3, world)
+    for r, table in tables.items():  # every row arrived once
+        assert sorted(zip(table["src"].to_pylist(), table["dst"].to_pylist(), strict=True)) == sorted(
+            (s, r) for s in range(world) for _ in range(2)
+        )
+    per_rank = {r: next(e for e in st["per_exchange"] if e["exchange_id"] == 1) for r, st in stats.items()}
+
+    def total(field: str) -> int:
+        return sum(e[field] for e in per_rank.values())
+
+    levels = per_rank[0]["levels"]
+    assert levels == (2 if world >= 16 else 1)
+    formula = exchange_counts(ExchangeShape("hash", tuple(range(world)), tuple(range(world)), 500.0), "s3-v2")
+    assert formula.levels == levels
+    assert (total("put"), total("get_data"), total("get_index"), total("get_miss")) == (
+        formula.put, formula.get_data, 0, 0)  # fmt: skip
+    g = math.isqrt(world - 1) + 1
+    if levels == 1:
+        assert (total("put"), total("get")) == (world, world * (world - 1)) and total("get") <= world**2
+    else:
+        assert total("put") <= 2 * world and total("get") <= 2 * world * g
+    # polling: one LIST per reader, level and round; the formula counts the first round of each
+    assert total("list") == total("poll_rounds") >= formula.list_
+    assert total("list") > formula.list_, "senders start late: some reader must have polled again"
+    for r, e in per_rank.items():
+        assert levels <= e["poll_rounds"] <= max_rounds(waited[r], levels), (r, e, waited[r])
+        assert e["head"] <= waited[r] / 1.0 + 1
