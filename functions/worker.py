@@ -7,7 +7,9 @@ Lambda context), an EMF metric per invocation and, when enabled, an X-Ray segmen
 If those imports fail (a missing dependency, a broken layer), this module still loads and ``handler``
 writes the attempt's ``error`` key with the import error
 (:func:`squall.driver.platforms.lambda_.startup.report_start_failure`): the driver fails the query at
-once with the worker's own message instead of re-invoking a worker that can never start.
+once with the worker's own message instead of re-invoking a worker that can never start. When this
+module itself cannot load, Lambda answers the driver's probe with its init error
+(:mod:`squall.driver.platforms.lambda_.init_errors`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ else:
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Lambda entry point (asynchronous invocations from the driver or a parent worker)."""
+    """Lambda entry point (asynchronous invocations from the driver or a parent worker; the driver's
+    synchronous ``{"probe": true}`` is answered at once: ``start_error`` is None or why workers cannot
+    start, see :mod:`squall.driver.platforms.lambda_.init_errors`)."""
+    if event.get("probe"):
+        from squall.driver.platforms.lambda_.startup import start_message
+
+        return {"status": "probe", "start_error": start_message(_START_ERROR) if _START_ERROR else None}
     if _START_ERROR is not None:
         from squall.driver.platforms.lambda_.startup import report_start_failure
 

@@ -6,7 +6,13 @@
 - with ``aws_lambda_powertools`` failing to import (a ``PYTHONPATH`` shim, as with the ``[aws]`` extra
   missing), the real handler still loads and writes an ``error`` key of kind "start": on lambda-local the
   query fails at once, and the handler does so on a captured event too;
-- neither is re-invoked (no "did not start in 3 attempts").
+- neither is re-invoked (no "did not start in 3 attempts");
+- on AWS (the ``lambda`` platform, here :class:`LambdaPlatform` driving the emulator), where an
+  asynchronous init error never reaches the driver: when no rank started after ``probe_after_s``, one
+  synchronous probe; Lambda's init-error payload (``FunctionError: Unhandled``, ``{"errorMessage",
+  "errorType": "Runtime.ImportModuleError", "requestId", "stackTrace"}``) becomes the one-line error —
+  for a missing handler module, and for the real handler module whose import fails (a bad Powertools
+  setting in the function's environment).
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import pytest
 import squall
 from squall.driver.platforms.lambda_ import state as keys
 from squall.driver.platforms.lambda_.emulator import LocalLambda
-from squall.driver.platforms.lambda_.platform import LocalLambdaPlatform
+from squall.driver.platforms.lambda_.init_errors import function_error, init_error_message, probe_error
+from squall.driver.platforms.lambda_.platform import LambdaPlatform, LocalLambdaPlatform
 from squall.errors import WorkerError
 
 from ..s3server import moto_available, moto_s3
@@ -74,10 +81,12 @@ def test_emulator_reports_init_errors_as_function_errors():
     emu = LocalLambda(handler="squall.functions.worker.no_such_handler", concurrency=1)
     try:
         error = json.loads(emu.invoke(FunctionName="squall-worker", Payload=b"{}")["Payload"].read())
-        assert error == {
-            "errorType": "Runtime.HandlerNotFound",
-            "errorMessage": "Handler 'no_such_handler' missing on module 'squall.functions.worker'",
-        }
+        assert set(error) == {"errorMessage", "errorType", "requestId", "stackTrace"}  # Lambda's shape
+        assert (error["errorType"], error["errorMessage"], error["stackTrace"]) == (
+            "Runtime.HandlerNotFound",
+            "Handler 'no_such_handler' missing on module 'squall.functions.worker'",
+            [],
+        )
     finally:
         emu.close()
 
@@ -139,3 +148,74 @@ def test_real_handler_without_powertools_writes_a_start_error(s3, shim):
         assert doc["kind"] == "start" and doc["message"] == message
     finally:
         client.delete_object(Bucket=BUCKET, Key=key)
+
+
+# --- the lambda platform (AWS): the probe ------------------------------------------------------------
+
+
+def test_aws_init_error_payload_becomes_one_line():
+    """The exact response boto3 gives for a synchronous invoke of a function whose module cannot load."""
+    import io
+
+    body = {"errorMessage": "Unable to import module 'squall.functions.worker': No module named 'squall'",
+            "errorType": "Runtime.ImportModuleError", "requestId": "0f0e6c1b-8a3e-4a59-b1f2-3c4d5e6f7a8b",
+            "stackTrace": []}  # fmt: skip
+    response = {"StatusCode": 200, "FunctionError": "Unhandled", "ExecutedVersion": "$LATEST",
+                "Payload": io.BytesIO(json.dumps(body).encode())}  # fmt: skip
+    error = function_error(response)
+    assert error == body
+    assert init_error_message(error, 3) == (
+        "rank 3 failed: cannot start: Runtime.ImportModuleError: Unable to import module "
+        "'squall.functions.worker': No module named 'squall'"
+    )
+    assert init_error_message({"errorType": "ValueError", "errorMessage": "x"}) is None  # a rank's own error
+    assert function_error({"StatusCode": 200, "Payload": io.BytesIO(b'{"status": "probe"}')}) is None
+
+
+def test_probe_of_a_healthy_real_handler_says_nothing():
+    emu = LocalLambda(concurrency=1)
+    try:
+        assert probe_error(emu, "squall-worker") is None
+    finally:
+        emu.close()
+
+
+class _AwsOnThisMachine(LambdaPlatform):
+    """The ``lambda`` platform's own code path (no emulator shortcut: it never reads the emulator's
+    ``init_errors``); only the storage check knows that these workers can read local files."""
+
+    storages = ("file", "s3")
+
+
+def _aws_query_fails_fast(s3, tmp_path_factory, client: LocalLambda, match: str) -> None:
+    data = tpch_dataset(0.01, tmp_path_factory=tmp_path_factory)
+    platform = _AwsOnThisMachine(2, client=client, function="squall-worker",
+                              exchange_options={"bucket_url": f"s3://{BUCKET}/exchange"},
+                              settings={"probe_after_s": 1.0, "memory_mb": 1024})  # fmt: skip
+    con = squall.connect(data=str(data), platform=platform)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(WorkerError, match=match) as info:
+            con.sql("SELECT count(*) FROM nation").to_arrow()
+    finally:
+        con.close()
+        client.close()
+    assert time.monotonic() - t0 < FAST_S
+    assert "\n" not in str(info.value) and "attempts" not in str(info.value)
+    assert client.stats["invocations"] <= 3  # first-level invocation (+ its child) and the probe, no retries
+
+
+def test_aws_platform_missing_handler_module_fails_fast(s3, tmp_path_factory):
+    client = LocalLambda(handler="squall.no_such_module.handler", concurrency=3, timeout_s=300)
+    _aws_query_fails_fast(s3, tmp_path_factory, client,
+                          r"^rank 0 failed: cannot start: Runtime.ImportModuleError: Unable to import module "
+                          r"'squall.no_such_module': No module named 'squall.no_such_module'$")  # fmt: skip
+
+
+def test_aws_platform_real_handler_module_init_failure_fails_fast(s3, tmp_path_factory):
+    """The real handler module raises while Lambda imports it (Powertools rejects the function's
+    POWERTOOLS_LOGGER_SAMPLE_RATE): Lambda reports the exception's own type; the probe passes it on."""
+    client = LocalLambda(concurrency=3, timeout_s=300, env={"POWERTOOLS_LOGGER_SAMPLE_RATE": "abc"})
+    _aws_query_fails_fast(s3, tmp_path_factory, client,
+                          r"^rank 0 failed: cannot start: InvalidLoggerSamplingRateError: Expected a float value "
+                          r"ranging 0 to 1, but received abc")  # fmt: skip

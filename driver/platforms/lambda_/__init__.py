@@ -7,6 +7,8 @@ Driver side:
 - :mod:`~squall.driver.platforms.lambda_.run` — the attempts of every rank, read from the status keys;
 - :mod:`~squall.driver.platforms.lambda_.retries` — dead ranks re-invoked, stragglers duplicated;
 - :mod:`~squall.driver.platforms.lambda_.summary` — the ``lambda`` stats and the query's cost;
+- :mod:`~squall.driver.platforms.lambda_.init_errors` — a handler module that cannot load: the silent-start
+  probe and Lambda's init-error payload as the query's one-line error;
 - :mod:`~squall.driver.platforms.lambda_.emulator` — :class:`LocalLambda`, boto3's ``invoke`` running the
   real handler in local processes (:mod:`~squall.driver.platforms.lambda_.emulator_process`).
 

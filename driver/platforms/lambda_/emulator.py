@@ -33,12 +33,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
+from squall.driver.platforms.lambda_.init_errors import INIT_ERRORS
 from squall.exchange.local import default_root
 
 ASYNC_LIMIT = 256 * 1024
 SYNC_LIMIT = 6 * 1024 * 1024
-#: error types of a function that cannot start (its handler cannot be loaded): retrying cannot help
-INIT_ERRORS = ("Runtime.ImportModuleError", "Runtime.HandlerNotFound", "Runtime.UserCodeSyntaxError")
 
 
 def too_large(size: int, limit: int) -> Exception:
@@ -127,7 +126,7 @@ class LocalLambda:
             error = json.loads(out["payload"])
         except ValueError:
             return
-        if error.get("errorType") in INIT_ERRORS:
+        if out.get("init") or error.get("errorType") in INIT_ERRORS:
             with self._lock:
                 self.init_errors.append({"event": json.loads(payload), **error})
 
@@ -221,7 +220,7 @@ class _Slot:
                     except Exception:  # the child is lost, as with a failed async invoke
                         pass
                 else:
-                    return {"payload": msg[1], "error": msg[0] == "error"}
+                    return {"payload": msg[1], "error": msg[0] != "ok", "init": msg[0] == "init_error"}
         except (EOFError, OSError, BrokenPipeError):
             self.emu._count("crashes")
             self._kill()

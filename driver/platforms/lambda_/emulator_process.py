@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 from typing import Any
@@ -63,23 +64,22 @@ def _resolve(target: str) -> Callable[[dict[str, Any], Any], Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def init_error(target: str, exc: BaseException) -> dict[str, Any]:
-    """The FunctionError payload Lambda returns when the handler cannot be loaded (an init error)."""
+def init_error(target: str, exc: BaseException, request_id: str = "") -> dict[str, Any]:
+    """The FunctionError payload Lambda's Python runtime returns when the handler cannot be loaded (an
+    init error): ``errorMessage``, ``errorType``, ``requestId`` and an empty ``stackTrace`` for import,
+    syntax and handler-name errors; any other exception of the module's import keeps its own type."""
     module, _sep, name = target.rpartition(".")
+    if not isinstance(exc, (ImportError, SyntaxError, AttributeError)):  # the module's own init failed
+        trace = traceback.format_exception(exc)
+        return {"errorMessage": str(exc), "errorType": type(exc).__name__, "requestId": request_id,
+                "stackTrace": trace[-10:]}  # fmt: skip
     if isinstance(exc, AttributeError):
-        return {
-            "errorType": "Runtime.HandlerNotFound",
-            "errorMessage": f"Handler '{name}' missing on module '{module}'",
-        }
-    if isinstance(exc, SyntaxError):
-        return {
-            "errorType": "Runtime.UserCodeSyntaxError",
-            "errorMessage": f"Syntax error in module '{module}': {exc}",
-        }
-    return {
-        "errorType": "Runtime.ImportModuleError",
-        "errorMessage": f"Unable to import module '{module}': {exc}",
-    }
+        kind, message = "Runtime.HandlerNotFound", f"Handler '{name}' missing on module '{module}'"
+    elif isinstance(exc, SyntaxError):
+        kind, message = "Runtime.UserCodeSyntaxError", f"Syntax error in module '{module}': {exc}"
+    else:
+        kind, message = "Runtime.ImportModuleError", f"Unable to import module '{module}': {exc}"
+    return {"errorMessage": message, "errorType": kind, "requestId": request_id, "stackTrace": []}
 
 
 def serve(conn: Connection) -> None:
@@ -96,7 +96,7 @@ def serve(conn: Connection) -> None:
         try:
             handler = _resolve(job["handler"])
         except Exception as exc:  # Lambda's init error: the handler cannot be loaded
-            conn.send(("error", json.dumps(init_error(job["handler"], exc))))
+            conn.send(("init_error", json.dumps(init_error(job["handler"], exc, context.aws_request_id))))
             continue
         try:
             result = handler(json.loads(job["payload"]), context)

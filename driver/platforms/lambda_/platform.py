@@ -41,6 +41,7 @@ from squall.driver.platforms.base import Execution, Platform, Progress
 from squall.driver.platforms.lambda_ import state as keys
 from squall.driver.platforms.lambda_ import tree
 from squall.driver.platforms.lambda_.emulator import LocalLambda
+from squall.driver.platforms.lambda_.init_errors import probe_error
 from squall.driver.platforms.lambda_.retries import relaunches
 from squall.driver.platforms.lambda_.run import Attempt, Run, poll
 from squall.driver.platforms.lambda_.summary import details
@@ -55,6 +56,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "heartbeat_s": 2.0,
     "dead_after_s": 10.0,
     "start_timeout_s": 60.0,
+    "probe_after_s": 10.0,  # no rank started by then: one synchronous probe for an init error (init_errors)
     "straggler_s": 5.0,
     "max_attempts": 3,
     "drain_s": 30.0,  # after a failure, how long to wait for the other ranks to stop before clean-up
@@ -253,6 +255,7 @@ class LambdaPlatform(Platform):
                 )
             self._start_errors(config)
             changed = poll(run, self.s3, config, time.monotonic())
+            self._probe_if_silent(run)
             if changed and progress is not None:
                 state.done = {sid: len(r) for sid, r in run.stages_done.items()}
                 progress(state)
@@ -261,6 +264,24 @@ class LambdaPlatform(Platform):
             delay = float(self.settings["poll_min_s"]) if changed else delay * 2
             delay = min(delay, float(self.settings["poll_max_s"]))
             time.sleep(delay)
+
+    def _probe_if_silent(self, run: Run) -> None:
+        """No rank started ``probe_after_s`` after the first invocation: one synchronous probe; an init
+        error (the handler module cannot load) fails the query with Lambda's message
+        (:mod:`~squall.driver.platforms.lambda_.init_errors`)."""
+        if run.probed or not run.attempts:
+            return
+        first = min(a.invoked_at for atts in run.attempts.values() for a in atts)
+        if time.monotonic() - first < float(self.settings["probe_after_s"]):
+            return
+        if any(a.started_ms is not None for atts in run.attempts.values() for a in atts):
+            run.probed = True
+            return
+        run.probed = True
+        run.invocations += 1
+        message = probe_error(self.client, self.function)
+        if message:
+            raise WorkerError(message)
 
     def _start_errors(self, config: dict[str, Any]) -> None:
         """Raise WorkerError when a worker of this query cannot start. On AWS the handler reports that itself

@@ -44,6 +44,7 @@ class Run:
     retries: list[dict[str, Any]] = field(default_factory=list)
     duplicates: list[dict[str, Any]] = field(default_factory=list)
     invocations: int = 0
+    probed: bool = False  # the silent-start probe ran (platform._probe_if_silent)
     requests: dict[str, int] = field(default_factory=dict)
 
     def count(self, kind: str, n: int = 1) -> None:
