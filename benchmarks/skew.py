@@ -16,7 +16,7 @@ Per query it prints:
   2-core machine wall times of ranks converge and hide imbalance), the sum, and max/mean;
 - the wall time (loaded machine: for reference only).
 
-Last, per W and setting: the worst skew factor, bytes moved and the summed per-query max-worker CPU, each as a
+Last, per W and setting: the worst skew factor, bytes moved (all exchanges) and the summed per-query max-worker CPU, each as a
 ratio to ``uniform`` measured in the same run. Skewed datasets are generated on first use beside the uniform
 one (``$SQUALL_TPCH_CACHE`` or ``--cache``). ``--planner-option NAME=VALUE`` sets a PlannerOptions field (e.g. the
 skew handling's switch, printed when the engine has one). Exits 1 if any result differs or fails, 2 on bad
@@ -151,7 +151,8 @@ class Run:
 
     wall_s: float
     cpu: list[float]  # per worker process
-    exchanges: list[dict[str, Any]]  # stage, kind, skew, bytes
+    exchanges: list[dict[str, Any]]  # hash exchanges: stage, skew, bytes
+    moved: int = 0  # bytes received over all exchanges
     error: str | None = None
 
     @property
@@ -198,7 +199,8 @@ def _run(con: squall.Connection, captured: list[list[dict[str, Any]]], sql: str)
     after = _cpu_by_pid(os.getpid())
     cpu = sorted((after[p] - before.get(p, 0.0) for p in after), reverse=True)[: con.platform.world_size]
     reports = captured[-1] if captured else []
-    return Run(wall, cpu, _exchanges(result.stats, result.plan, reports)), result
+    moved = sum(int(e.get("bytes_received", 0)) for e in result.stats.get("exchanges", []))
+    return Run(wall, cpu, _exchanges(result.stats, result.plan, reports), moved), result
 
 
 def _capture_reports(con: squall.Connection) -> list[list[dict[str, Any]]]:
@@ -265,7 +267,7 @@ def _line(w: int, name: str, n: int, run: Run) -> str:
     status = "ok" if run.error is None else f"DIFFERS: {run.error}"
     return (
         f"W{w} {name:8s} Q{n:02d}  cpu max {run.cpu_max:6.2f}s sum {sum(run.cpu):6.2f}s (max/mean {balance:4.2f})"
-        f"  wall {run.wall_s:6.2f}s  {xs or 'no hash exchange'}  {status}"
+        f"  wall {run.wall_s:6.2f}s  moved {_fmt_bytes(run.moved)}  {xs or 'no hash exchange'}  {status}"
     )
 
 
@@ -315,7 +317,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
                     failed |= best.error is not None
                     print(_line(w, name, n, best), file=out, flush=True)
                     totals["skew"] = max([totals["skew"], *(e["skew"] for e in best.exchanges)])
-                    totals["bytes"] += sum(e["bytes"] for e in best.exchanges)
+                    totals["bytes"] += best.moved
                     totals["cpu_max"] += best.cpu_max
                     totals["cpu_sum"] += sum(best.cpu)
             finally:
@@ -328,11 +330,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     )
     for (w, name), t in summary.items():
         base = summary.get((w, "uniform"))
-        ratio = (
-            f"  bytes x{t['bytes'] / base['bytes']:.2f}  cpu max x{t['cpu_max'] / base['cpu_max']:.2f}"
-            if base and base["bytes"] and base["cpu_max"]
-            else ""
-        )
+        ratio = ""
+        if base and base["bytes"]:
+            ratio += f"  bytes x{t['bytes'] / base['bytes']:.2f}"
+        if base and base["cpu_max"]:
+            ratio += f"  cpu max x{t['cpu_max'] / base['cpu_max']:.2f}"
         print(
             f"W{w} {name:8s} worst skew {t['skew']:5.2f}  bytes {_fmt_bytes(t['bytes'])}  cpu max {t['cpu_max']:6.2f}s"
             f"  cpu sum {t['cpu_sum']:6.2f}s{ratio}",

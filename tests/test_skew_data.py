@@ -4,10 +4,15 @@ on two skew settings against DuckDB at W = 1, 3, 4 and 8 (local platform; SF fro
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import itertools
 import math
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import duckdb
 import pyarrow.parquet as pq
@@ -245,3 +250,38 @@ def test_tpch_on_skewed_data_matches_duckdb(
     con, ref = skewed
     sql = tpch.query(n, sf=SF)
     assert_same_result(con.sql(sql).to_arrow(), ref.sql(sql).to_arrow_table(), sql)
+
+
+# --- benchmarks/skew.py ----------------------------------------------------------------------------------------
+
+
+def _load_benchmark() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "skew.py"
+    spec = importlib.util.spec_from_file_location("squall_benchmark_skew", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_reports_skew_and_checks_results(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = _load_benchmark()
+    uniform = tpch_dataset(SMALL, tmp_path_factory=tmp_path_factory)
+    skew_dataset(SMALL, SkewSpec(hot_share=0.3), tmp_path_factory=tmp_path_factory)  # the folder hot30 uses
+    out = io.StringIO()
+    argv = ["--sf", str(SMALL), "--workers", "4", "--queries", "3", "--settings", "uniform,hot30",
+            "--cache", str(uniform.parent)]  # fmt: skip
+    assert bench.main(argv, out=out) == 0, out.getvalue()
+    lines = out.getvalue().splitlines()
+    q3 = {line.split()[1]: line for line in lines if " Q03 " in line}
+    assert set(q3) == {"uniform", "hot30"} and all(line.endswith("  ok") for line in q3.values())
+    # Q3 hash-partitions lineitem by l_orderkey: the hot order's rank gets 0.3 + 0.7/4 of the rows (1.9x the mean)
+    skews = [float(x) for x in re.findall(r"x\d+ skew (\d+\.\d+)", q3["hot30"])]
+    assert max(skews) > 1.6, q3["hot30"]
+    assert any(line.startswith("W4 hot30") and "cpu max x" in line for line in lines)
+    assert bench.main(["--settings", "nope"]) == 2
+    assert bench.main(["--planner-option", "nope=1"]) == 2
+    assert "settings are" in capsys.readouterr().err
