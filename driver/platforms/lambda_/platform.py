@@ -56,7 +56,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "heartbeat_s": 2.0,
     "dead_after_s": 10.0,
     "start_timeout_s": 60.0,
-    "probe_after_s": 10.0,  # no rank started by then: one synchronous probe for an init error (init_errors)
+    "probe_after_s": 10.0,  # no rank started by then: one synchronous probe for an init error (None: never)
     "straggler_s": 5.0,
     "max_attempts": 3,
     "drain_s": 30.0,  # after a failure, how long to wait for the other ranks to stop before clean-up
@@ -269,7 +269,7 @@ class LambdaPlatform(Platform):
         """No rank started ``probe_after_s`` after the first invocation: one synchronous probe; an init
         error (the handler module cannot load) fails the query with Lambda's message
         (:mod:`~squall.driver.platforms.lambda_.init_errors`)."""
-        if run.probed or not run.attempts:
+        if run.probed or not run.attempts or self.settings["probe_after_s"] is None:
             return
         first = min(a.invoked_at for atts in run.attempts.values() for a in atts)
         if time.monotonic() - first < float(self.settings["probe_after_s"]):
@@ -325,7 +325,9 @@ class LocalLambdaPlatform(LambdaPlatform):
 
     def __init__(self, workers: int | None = None, *, concurrency: int | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("function", "squall-worker")
+        # no probe: the emulator reports init errors of asynchronous invocations itself (_start_errors)
         settings = {"memory_mb": 1024, "heartbeat_s": 1.0, "dead_after_s": 8.0, "straggler_s": 6.0,
+                    "probe_after_s": None,
                     **(kwargs.pop("settings", None) or {})}  # fmt: skip
         super().__init__(workers, settings=settings, **kwargs)
         if self._client is None:
