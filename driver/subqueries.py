@@ -15,19 +15,23 @@
   row (one that may return several rows is reduced to its count and value,
   raising DuckDB's error at run time when the count is above one);
   correlated on equalities → grouped by the correlation keys and ``LEFT
-  JOIN``ed on them (an absent group yields NULL, as SQL wants).
+  JOIN``ed on them (an absent group yields the value over no rows: NULL, or
+  0 for ``COUNT``); correlated by more than equalities → a dependent
+  ("delim") join: the subquery joined to the distinct outer values it reads,
+  grouped by them, and ``LEFT JOIN``ed back on them (Neumann & Kemper).
 
 Each rewrite works on the sqlglot AST: the correlated conjuncts are taken out
 of the subquery, its select list becomes the join keys and values, and the
 now uncorrelated subquery is planned like any query. What cannot be rewritten
-this way (COUNT in a correlated scalar subquery, correlation below an
-aggregate, non-equality correlation under OR, …) is refused with "not supported".
+this way (correlation below an aggregate, a predicate that may hold for a
+NULL outer value, non-equality correlation under OR, …) raises "not supported",
+and the translator runs that part on one rank (:mod:`squall.driver.fallback`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from sqlglot import exp
 
@@ -133,6 +137,9 @@ class SubqueryMixin:
 
     query: Callable
     convert: Callable
+    _select_rest: Callable
+    names: Any  # the Translator's Names
+    aggregates: set[str]
 
     def _scope_aliases(self, scope) -> set[str]:
         return {alias for alias, _c in scope.columns}
@@ -156,6 +163,10 @@ class SubqueryMixin:
     def attach_scalars(self, node: L.Node, e: exp.Expression, scope, ctes) -> tuple[L.Node, exp.Expression]:
         """Join every scalar subquery of ``e`` onto ``node``; return ``e`` with them replaced by columns."""
         e = e.copy()
+        if isinstance(e, exp.Subquery):  # a select-list item that is a subquery (aliased by qualify)
+            alias = e.alias
+            e.set("alias", None)
+            e = exp.Alias(this=e, alias=exp.to_identifier(alias)) if alias else exp.Paren(this=e)
         subs = [s for s in e.find_all(exp.Subquery) if not isinstance(s.parent, (exp.Exists, exp.In))]
         for sub in subs:
             if sub.find_ancestor(exp.Subquery) is not None:
@@ -372,7 +383,7 @@ class SubqueryMixin:
         value = body.expressions[0]
         value = value.this if isinstance(value, exp.Alias) else value
         if corr.residual:
-            raise NotSupportedError("scalar subquery correlated by a non-equality")
+            return self._delim_scalar(node, sub, corr, value, scope, ctes)
         if not corr.pairs:
             limit = body.args.get("limit")
             one_row = (not body.args.get("group") and _has_agg(value)) or (
@@ -388,17 +399,112 @@ class SubqueryMixin:
                 raise NotSupportedError(f"correlated scalar subquery with {unsupported.upper()}")
         if not _has_agg(value):
             raise NotSupportedError("correlated scalar subquery without an aggregate")
-        if any(isinstance(n, exp.Count) for n in value.walk()):
-            raise NotSupportedError("COUNT in a correlated scalar subquery")
+        empty = empty_value(value, self.aggregates)
         keys = [inner.copy() for inner, _o in corr.pairs]
         body = body.copy()
         body.set("group", exp.Group(expressions=[k.copy() for k in keys]))
         exprs = [k.as_(f"__k{i}") for i, k in enumerate(keys)] + [value.copy().as_("__v")]
+        if empty is not None:
+            exprs.append(exp.true().as_("__m"))
         outputs = self._plan_with_select(body, exprs, ctes)
         left_keys = tuple(self.convert(o, scope) for _i, o in corr.pairs)
         right_keys = tuple(L.col(outputs[f"__k{i}"]) for i in range(len(keys)))
         join = L.Join(node, self._last_planned.node, "left", left_keys, right_keys, None)
-        return join, outputs["__v"]
+        if empty is None:
+            return join, outputs["__v"]
+        return self._or_empty(join, outputs["__v"], outputs["__m"], empty)
+
+    def _or_empty(self, node: L.Node, value: str, matched: str, empty: exp.Expression) -> tuple[L.Node, str]:
+        """The subquery's value, or its value over no rows (COUNT → 0) where no group matched."""
+        name = self.names.fresh("scalar")
+        case = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=L.col(matched), expression=exp.Null()), true=empty.copy())],
+            default=L.col(value),
+        )
+        exprs = tuple((n, L.col(n)) for n in node.names) + ((name, case),)
+        return L.Project(node, exprs), name
+
+    def _delim_scalar(
+        self, node: L.Node, sub: exp.Select, corr: Correlation, value: exp.Expression, scope, ctes
+    ) -> tuple[L.Node, str]:
+        """A scalar subquery correlated by more than equalities, unnested with a dependent join
+        (Neumann & Kemper, "Unnesting Arbitrary Queries", BTW 2015): D = the distinct values of the
+        outer columns it reads (a "delim" scan of the outer side); the subquery is joined to D on its
+        correlated predicate and aggregated per D row; the outer side LEFT JOINs that on D's columns.
+        An outer row whose group is empty gets the value over no rows (COUNT → 0)."""
+        body = corr.body
+        for unsupported in ("group", "having", "limit", "distinct", "order"):
+            if body.args.get(unsupported):
+                raise NotSupportedError(f"correlated scalar subquery with {unsupported.upper()}")
+        if not _has_agg(value):
+            raise NotSupportedError("correlated scalar subquery without an aggregate")
+        empty = empty_value(value, self.aggregates)
+        inner_aliases = _defined_aliases(sub)
+        outer_aliases = self._scope_aliases(scope)
+        preds: list[exp.Expression] = [exp.EQ(this=i.copy(), expression=o.copy()) for i, o in corr.pairs]
+        preds += [r.copy() for r in corr.residual]
+        outer_cols = _unique_columns(preds, outer_aliases - inner_aliases)
+        whole = cast(exp.Expression, exp.and_(*preds)) if len(preds) > 1 else preds[0]
+        for c in outer_cols:
+            if not rejects_null(whole, (c.table, c.name)):
+                raise NotSupportedError(
+                    f"scalar subquery correlated by a predicate that may hold for a NULL {c.sql(DIALECT)}"
+                )
+        # D: the distinct outer correlation values
+        delim = [self.names.fresh(f"delim_{c.name}") for c in outer_cols]
+        outer_internal = []
+        for c in outer_cols:
+            internal = scope.lookup(c.table, c.name)
+            if internal is None:
+                raise NotSupportedError(f"correlated reference {c.sql(DIALECT)}")
+            outer_internal.append(internal)
+        d_node = L.Aggregate(node, tuple((d, L.col(i)) for d, i in zip(delim, outer_internal)), ())
+        # the subquery's rows, with the inner columns the predicate and the value read
+        inner_cols = _unique_columns(preds + [value], inner_aliases)
+        exprs: list[exp.Expr] = [c.copy().as_(f"__r{i}") for i, c in enumerate(inner_cols)]
+        outputs = self._plan_with_select(body, exprs or [exp.Literal.number(1).as_("__one")], ctes)
+        joined_scope = Scope()
+        for i, c in enumerate(inner_cols):
+            joined_scope.add(c.table, c.name, outputs[f"__r{i}"])
+        for c, d in zip(outer_cols, delim):
+            joined_scope.add(c.table, c.name, d)
+        left_keys, right_keys, rest = [], [], []
+        for p in _factored(preds):
+            pu = _unwrap(p)
+            if isinstance(pu, exp.EQ):
+                sides = [_tables(pu.this), _tables(pu.expression)]
+                outer_side = [bool(t) and t <= outer_aliases and not t & inner_aliases for t in sides]
+                inner_side = [bool(t) and t <= inner_aliases for t in sides]
+                if (outer_side[0] and inner_side[1]) or (outer_side[1] and inner_side[0]):
+                    o, i = (pu.this, pu.expression) if outer_side[0] else (pu.expression, pu.this)
+                    left_keys.append(self.convert(o, joined_scope))
+                    right_keys.append(self.convert(i, joined_scope))
+                    continue
+            rest.append(self.convert(p, joined_scope))
+        dependent = L.Join(
+            d_node, self._last_planned.node, "inner", tuple(left_keys), tuple(right_keys), L_and(rest)
+        )
+        # aggregate per D row (GROUP BY D's columns), then LEFT JOIN the outer side on them
+        d_refs = [exp.column(d, table=DELIM) for d in delim]
+        for d in delim:
+            joined_scope.add(DELIM, d, d)
+        grouped = exp.Select(
+            expressions=[r.copy().as_(f"__k{i}") for i, r in enumerate(d_refs)]
+            + [value.copy().as_("__v"), exp.true().as_("__m")]
+        ).group_by(*[r.copy() for r in d_refs])
+        planned = self._select_rest(grouped, dependent, joined_scope, ctes)
+        out = dict(planned.outputs)
+        join = L.Join(
+            node,
+            planned.node,
+            "left",
+            tuple(L.col(i) for i in outer_internal),
+            tuple(L.col(out[f"__k{i}"]) for i in range(len(delim))),
+            None,
+        )
+        if empty is None:
+            return join, out["__v"]
+        return self._or_empty(join, out["__v"], out["__m"], empty)
 
     def _checked_scalar(self, node: L.Node, body: exp.Select, ctes) -> tuple[L.Node, str]:
         """An uncorrelated scalar subquery that may return several rows: planned like any query, then
@@ -434,6 +540,115 @@ MORE_THAN_ONE_ROW = (
     "More than one row returned by a subquery used as an expression - "
     "scalar subqueries can only return a single row."
 )
+
+
+#: table qualifier of the delim (distinct outer values) columns inside a dependent join
+DELIM = "__squall_delim"
+
+#: aggregates that give NULL over no rows (COUNT gives 0; any other keeps the subquery off this path)
+NULL_ON_EMPTY: tuple[type[exp.Expression], ...] = (
+    exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Stddev, exp.StddevSamp, exp.StddevPop, exp.Variance,
+    exp.VariancePop, exp.AnyValue, exp.First, exp.Last, exp.ArgMax, exp.ArgMin, exp.Median,
+    exp.GroupConcat, exp.LogicalAnd, exp.LogicalOr,
+)  # fmt: skip
+
+
+def empty_value(value: exp.Expression, aggregates: set[str]) -> exp.Expression | None:
+    """``value`` (a scalar subquery's aggregate expression) over no rows: COUNT → 0, the others
+    NULL; None when that is NULL anyway (a lone NULL-on-empty aggregate)."""
+    v = _unwrap(value)
+    if isinstance(v, NULL_ON_EMPTY) and not isinstance(v, exp.Count):
+        return None
+    if any(isinstance(n, exp.Window) for n in v.walk()):
+        raise NotSupportedError("window function in a correlated scalar subquery")
+
+    def fix(n: exp.Expression) -> exp.Expression:
+        agg = n.this if isinstance(n, exp.Filter) else n
+        if isinstance(agg, (exp.Count, exp.CountIf)):
+            return exp.Literal.number(0)
+        if isinstance(agg, NULL_ON_EMPTY):
+            return exp.Null()
+        if isinstance(agg, exp.AggFunc) or (
+            isinstance(agg, exp.Anonymous) and str(agg.name).lower() in aggregates
+        ):
+            raise NotSupportedError(f"{agg.sql(DIALECT)[:40]} in a correlated scalar subquery")
+        return n
+
+    empty = value.copy().transform(fix)
+    return None if _surely_null(empty) else empty
+
+
+def _surely_null(e: exp.Expression) -> bool:
+    """NULL, or arithmetic over a NULL (``avg(x) * 1.2`` over no rows)."""
+    e = _unwrap(e)
+    if isinstance(e, exp.Null):
+        return True
+    if isinstance(e, _STRICT):
+        return _surely_null(e.this) or _surely_null(e.expression)
+    if isinstance(e, (exp.Neg, exp.Cast)):
+        return _surely_null(e.this)
+    return False
+
+
+_STRICT = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
+_COMPARE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike)
+
+
+def _null_if_null(e: exp.Expression, column: tuple[str, str]) -> bool:
+    """True when ``e`` is surely NULL while ``column`` is."""
+    e = _unwrap(e)
+    if isinstance(e, exp.Column):
+        return (e.table, e.name) == column
+    if isinstance(e, _STRICT):
+        return _null_if_null(e.this, column) or _null_if_null(e.expression, column)
+    if isinstance(e, (exp.Neg, exp.Cast)):
+        return _null_if_null(e.this, column)
+    return False
+
+
+def rejects_null(p: exp.Expression, column: tuple[str, str]) -> bool:
+    """True when predicate ``p`` is never TRUE while ``column`` is NULL (then a NULL outer value
+    has an empty group, which an equality join on the delim columns gives it)."""
+    p = _unwrap(p)
+    if isinstance(p, exp.And):
+        return rejects_null(p.this, column) or rejects_null(p.expression, column)
+    if isinstance(p, exp.Or):
+        return rejects_null(p.this, column) and rejects_null(p.expression, column)
+    if isinstance(p, _COMPARE):
+        return _null_if_null(p.this, column) or _null_if_null(p.expression, column)
+    if isinstance(p, (exp.Between, exp.In)) and p.args.get("query") is None:
+        return _null_if_null(p.this, column)
+    return False
+
+
+def _factored(preds: list[exp.Expression]) -> list[exp.Expression]:
+    """Conjuncts with the terms common to every branch of an OR taken out of it:
+    ``(a AND b) OR (a AND c)`` → ``a``, ``b OR c`` (the dependent join's keys come out of ORs)."""
+    out: list[exp.Expression] = []
+    for p in preds:
+        for c in conjuncts(p):
+            branches = _or_branches(c)
+            if len(branches) < 2:
+                out.append(c)
+                continue
+            terms = [{t.sql(DIALECT): t for t in conjuncts(b)} for b in branches]
+            common = set(terms[0]).intersection(*terms[1:])
+            if not common:
+                out.append(c)
+                continue
+            out += [terms[0][k] for k in sorted(common)]
+            rests = [[t for k, t in b.items() if k not in common] for b in terms]
+            if all(rests):
+                ors = [exp.paren(exp.and_(*r)) if len(r) > 1 else r[0] for r in rests]
+                out.append(exp.paren(cast(exp.Expression, exp.or_(*ors))))
+    return out
+
+
+def _or_branches(e: exp.Expression) -> list[exp.Expression]:
+    e = _unwrap(e)
+    if isinstance(e, exp.Or):
+        return _or_branches(e.this) + _or_branches(e.expression)
+    return [e]
 
 
 def L_and(items: list[exp.Expression]) -> exp.Expression | None:

@@ -140,6 +140,8 @@ class Translator(SubqueryMixin):
         #: binds a part on its own (the one-rank fallback checks it is self-contained)
         self.bind = bind
         self._depth = 0
+        #: the queries being translated, innermost last (left as they were when a bug is raised)
+        self._working: list[exp.Expression] = []
 
     # --- entry -----------------------------------------------------------------------------
 
@@ -161,7 +163,7 @@ class Translator(SubqueryMixin):
         except Exception as err:  # sqlglot raises OptimizeError and friends
             raise BindError(str(err).splitlines()[0]) from None
         qualified = simplify(normalize(qualified, dnf=False))
-        return self.query(qualified, {})
+        return self.query(qualified.transform(filter_to_case), {})
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -169,9 +171,13 @@ class Translator(SubqueryMixin):
         if isinstance(e, exp.Subquery):
             return self.query(e.this, ctes)
         self._depth += 1
+        self._working.append(e)
         try:
-            return self._query(e, ctes)
+            planned = self._query(e, ctes)
+            self._working.pop()
+            return planned
         except NotSupportedError as err:
+            self._working.pop()
             if self._depth == 1:
                 raise  # the whole query: compile_sql runs the user's own text on one rank
             fallback = self._one_rank(e, ctes, str(err).removeprefix("not supported: "))
@@ -180,6 +186,14 @@ class Translator(SubqueryMixin):
             return fallback
         finally:
             self._depth -= 1
+
+    def position(self) -> str | None:
+        """The position ("at line L, column C") of the innermost (sub)query being translated, when its text has one."""
+        for e in reversed(self._working):
+            for ident in e.find_all(exp.Identifier):
+                if "line" in ident.meta and "col" in ident.meta:
+                    return f"at line {ident.meta['line']}, column {ident.meta['col']}"
+        return None
 
     def _one_rank(self, e: exp.Expression, ctes: dict[str, exp.Expression], reason: str) -> Planned | None:
         """``e`` as a one-rank part, if it is self-contained (DuckDB binds it on its own)."""
@@ -508,6 +522,8 @@ class Translator(SubqueryMixin):
                     for child in val if isinstance(val, list) else ([val] if val else []):
                         visit(child, True)
                 return
+            if isinstance(node, exp.Filter) and self._is_agg(node.this):
+                raise NotSupportedError(f"aggregate {node.this.key.upper()} with FILTER (WHERE …)")
             if self._is_agg(node):
                 found.append(node)
                 return
@@ -951,6 +967,33 @@ def _int_arg(node: exp.Expression | None, what: str) -> int | None:
         except ValueError:
             pass
     raise NotSupportedError(f"{what} must be a whole number literal")
+
+
+#: aggregates that skip NULL inputs: ``agg(x) FILTER (WHERE c)`` is ``agg(CASE WHEN c THEN x END)``
+NULL_SKIPPING = (
+    exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Stddev, exp.StddevSamp, exp.StddevPop,
+    exp.Variance, exp.VariancePop,
+)  # fmt: skip
+
+
+def filter_to_case(node: exp.Expression) -> exp.Expression:
+    """``agg(x) FILTER (WHERE c)`` → ``agg(CASE WHEN c THEN x END)`` (``count(*)``: ``THEN 1``) for
+    aggregates that skip NULLs, so it plans like any aggregate; others keep their FILTER."""
+    if not isinstance(node, exp.Filter) or type(node.this) not in NULL_SKIPPING:
+        return node
+    agg, cond = node.this.copy(), node.expression.this.copy()
+    target = agg.this
+    args = target.expressions if isinstance(target, exp.Distinct) else [target]
+    if len(args) != 1:
+        return node
+    arg = args[0]
+    value = exp.Literal.number(1) if arg is None or isinstance(arg, exp.Star) else arg.copy()
+    case = exp.Case(ifs=[exp.If(this=cond, true=value)])
+    if isinstance(target, exp.Distinct):
+        target.set("expressions", [case])
+    else:
+        agg.set("this", case)
+    return agg
 
 
 def _agg_name(e: exp.Expression) -> str:

@@ -64,6 +64,25 @@ QUERIES = {
     "scalar_select_list": "SELECT id, (SELECT max(score) FROM t2) AS top FROM t1 WHERE id < 20",
     "scalar_select_correlated": "SELECT id, (SELECT sum(b.score) FROM t2 b WHERE b.t1_id = a.id) AS s FROM t1 a",
     "scalar_empty": "SELECT id, (SELECT max(score) FROM t2_empty) AS m FROM t1 WHERE id < 5",
+    "aggregate_filter": "SELECT grp, count(*) FILTER (WHERE val > 10) AS a, sum(amount) FILTER (WHERE flag) AS b, "
+    "count(DISTINCT name) FILTER (WHERE id % 2 = 0) AS c, max(val) FILTER (WHERE false) AS d FROM t1 GROUP BY grp",
+    "count_in_correlated_scalar": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.t1_id = t1.id) FROM t1",
+    # correlated scalar subqueries unnested with a dependent ("delim") join over the distinct outer
+    # values (non-equality correlation), and COUNT's empty group giving 0 (see below: distributed)
+    "scalar_non_equality_count": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.score < t1.val) AS n FROM t1 "
+    "WHERE id < 300",
+    "scalar_or_correlated_count": "SELECT id FROM t1 a WHERE (SELECT count(*) FROM t2 b WHERE "
+    "(b.t1_id = a.id AND b.score > a.val + 20) OR (b.t1_id = a.id AND b.score < a.val - 20)) > 0",
+    "scalar_equality_and_non_equality_sum": "SELECT id, (SELECT sum(score) FROM t2 WHERE t2.t1_id = t1.id "
+    "AND t2.score > t1.val) AS s FROM t1",
+    "scalar_non_equality_two_columns": "SELECT a.id, (SELECT max(b.score) FROM t2 b WHERE b.cat = a.grp "
+    "AND b.id BETWEEN a.id AND a.id + 50) AS m FROM t1 a WHERE a.id < 400",
+    "scalar_count_expression": "SELECT id, (SELECT count(*) + 1 FROM t2 WHERE t2.score < t1.val) AS n, "
+    "(SELECT coalesce(sum(score), -1) FROM t2 WHERE t2.t1_id = t1.id) AS s FROM t1 WHERE id < 300",
+    "scalar_count_distinct": "SELECT id, (SELECT count(DISTINCT cat) FROM t2 WHERE t2.t1_id = t1.id "
+    "AND score > 10) AS n FROM t1",
+    "scalar_null_accepting_correlation": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.score > "
+    "coalesce(t1.val, 45)) AS n FROM t1 WHERE id < 100",
     # uncorrelated scalar subqueries that may return several rows: checked at run time (see below)
     "scalar_rows_one": "SELECT id, (SELECT name FROM t3 WHERE cat = 'h') AS n FROM t1 WHERE id < 5",
     "scalar_rows_none": "SELECT id, (SELECT name FROM t3 WHERE cat = 'nope') AS n FROM t1 WHERE id < 5",
@@ -181,7 +200,6 @@ QUERIES = {
     # no distributed plan yet: answered by the one-rank fallback (said in explain and stats)
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
     "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
-    "count_in_correlated_scalar": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.t1_id = t1.id) FROM t1",
     "multi_column_in": "SELECT id FROM t1 WHERE (id, grp) IN (SELECT t1_id, cat FROM t2)",
     "correlation_two_levels": "SELECT id FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
     "AND EXISTS (SELECT 1 FROM t3 WHERE t3.cat = t1.grp))",
@@ -319,3 +337,32 @@ def test_scalar_subquery_with_several_rows_raises_duckdbs_error(engine, referenc
     assert "\n" not in str(got.value)
     assert str(got.value) == str(expected.value).splitlines()[0]
     assert not any(n.startswith("one rank") for n in engine.plan(sql).notes)
+
+
+DELIM_JOINS = (
+    "scalar_non_equality_count",
+    "scalar_or_correlated_count",
+    "scalar_equality_and_non_equality_sum",
+    "scalar_non_equality_two_columns",
+    "scalar_count_expression",
+)
+
+
+@pytest.mark.parametrize(
+    "name", DELIM_JOINS + ("count_in_correlated_scalar", "scalar_count_distinct", "aggregate_filter")
+)
+def test_correlated_scalar_subqueries_are_distributed(engine, name):
+    """Non-equality correlation (a dependent join over the distinct outer values), COUNT in a
+    correlated scalar subquery and FILTER (WHERE) on NULL-skipping aggregates (a CASE inside the
+    aggregate) plan without a one-rank part."""
+    plan = engine.plan(QUERIES[name])
+    assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
+    text = engine.explain(QUERIES[name])
+    assert ("delim_" in text) == (name in DELIM_JOINS)
+
+
+def test_null_accepting_correlation_runs_on_one_rank(engine):
+    """A correlated predicate that may hold for a NULL outer value (here through COALESCE) would
+    need a NULL-safe join on the delim columns: it keeps the one-rank part, and says why."""
+    notes = engine.plan(QUERIES["scalar_null_accepting_correlation"]).notes
+    assert any("may hold for a NULL" in n for n in notes), notes

@@ -39,10 +39,7 @@ GOLDEN = Path(__file__).parent / "golden" / "tpcds-explain"
 # (plan notes) of the parts that have no distributed plan yet and run on rank 0 over gathered inputs; the test
 # of the golden plans checks this list exactly, so a query that gets a distributed plan must leave it too.
 REFUSED: dict[int, str] = {}
-NON_EQUALITY = "scalar subquery correlated by a non-equality"
-ONE_RANK: dict[int, set[str]] = {
-    41: {NON_EQUALITY},
-}
+ONE_RANK: dict[int, set[str]] = {}
 ONE_RANK_NOTE = re.compile(r"one rank \((.*)\): DuckDB runs this part on rank 0 only")
 
 W1_QUERIES = tuple(range(2, 100, 5))
