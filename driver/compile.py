@@ -8,6 +8,7 @@ import time
 
 import duckdb
 
+from squall.driver.boundary import Boundary
 from squall.driver.catalog import Catalog
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import Binder
@@ -47,6 +48,20 @@ def compile_sql(
     query), ``translate_s`` (the logical plan, pruned; a failed attempt included when the query falls
     back to one rank) and ``plan_s`` (the distributed plan, its DuckDB type checks included).
     """
+    with Boundary(sql) as boundary:  # a bug: one InternalError line, the traceback in a log file
+        plan = _compile(catalog, sql, world_size, options, db, timings, boundary)
+    return plan
+
+
+def _compile(
+    catalog: Catalog,
+    sql: str,
+    world_size: int,
+    options: PlannerOptions | None,
+    db: Sandbox | None,
+    timings: dict[str, float] | None,
+    boundary: Boundary,
+) -> Plan:
     spent = timings if timings is not None else {}
     t0 = time.perf_counter()
     binder = Binder(catalog, db)
@@ -55,18 +70,21 @@ def compile_sql(
     spent["bind_s"] = t1 - t0
     translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
     try:
+        boundary.step, boundary.locate = "translating", translator.position
         planned = translator.translate(bound.ast)
         if len(planned.outputs) != len(bound.names):
             raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
         pruned = Planned(prune(planned.node), planned.outputs)
         t2 = time.perf_counter()
         spent["translate_s"] = t2 - t1
+        boundary.step, boundary.locate = "planning", None
         plan = Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
         spent["plan_s"] = time.perf_counter() - t2
         return plan
     except (NotSupportedError, BindError) as err:
         # DuckDB bound the query, so this is Squall's limit, not the user's error: run it on one rank
         reason = str(err).removeprefix("not supported: ")
+    boundary.step, boundary.locate = "planning the one-rank fallback", None
     names = Names()
     node, outputs = one_rank(catalog, bound, names.fresh, reason)
     t2 = time.perf_counter()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from squall.errors import (
     BindError,
     DataError,
+    InternalError,
     NotSupportedError,
     OptionError,
     QueryCancelled,
@@ -41,6 +42,7 @@ __all__ = [
     "BindError",
     "Connection",
     "DataError",
+    "InternalError",
     "NotSupportedError",
     "OptionError",
     "QueryCancelled",

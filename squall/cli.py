@@ -672,6 +672,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a bug outside planning: one line here, the traceback in the log file
+        if os.environ.get("SQUALL_DEBUG"):
+            raise
+        from squall.driver.boundary import internal_error
+
+        print(f"error: {internal_error('running the command', ' '.join(argv), exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

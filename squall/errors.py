@@ -59,3 +59,8 @@ class QueryTimeout(QueryCancelled):
 
 class WorkerError(SquallError):
     """A worker failed for a reason that is not the user's (crash, lost process)."""
+
+
+class InternalError(SquallError):
+    """A bug in Squall (an unexpected exception while binding, translating or planning): one line
+    naming the step and, where known, the query's position; the traceback goes to a log file."""

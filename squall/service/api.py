@@ -50,7 +50,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 import squall
-from squall.errors import SquallError, UserError
+from squall.errors import InternalError, SquallError, UserError
 from squall.service.errors import InvalidRequest, ServiceError, Unauthorized
 from squall.service.formats import TEXT_FORMATS
 from squall.service.models import (
@@ -333,7 +333,7 @@ def create_app(service: Service) -> APIGatewayRestResolver:
     @app.exception_handler(SquallError)
     def engine_error(exc: SquallError) -> Response:
         log.warning("engine error: %s", exc)
-        return _error(502, type(exc).__name__, str(exc))
+        return _error(500 if isinstance(exc, InternalError) else 502, type(exc).__name__, str(exc))
 
     @app.exception_handler(RequestValidationError)
     def validation_error(exc: RequestValidationError) -> Response:
