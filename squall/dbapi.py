@@ -120,6 +120,8 @@ def _map(err: se.SquallError) -> Error:
         cls = OperationalError
     elif isinstance(err, se.UserError):
         cls = ProgrammingError
+    elif isinstance(err, se.InternalError):  # a bug in Squall: PEP 249's InternalError
+        cls = InternalError
     else:
         from squall.client import RemoteError
 

@@ -129,3 +129,16 @@ def test_rest_api_answers_500_with_one_line(data, log_dir, monkeypatch, tmp_path
         server.shutdown()
         server.server_close()
         backend.close()
+
+
+def test_dbapi_maps_it_to_pep249_internal_error(data, log_dir, monkeypatch):
+    from squall import dbapi
+
+    _planner_bug(monkeypatch)
+    con = dbapi.connect(data=str(data), workers=1)
+    try:
+        with pytest.raises(dbapi.InternalError) as got:
+            con.cursor().execute(GROUPED)
+        assert str(got.value).startswith("internal error while planning (bug): KeyError")
+    finally:
+        con.close()
