@@ -1,7 +1,7 @@
 """TPC-H at SF100, SF1000, SF10000 on W = 16 … 4,096 Lambda workers, as the scale model predicts.
 
     python benchmarks/scale.py [--out benchmarks/scale-out] [--sf 100,1000,10000] [--queries 1,3,…]
-                               [--workers 16,32,…,4096] [--memory 4096] [--version s3-v1|target]
+                               [--workers 16,32,…,4096] [--memory 4096] [--version s3-v2|s3-v1|target]
 
 Each query is planned by the real planner over TPC-H SF1 (``$SQUALL_TPCH_CACHE/sf1``) for 4 workers,
 with its size thresholds scaled so that it picks the plan it would pick at SF1000;
@@ -226,7 +226,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--queries", default=",".join(str(q) for q in tpch.QUERY_NUMBERS))
     ap.add_argument("--workers", default="16,32,64,128,256,512,1024,2048,4096")
     ap.add_argument("--memory", type=int, default=4096)
-    ap.add_argument("--version", default="s3-v1", help="exchange request formulas (s3-v1, target)")
+    ap.add_argument(
+        "--version",
+        default="s3-v2",
+        help="exchange version: request formulas and polling "
+        "(s3-v2: today's exchange; s3-v1: before issue 15; target)",
+    )
     ap.add_argument("--data", default=os.environ.get("SQUALL_TPCH_CACHE", "/work/tpch-cache"))
     ap.add_argument("--from-json", default="", help="redo tables and charts from a results.json")
     args = ap.parse_args(argv)

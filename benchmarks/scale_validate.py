@@ -8,8 +8,10 @@ For each W: start moto's S3 server (tests/s3server.py), connect with ``platform=
 ``exchange="s3://…"``, run one warm-up query (the emulator's processes then stay warm, as the
 ``emulator-here`` profile assumes), then each query once. For each run the model gets the real plan and
 the measured stage output sizes (``Result.stats["stages"]``) and predicts with the ``emulator-here``
-profile. Printed: measured vs predicted execution time (goal ±25 %) and, per exchange, PUT / index
-GET / data GET counts (goal: exact) plus the timing-dependent polling misses and HEADs.
+profile and the exchange version the exchange runs (``s3-v2``). Printed, with the CPU probe's
+background load and the 1-minute load average of each run: measured vs predicted execution time (goal
+±25 %) and, per exchange, PUT / index GET / data GET counts (goal: exact) plus the timing-dependent
+polling LISTs (predicted / measured / the formula's one per reader and level) and abort HEADs.
 ``--from-json FILE`` re-predicts from saved measurements without running anything.
 """
 
@@ -72,9 +74,10 @@ def measure(
                         continue
                     wall = time.perf_counter() - t0
                     load = (before + background_load()) / 2
+                    loadavg = round(os.getloadavg()[0], 1)
                     stats = res.stats
                     runs.append({"workers": w, "query": q, "wall_s": wall, "plan": res_plan(con, res, sql),
-                                 "background_load": load,
+                                 "background_load": load, "loadavg": loadavg,
                                  "stats": {k: stats[k] for k in ("execution_s", "stages", "exchanges",
                                                                  "exchange_requests", "lambda", "cost_usd")
                                            if k in stats}})  # fmt: skip
@@ -111,19 +114,23 @@ def predict(runs: list[dict[str, Any]], seeds: int = 3) -> list[dict[str, Any]]:
         for x in ests[0].exchanges:
             m = measured_x.get(int(x["stage"]), {})
             xrows.append({"stage": x["stage"], "levels": x["levels"],
-                          "pred": [x["put"], x["get_index"], x["get_data"], x["get_miss"], x["head"]],
+                          "pred": [x["put"], x["get_index"], x["get_data"], x["list"], x["head"]],
                           "meas": [m.get("put", 0), m.get("get_index", 0), m.get("get_data", 0),
-                                   m.get("get_miss", 0), m.get("head", 0)]})  # fmt: skip
+                                   m.get("list", 0), m.get("head", 0)],
+                          "formula_list": x["formula"]["list"]})  # fmt: skip
         rows.append({"workers": plan.world_size, "query": run["query"], "load": run.get("background_load", 0.0),
+                     "loadavg": run.get("loadavg"),
                      "measured_s": run["stats"]["execution_s"],
                      "predicted_s": sum(e.time_s for e in ests) / len(ests), "exchanges": xrows})  # fmt: skip
     return rows
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    print(f"{'W':>3} {'query':>5} {'load':>5} {'measured s':>10} {'predicted s':>11} {'error':>7}  "
-          f"exchanges: stage levels PUT/idxGET/dataGET pred=meas (misses, HEADs pred/meas)")  # fmt: skip
-    errors, exact, total = [], 0, 0
+    """The validation table: time (goal ±25 %), per exchange PUT / index GET / data GET (goal: exact) and
+    LIST / HEAD (polling: timing-dependent; measured LISTs ≥ the formula's one per reader and level)."""
+    print(f"{'W':>3} {'query':>5} {'load':>5} {'loadavg':>7} {'measured s':>10} {'predicted s':>11} {'error':>7}  "
+          f"exchanges: stage/levels PUT/idxGET/dataGET pred=meas (LIST pred/meas/formula, HEAD pred/meas)")  # fmt: skip
+    errors, exact, total, lists_ok = [], 0, 0, 0
     for r in rows:
         err = (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
         errors.append(abs(err))
@@ -133,14 +140,18 @@ def report(rows: list[dict[str, Any]]) -> None:
             exact += same
             total += 1
             p, m = x["pred"], x["meas"]
+            lists_ok += m[3] >= x.get("formula_list", 0)
             parts.append(f"s{x['stage']}/L{x['levels']} {p[0]}/{p[1]}/{p[2]}"
-                         f"{'=' if same else '≠' + '/'.join(map(str, m[:3]))} ({p[3]},{p[4]}/{m[3]},{m[4]})")  # fmt: skip
-        print(f"{r['workers']:>3} {'Q' + str(r['query']):>5} {r['load']:>5.1f} {r['measured_s']:>10.2f} {r['predicted_s']:>11.2f} "
-              f"{err:>+7.0%}  " + "; ".join(parts))  # fmt: skip
+                         f"{'=' if same else '≠' + '/'.join(map(str, m[:3]))} "
+                         f"({p[3]}/{m[3]}/{x.get('formula_list', '?')}, {p[4]}/{m[4]})")  # fmt: skip
+        avg = r.get("loadavg")
+        print(f"{r['workers']:>3} {'Q' + str(r['query']):>5} {r['load']:>5.1f} {avg if avg is not None else '-':>7} "
+              f"{r['measured_s']:>10.2f} {r['predicted_s']:>11.2f} {err:>+7.0%}  " + "; ".join(parts))  # fmt: skip
     if errors:
         within = sum(e <= 0.25 for e in errors)
         print(f"time within ±25 %: {within}/{len(errors)} (mean |error| {sum(errors) / len(errors):.0%}); "
-              f"exchanges with exact PUT/index/data GET counts: {exact}/{total}")  # fmt: skip
+              f"exchanges with exact PUT/index/data GET counts: {exact}/{total}; "
+              f"measured LISTs ≥ formula: {lists_ok}/{total}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

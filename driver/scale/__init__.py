@@ -11,9 +11,11 @@ May import: the rest of the driver (the planner, the Lambda platform's invocatio
 :mod:`squall.plan` and below; never the SDK (calibration runs through it, so it is a benchmark).
 
 Validation: ``benchmarks/scale_validate.py`` runs lambda-local + moto here and compares with the
-``emulator-here`` profile (PUT and index-GET counts per exchange match the formulas exactly; data GETs
-depend on piece sizes; polling misses and HEADs are timing-dependent); ``benchmarks/scale.py`` sweeps
-TPC-H SF100…SF10000 over W with the ``aws`` profile.
+``emulator-here`` profile (PUT, index-GET and data-GET counts per exchange match the formulas
+exactly; polling LISTs and abort HEADs are timing-dependent: the formula's one LIST per reader and level
+plus one per extra round); ``benchmarks/scale.py`` sweeps TPC-H SF100…SF10000 over W with the ``aws``
+profile. The model follows ``PlatformConfig.exchange_version`` (default ``s3-v2``, the exchange as it
+runs today; ``s3-v1`` the exchange before issue 15).
 
 Typical use (what ``squall explain --estimate`` and ``workers="auto"`` can call)::
 
