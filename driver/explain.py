@@ -31,6 +31,8 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
         return f"{inp.name}: exchange from stage {inp.stage}"
     groups = {(s.path, rg) for per in inp.splits for s in per for rg in s.row_groups}
     mode = "every rank reads all" if inp.replicated else "split by row group"
+    if inp.steal:
+        mode += ", work stealing"
     cols = ", ".join(c if c == n else f"{c}→{n}" for c, n in inp.columns)
     text = f"{inp.name}: scan {inp.table} [{cols}] {len(groups)} row groups, {mode}"
     if inp.filters:

@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from squall.driver.exchange_stats import exchange_balance
+from squall.driver.steal_stats import summarize_steals
 from squall.plan import Plan
 
 
@@ -106,6 +107,7 @@ def summarize(
         "storage_requests": _sum_dicts([r["storage_requests"] for r in reports]),
         "exchange_requests": _sum_dicts([r["exchange"].get("requests", {}) for r in reports]),
         "exchanges": exchanges,
+        "steals": summarize_steals(reports),
         "stages": stages,
         "per_worker": workers,
     }

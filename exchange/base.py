@@ -36,11 +36,19 @@ Guarantees every implementation gives (the shared suite in
   raises :class:`ExchangeTimeout` naming the missing ranks; it stops early with
   :class:`ExchangeAborted` when the query was aborted;
 - :meth:`Exchange.stats` counts what the endpoint did (requests by type, bytes).
+
+Claims (work stealing of scan splits, :mod:`squall.operators.steal`): ``claim(query_id, item)``
+is an atomic test-and-set per (query, item) — the first rank to claim an item owns it forever;
+the owner (any attempt of that rank: a retried or duplicated worker) gets True again, everybody
+else False. ``claims(query_id, prefix)`` lists the owners of the claimed items whose id starts
+with ``prefix``. Item ids are ``[A-Za-z0-9_.-]+``. Claims live as long as the query's exchange
+data (``cleanup`` deletes them).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,9 +113,15 @@ class ExchangeStats:
     rows_received: int = 0
     requests: dict[str, int] = field(default_factory=dict)
     per_exchange: list[dict[str, Any]] = field(default_factory=list)
+    #: claim protocol counters: ``claim`` (calls), ``won``, ``lost`` (owned by another rank),
+    #: ``again`` (already owned by this rank), ``list`` (``claims`` calls)
+    claims: dict[str, int] = field(default_factory=dict)
 
     def count(self, kind: str, n: int = 1) -> None:
         self.requests[kind] = self.requests.get(kind, 0) + n
+
+    def count_claim(self, kind: str, n: int = 1) -> None:
+        self.claims[kind] = self.claims.get(kind, 0) + n
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,7 +131,25 @@ class ExchangeStats:
             "rows_received": self.rows_received,
             "requests": dict(self.requests),
             "per_exchange": list(self.per_exchange),
+            "claims": dict(self.claims),
         }
+
+
+_ITEM = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def check_item(item: str) -> str:
+    """``item`` if it is a valid claim id (``[A-Za-z0-9_.-]+``), else ExchangeError."""
+    if not _ITEM.fullmatch(item):
+        raise ExchangeError(f"bad claim item id {item!r}")
+    return item
+
+
+def claim_result(stats: ExchangeStats, owner: int, rank: int, new: bool) -> bool:
+    """Count one claim's outcome and say whether ``rank`` owns the item."""
+    stats.count_claim("claim")
+    stats.count_claim("won" if new else ("again" if owner == rank else "lost"))
+    return owner == rank
 
 
 class Exchange(ABC):
@@ -143,6 +175,18 @@ class Exchange(ABC):
     def aborted(self) -> bool:
         """True when the query was aborted (cheap; workers ask once per stage). Default: never."""
         return False
+
+    #: whether :meth:`claim` / :meth:`claims` work on this endpoint
+    supports_claims: ClassVar[bool] = False
+
+    def claim(self, query_id: str, item: str) -> bool:
+        """Atomically take ``item`` for this rank: True if this rank owns it now (first claimer, or
+        an earlier attempt of this rank claimed it), False if another rank does (module doc)."""
+        raise ExchangeError(f"the {self.name} exchange does not support claims")
+
+    def claims(self, query_id: str, prefix: str = "") -> dict[str, int]:
+        """Owner rank of every claimed item of the query whose id starts with ``prefix``."""
+        raise ExchangeError(f"the {self.name} exchange does not support claims")
 
     def stats(self) -> ExchangeStats:
         """Counters of this endpoint since it was opened."""

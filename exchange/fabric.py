@@ -33,6 +33,10 @@ puts its ``host:port`` into the config. Ranks publish their ``fi_getname``
 address there (``addr/<rank>``), look their peers up, mark finished sends
 (``done/<exchange>/<rank>``, so a retried worker's duplicate send is skipped)
 and poll the abort flag. Window addresses and MR keys travel in WIN messages.
+Claims (work stealing, ``claim``/``claims``) are arbitrated by the rendezvous too:
+its ``claim`` op is a put-if-absent of ``claim/<item>`` under the server's lock that
+answers with the owner, its ``list`` op returns the owners under a prefix — one small
+request each, from any process on any host.
 On a cluster run the factory with ``host="0.0.0.0"`` and ``advertise=<head
 node address>``.
 
@@ -79,7 +83,9 @@ from squall.exchange.base import (
     ExchangeSpec,
     ExchangeStats,
     ExchangeTimeout,
+    check_item,
     check_number,
+    claim_result,
     concat,
 )
 
@@ -376,8 +382,11 @@ class RendezvousServer:
     """Key-value store for one query, served on TCP by a daemon thread.
 
     Requests (length-prefixed JSON): ``put`` {items}, ``get`` {keys, wait_ms}
-    (waits until every key exists, the wait ends or the query is aborted) and
-    ``abort`` {reason}. Every answer carries ``abort`` (the reason or null).
+    (waits until every key exists, the wait ends or the query is aborted),
+    ``setnx`` {key, value} (stores the value unless the key exists; answers
+    ``value``, the stored one, and ``new``), ``list`` {prefix} (``items``: every
+    key with that prefix and its value) and ``abort`` {reason}. Every answer
+    carries ``abort`` (the reason or null).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -412,6 +421,17 @@ class RendezvousServer:
                 self._store.update(req["items"])
                 self._cond.notify_all()
                 return {"abort": self.aborted}
+            if op == "setnx":
+                key = str(req["key"])
+                new = key not in self._store
+                if new:
+                    self._store[key] = str(req["value"])
+                    self._cond.notify_all()
+                return {"value": self._store[key], "new": new, "abort": self.aborted}
+            if op == "list":
+                prefix = str(req["prefix"])
+                items = {k: v for k, v in self._store.items() if k.startswith(prefix)}
+                return {"items": items, "abort": self.aborted}
             if op == "abort":
                 self.aborted = self.aborted or str(req.get("reason") or "query aborted")
                 self._cond.notify_all()
@@ -463,6 +483,16 @@ class RendezvousClient:
     def get(self, keys: Sequence[str], wait_ms: int = 0) -> tuple[dict[str, str | None], str | None]:
         ans = self.call({"op": "get", "keys": list(keys), "wait_ms": wait_ms})
         return ans["values"], ans.get("abort")
+
+    def setnx(self, key: str, value: str) -> tuple[str, bool, str | None]:
+        """Store ``value`` unless ``key`` exists: (stored value, whether it is new, abort reason)."""
+        ans = self.call({"op": "setnx", "key": key, "value": value})
+        return ans["value"], bool(ans["new"]), ans.get("abort")
+
+    def list(self, prefix: str) -> tuple[dict[str, str], str | None]:
+        """Every key starting with ``prefix`` and its value, and the abort reason."""
+        ans = self.call({"op": "list", "prefix": prefix})
+        return ans["items"], ans.get("abort")
 
     def abort(self, reason: str) -> None:
         self.call({"op": "abort", "reason": reason})
@@ -894,6 +924,21 @@ class FabricExchange(Exchange):
             }
         )
         return received
+
+    supports_claims = True
+
+    def claim(self, query_id: str, item: str) -> bool:
+        """One ``setnx`` on the rendezvous (module doc); True if this rank owns ``item``."""
+        value, new, abort = self._rv.setnx(f"claim/{check_item(item)}", str(self.rank))
+        self._check_abort(abort)
+        return claim_result(self._stats, int(value), self.rank, new)
+
+    def claims(self, query_id: str, prefix: str = "") -> dict[str, int]:
+        """Owners of the claimed items starting with ``prefix``: one ``list`` on the rendezvous."""
+        self._stats.count_claim("list")
+        items, abort = self._rv.list(f"claim/{prefix}")
+        self._check_abort(abort)
+        return {k.removeprefix("claim/"): int(v) for k, v in items.items()}
 
     def barrier(self, tag: str, ranks: Sequence[int] | None = None) -> None:
         """Wait until every rank in ``ranks`` (default: all) called ``barrier(tag)``; progresses meanwhile."""

@@ -6,6 +6,11 @@ Layout under the query folder ``<root>/<query_id>/``::
     x<exchange>/s<sender>-all.arrow           one file every receiver reads (broadcast)
     x<exchange>/s<sender>.done                written last: the sender's parts are complete
     ABORT                                     the query was aborted; holds the reason
+    claims/<item>                             a claimed work item; holds the owner's rank
+
+A claim is a hard link of a finished temporary file to ``claims/<item>``: ``link`` fails
+with EEXIST when the item is taken, so exactly one rank (process) wins, and the file
+always holds its owner's rank in full.
 
 Files are written under a temporary name and renamed, so a reader never sees a
 partial file and a repeated send replaces identical data (harmless). Readers
@@ -31,7 +36,9 @@ from squall.exchange.base import (
     ExchangeFactory,
     ExchangeSpec,
     ExchangeTimeout,
+    check_item,
     check_number,
+    claim_result,
     concat,
 )
 
@@ -72,6 +79,39 @@ class LocalExchange(Exchange):
     def aborted(self) -> bool:
         """The ABORT file exists (one stat call)."""
         return (self.folder / "ABORT").exists()
+
+    supports_claims = True
+
+    def _claims_dir(self) -> Path:
+        path = self.folder / "claims"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def claim(self, query_id: str, item: str) -> bool:
+        """Take ``item`` with an atomic ``link`` (module doc); True if this rank owns it."""
+        target = self._claims_dir() / check_item(item)
+        tmp = target.with_name(f".{item}.{uuid.uuid4().hex[:8]}")
+        tmp.write_text(str(self.rank))
+        try:
+            os.link(tmp, target)
+            new = True
+        except FileExistsError:
+            new = False
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._stats.count("claim")
+        owner = self.rank if new else int(target.read_text())
+        return claim_result(self._stats, owner, self.rank, new)
+
+    def claims(self, query_id: str, prefix: str = "") -> dict[str, int]:
+        """Owners of the claimed items starting with ``prefix`` (one directory listing)."""
+        self._stats.count("list")
+        self._stats.count_claim("list")
+        out: dict[str, int] = {}
+        for entry in os.scandir(self._claims_dir()):
+            if entry.name.startswith(prefix) and not entry.name.startswith("."):
+                out[entry.name] = int(Path(entry.path).read_text())
+        return out
 
     def _dir(self, spec: ExchangeSpec) -> Path:
         path = self.folder / f"x{spec.exchange_id}"

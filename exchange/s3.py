@@ -14,6 +14,14 @@ All objects of a query live under ``<prefix>/<query_id>/`` (``config["prefix"]``
 
     <prefix>/<query_id>/<hhhh>-x<exchange>-l<level>-g<group>/s<sender>_<lengths>   one object per (exchange, level, sender)
     <prefix>/<query_id>/ABORT                                                   the query was aborted; holds the reason
+    <prefix>/<query_id>/claims/<item>                                           a claimed work item (below)
+
+Claims (work stealing): ``claim`` PUTs ``claims/<item>`` with ``If-None-Match: *``; a 412 means
+another rank (or an earlier attempt of this one) has it, and one HEAD tells which. The object's
+body is the owner's rank padded with spaces to ``rank + 1`` bytes, so its *size* names the
+owner and ``claims`` learns every owner from LISTs alone (1 LIST per 1,000 items). On Lambda
+these objects are the run state of the stealing scan: a re-invoked rank finds its claims there.
+Counted as ``put``/``head``/``list`` like every request, and in ``ExchangeStats.claims``.
 
 ``<lengths>`` is ``S.L0.L1…`` in base 36: ``S`` the length of the object's
 *schema piece* (at offset 0), then the length of the range of each of the
@@ -169,7 +177,9 @@ from squall.exchange.base import (
     ExchangeFactory,
     ExchangeSpec,
     ExchangeTimeout,
+    check_item,
     check_number,
+    claim_result,
     concat,
 )
 
@@ -598,7 +608,7 @@ class S3Exchange(Exchange):
             return sorted(spec.receivers)
         return grid.targets(sender) if level == 1 else grid.served(sender)
 
-    def _request(self, xid: int, kind: str, key: str, call: Callable[..., Any], **kwargs: Any) -> Any:
+    def _request(self, xid: int | None, kind: str, key: str, call: Callable[..., Any], **kwargs: Any) -> Any:
         """Run one S3 call, count it under ``kind`` and turn failures into ExchangeError.
 
         ``NoSuchKey``/``404`` and ``PreconditionFailed`` propagate as botocore errors
@@ -690,7 +700,7 @@ class S3Exchange(Exchange):
         # a 412: a duplicate wrote the same key (same lengths) first; this rank's own pieces stay in memory
         self._put_if_absent(xid, key, body)
 
-    def _put_if_absent(self, xid: int, key: str, body: bytes) -> bool:
+    def _put_if_absent(self, xid: int | None, key: str, body: bytes) -> bool:
         """PUT with If-None-Match: *; False when the key already existed (412)."""
         from botocore.exceptions import ClientError
 
@@ -709,6 +719,37 @@ class S3Exchange(Exchange):
             self._ledger.add(xid, bytes_written=len(body))
             return True
         raise ExchangeError(f"S3 object {key}: conditional PUT kept conflicting")
+
+    # -- claims (module doc, "Keys")
+
+    supports_claims = True
+
+    def claim(self, query_id: str, item: str) -> bool:
+        """One conditional PUT (+ one HEAD when the item was taken); True if this rank owns it."""
+        from botocore.exceptions import ClientError
+
+        key = f"{self.prefix}/claims/{check_item(item)}"
+        if self._put_if_absent(None, key, str(self.rank).encode().ljust(self.rank + 1)):
+            return claim_result(self._stats, self.rank, self.rank, True)
+        try:
+            size = self._request(None, "head", key, self.client.head_object)["ContentLength"]
+        except ClientError as exc:
+            raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
+        return claim_result(self._stats, int(size) - 1, self.rank, False)
+
+    def claims(self, query_id: str, prefix: str = "") -> dict[str, int]:
+        """Owners of the claimed items starting with ``prefix``, from LISTs (object size = owner + 1)."""
+        base = f"{self.prefix}/claims/"
+        out: dict[str, int] = {}
+        token: dict[str, str] = {}
+        self._stats.count_claim("list")
+        while True:
+            resp = self._request(None, "list", base + prefix, self.client.list_objects_v2, **token)
+            for obj in resp.get("Contents", []):
+                out[obj["Key"][len(base) :]] = int(obj["Size"]) - 1
+            if not resp.get("IsTruncated"):
+                return out
+            token = {"ContinuationToken": resp["NextContinuationToken"]}
 
     # -- receiving
 

@@ -65,7 +65,8 @@ class Sandbox:
     Inputs must be registered at construction: after the lock nothing can be
     attached, read from disk or reconfigured. ``parquet`` views read local
     Parquet files natively; exactly those files become DuckDB's
-    ``allowed_paths``, nothing else on disk is reachable.
+    ``allowed_paths``, nothing else on disk is reachable. ``files`` are more local Parquet
+    files the session may read with ``read_parquet`` later (a stealing scan's files).
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class Sandbox:
         threads: int | None = None,
         memory_limit: str | None = None,
         temp_directory: str | None = None,
+        files: Sequence[str] = (),
     ) -> None:
         config: dict[str, str | bool | int | float | list[str]] = {"threads": threads or os.cpu_count() or 1}
         if memory_limit:
@@ -87,7 +89,7 @@ class Sandbox:
         for name, table in (inputs or {}).items():
             self.con.register(name, table)
         views = parquet or {}
-        paths: Sequence[str] = sorted({p for v in views.values() for p, _r in v.parts})
+        paths: Sequence[str] = sorted({p for v in views.values() for p, _r in v.parts} | set(files))
         if paths:
             self.con.execute(f"SET allowed_paths = [{', '.join(_literal(p) for p in paths)}]")
         for name, view in views.items():

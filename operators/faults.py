@@ -4,6 +4,8 @@ Comma-separated rules, each ``kind:key=value:…``:
 
 - ``crash:rank=R:stage=S`` — the worker process of rank R exits abruptly when stage S starts;
 - ``delay:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before stage S (or every stage);
+- ``slow_scan:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before each row group it scans
+  (in stage S, or every stage): a slow or overloaded worker, what work stealing is for;
 - ``s3_error:rate=P`` — every S3 request of the process fails with probability P with a retryable
   ``503 SlowDown`` (a botocore ``before-send`` hook on every S3 client, see :func:`install_s3_errors`),
   so botocore's retry handler retries it and the exchange/storage counters record the retries.
@@ -41,7 +43,7 @@ def parse_faults(text: str | None) -> tuple[Fault, ...]:
         if not rule:
             continue
         kind, *pairs = rule.split(":")
-        if kind not in ("crash", "delay", "s3_error"):
+        if kind not in ("crash", "delay", "slow_scan", "s3_error"):
             raise OptionError(f"SQUALL_FAULTS: unknown fault kind {kind!r} in {rule!r}")
         fields: dict[str, str] = {}
         for pair in pairs:
@@ -75,12 +77,21 @@ def before_stage(faults: tuple[Fault, ...], rank: int, stage: int) -> None:
             continue
         if f.stage is not None and f.stage != stage:
             continue
-        if f.kind == "s3_error":
+        if f.kind in ("s3_error", "slow_scan"):
             continue
         if f.kind == "delay":
             time.sleep(f.seconds)
         elif f.kind == "crash":
             os._exit(17)
+
+
+def scan_delay(faults: tuple[Fault, ...], rank: int, stage: int) -> float:
+    """Seconds ``rank`` sleeps before each row group it scans in ``stage`` (``slow_scan`` rules)."""
+    return sum(
+        f.seconds
+        for f in faults
+        if f.kind == "slow_scan" and f.rank in (None, rank) and f.stage in (None, stage)
+    )
 
 
 _installed: list[float] = []

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
 from squall.operators.scan_kinds import reader
 from squall.operators.storage import Storage
-from squall.plan import ScanInput
+from squall.plan import ScanInput, Split
 
 
 def scan_schema(spec: ScanInput) -> pa.Schema:
@@ -27,10 +27,15 @@ def read_scan(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) 
 
 def read_parquet(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) -> pa.Table:
     """The ``parquet`` scan kind: the Storage reads each split's row groups (only the needed column chunks)."""
+    return read_splits(spec, spec.splits_for(rank), storage_of)
+
+
+def read_splits(spec: ScanInput, splits: Sequence[Split], storage_of: Callable[[str], Storage]) -> pa.Table:
+    """Rows of ``splits`` (splits of ``spec``, any rank's) through the Storage, in the scan's schema."""
     schema = scan_schema(spec)
     sources = [source for source, _name in spec.columns]
     tables = []
-    for split in spec.splits_for(rank):
+    for split in splits:
         storage = storage_of(split.path)
         table = storage.read_row_groups(split.path, split.row_groups, sources)
         tables.append(table.select(sources).rename_columns(schema.names))

@@ -24,9 +24,10 @@ import pyarrow as pa
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
-from squall.operators.faults import before_stage, faults_from_env
+from squall.operators.faults import before_stage, faults_from_env, scan_delay
 from squall.operators.partition import PART_COLUMN, split_by_partition
-from squall.operators.scan import read_scan
+from squall.operators.scan import read_scan, scan_schema
+from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 
@@ -70,6 +71,7 @@ class WorkerReport:
     storage_requests: dict[str, int] = field(default_factory=dict)
     exchange: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    steals: list[dict[str, Any]] = field(default_factory=list)  # one per stealing scan (operators/steal.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +80,7 @@ class WorkerReport:
             "storage_requests": self.storage_requests,
             "exchange": self.exchange,
             "stages": [dict(vars(s), time_s=s.time_s) for s in self.stages],
+            "steals": self.steals,
         }
 
 
@@ -131,9 +134,18 @@ class Worker:
             for stage in self.plan.stages
             if self.rank in stage.ranks
             for inp in stage.inputs
-            if isinstance(inp, ScanInput) and (view := self._native(inp)) is not None
+            if isinstance(inp, ScanInput) and not inp.steal and (view := self._native(inp)) is not None
         }
-        with Sandbox(parquet=views, threads=self.threads, **self.sandbox_options) as db:
+        files = [  # stealing scans read any rank's splits: every file of the scan
+            f
+            for stage in self.plan.stages
+            if self.rank in stage.ranks
+            for inp in stage.inputs
+            if isinstance(inp, ScanInput) and inp.steal and self._native_ok(inp)
+            for f in native_files(inp)
+        ]
+        self._report = report
+        with Sandbox(parquet=views, files=files, threads=self.threads, **self.sandbox_options) as db:
             self._run_stages(db, views, received, report)
             result = self._result
         report.elapsed_s = time.perf_counter() - start
@@ -168,6 +180,29 @@ class Worker:
             if self.on_stage is not None:
                 self.on_stage(stage.id)
 
+    def _native_ok(self, inp: ScanInput) -> bool:
+        """Whether DuckDB may read ``inp``'s files itself (local Parquet, native scans on)."""
+        splits = [s for per in inp.splits for s in per]
+        return (
+            self.native_scans and inp.scan == "parquet" and all(scheme_of(s.path) == "file" for s in splits)
+        )
+
+    def _steal(self, inp: ScanInput, stage: Stage, db: Sandbox, sr: StageReport) -> pa.Table:
+        """The stealing scan (``squall.operators.steal``): this rank's claimed and stolen splits."""
+        delay = scan_delay(self.faults, self.rank, stage.id) if self.faults else 0.0
+        native = any(inp.splits) and self._native_ok(inp)
+        read = split_reader(inp, db.query if native else None, self._storage, delay)
+        before = sum(s.bytes_read for s in self._storages.values())
+        tables, rep = steal_scan(inp, stage.id, stage.ranks, self.rank, self.exchange, self.query_id, read)
+        self._report.steals.append(rep.to_dict())
+        sr.rows_scanned += rep.rows
+        sr.bytes_scanned += (
+            rep.nbytes if native else sum(s.bytes_read for s in self._storages.values()) - before
+        )
+        if not tables:
+            return scan_schema(inp).empty_table()
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
     def _native(self, inp: ScanInput) -> ParquetView | None:
         """A DuckDB-native view for local Parquet splits (fast path), else None."""
         splits = inp.splits_for(self.rank)
@@ -195,9 +230,15 @@ class Worker:
                 splits = inp.splits_for(self.rank)
                 sr.rows_scanned += sum(s.rows for s in splits)
                 sr.bytes_scanned += sum(s.nbytes for s in splits)
+                if self.faults and (delay := scan_delay(self.faults, self.rank, stage.id)):
+                    time.sleep(delay * sum(len(s.row_groups) for s in splits))
                 continue
-            if isinstance(inp, ScanInput):
+            if isinstance(inp, ScanInput) and inp.steal:
+                table = self._steal(inp, stage, db, sr)
+            elif isinstance(inp, ScanInput):
                 before = sum(s.bytes_read for s in self._storages.values())
+                if self.faults and (delay := scan_delay(self.faults, self.rank, stage.id)):
+                    time.sleep(delay * sum(len(s.row_groups) for s in inp.splits_for(self.rank)))
                 table = read_scan(inp, self.rank, self._storage)
                 sr.bytes_scanned += sum(s.bytes_read for s in self._storages.values()) - before
                 sr.rows_scanned += table.num_rows

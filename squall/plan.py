@@ -51,6 +51,9 @@ class ScanInput:
     scan: str = "parquet"
     #: the operator's options as (key, value) pairs, e.g. (("format", "csv"),)
     scan_options: tuple[tuple[str, str], ...] = ()
+    #: work stealing (``squall.operators.steal``): ``splits[r]`` is rank r's queue of splits; a rank
+    #: that finishes its queue steals unclaimed splits from the others' (any rank may read any split)
+    steal: bool = False
 
     def splits_for(self, rank: int) -> tuple[Split, ...]:
         if self.replicated:
@@ -155,6 +158,7 @@ class Plan:
                             schema_b64=i["schema_b64"],
                             scan=i.get("scan", "parquet"),
                             scan_options=tuple(tuple(o) for o in i.get("scan_options", ())),
+                            steal=bool(i.get("steal", False)),
                         )
                     )
                 else:

@@ -7,7 +7,8 @@ gathered to rank 0. Each decision is one rule module, tried in the order of
 :data:`RULES` (the first whose ``NODES`` match a node plans it, like sqlglot's
 optimizer ``RULES``):
 
-- :mod:`.scans`: row-group splits per rank, replicated scans of small tables;
+- :mod:`.scans`: row-group splits per rank, replicated scans of small tables
+  (:mod:`.steal` decides which split scans get work stealing);
 - :mod:`.filters`: filters and projections, in place;
 - :mod:`.joins`: broadcast, co-located or hash-partitioned joins;
 - :mod:`.aggregates`: partial/final split, gather or hash, complete in place;

@@ -43,6 +43,9 @@ class PlannerOptions:
     #: broadcast, when the tables read hold at most this many rows in all (before filters:
     #: every rank pays for the whole scan)
     replicated_scan_rows: float = 250_000
+    #: work stealing of scan splits (I-Store; ``driver/planner/steal.py``): ranks that finish their
+    #: row groups early steal unread ones from the others, one row group at a time
+    work_stealing: bool = False
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from squall.driver import logical as L
 from squall.driver.catalog import RowGroup
 from squall.driver.estimate import prune_row_groups
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
+from squall.driver.planner.steal import stealable
 from squall.driver.sqlgen import InputRef
 from squall.plan import Output, ScanInput, Split
 
@@ -71,8 +72,14 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
     sources = [source for source, _i in node.columns]
     file_groups = Counter(rg.path for rg in info.row_groups)
     splits: tuple[tuple[Split, ...], ...]
+    steal = stealable(ctx, info, len(groups), replicated)
     if replicated or ctx.world == 1:
         splits = (_splits(groups, sources, file_groups),)
+    elif steal:  # one split per row group: the work elements ranks steal
+        splits = tuple(
+            tuple(s for g in chunk for s in _splits([g], sources, file_groups))
+            for chunk in _balance(groups, ctx.world)
+        )
     else:
         splits = tuple(_splits(chunk, sources, file_groups) for chunk in _balance(groups, ctx.world))
     ctx.scans += 1
@@ -90,6 +97,7 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
         schema_b64=base64.b64encode(schema.serialize().to_pybytes()).decode(),
         scan=info.scan,
         scan_options=info.scan_options,
+        steal=steal,
     )
     out: L.Node = InputRef(name, node.names)
     if node.filters:

@@ -127,6 +127,16 @@ class _ReportingExchange(Exchange):
     def aborted(self) -> bool:
         return bool(getattr(self.inner, "aborted", lambda: False)())
 
+    @property
+    def supports_claims(self) -> bool:  # type: ignore[override]
+        return self.inner.supports_claims
+
+    def claim(self, query_id: str, item: str) -> bool:
+        return self.inner.claim(query_id, item)
+
+    def claims(self, query_id: str, prefix: str = "") -> dict[str, int]:
+        return self.inner.claims(query_id, prefix)
+
     def stats(self) -> Any:
         return self.inner.stats()
 
