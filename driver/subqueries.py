@@ -312,7 +312,34 @@ class SubqueryMixin:
             merged.add(c.table, c.name, outputs[f"__r{i}"])
         return merged
 
+    def _hoist(self, node: L.Node, sub: exp.Expression, scope, ctes) -> tuple[L.Node, exp.Expression]:
+        """Two-level correlation: a conjunct of a (non-negated) EXISTS/IN subquery's WHERE that holds a
+        nested subquery and reads the outer query but none of this subquery's own tables does not
+        depend on the subquery's rows — ``EXISTS (S WHERE p AND c)`` is ``c AND EXISTS (S WHERE p)``
+        in a WHERE — so ``c`` is applied to the outer side first, where its own correlation is one
+        level deep."""
+        if not isinstance(sub, exp.Select):
+            return node, sub
+        outer, direct = self._scope_aliases(scope), _direct_aliases(sub)
+        keep, hoisted = [], []
+        for c in conjuncts(sub.args.get("where")):
+            cols = {col.table for col in c.find_all(exp.Column) if col.table}
+            nested = any(isinstance(n, (exp.Subquery, exp.Exists)) for n in c.walk())
+            if nested and cols & outer and not cols & direct and not _defined_aliases(c) & outer:
+                hoisted.append(c)
+            else:
+                keep.append(c)
+        if not hoisted:
+            return node, sub
+        sub = sub.copy()
+        sub.set("where", exp.Where(this=exp.and_(*[k.copy() for k in keep])) if keep else None)
+        for c in hoisted:
+            node = self.apply_subquery_conjunct(node, c.copy(), scope, ctes)
+        return node, sub
+
     def _exists(self, node: L.Node, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
+        if not anti:
+            node, sub = self._hoist(node, sub, scope, ctes)
         corr = correlate(sub, self._scope_aliases(scope))
         body = corr.body
         if isinstance(body, exp.Select) and (
@@ -350,6 +377,8 @@ class SubqueryMixin:
                           (right_key,), None, null_aware=anti)  # fmt: skip
         if len(sub.expressions) != 1:
             raise NotSupportedError("IN (subquery) with more than one column")
+        if not anti:
+            node, sub = self._hoist(node, sub, scope, ctes)
         corr = correlate(sub, self._scope_aliases(scope))
         if corr.correlated and anti:
             raise NotSupportedError("correlated NOT IN (subquery); use NOT EXISTS")

@@ -67,6 +67,13 @@ QUERIES = {
     "aggregate_filter": "SELECT grp, count(*) FILTER (WHERE val > 10) AS a, sum(amount) FILTER (WHERE flag) AS b, "
     "count(DISTINCT name) FILTER (WHERE id % 2 = 0) AS c, max(val) FILTER (WHERE false) AS d FROM t1 GROUP BY grp",
     "count_in_correlated_scalar": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.t1_id = t1.id) FROM t1",
+    # correlation two levels up by a conjunct that reads only the outer query: hoisted to it
+    "correlation_two_levels": "SELECT id FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
+    "AND EXISTS (SELECT 1 FROM t3 WHERE t3.cat = t1.grp))",
+    "correlation_two_levels_in": "SELECT id FROM t1 WHERE id IN (SELECT t1_id FROM t2 WHERE t2.score > 10 "
+    "AND t1.val > (SELECT avg(score) FROM t2 x WHERE x.cat = t1.grp))",
+    "correlation_two_levels_both": "SELECT count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
+    "AND EXISTS (SELECT 1 FROM t3 WHERE t3.cat = t1.grp AND t3.cat = t2.cat))",
     # correlated scalar subqueries unnested with a dependent ("delim") join over the distinct outer
     # values (non-equality correlation), and COUNT's empty group giving 0 (see below: distributed)
     "scalar_non_equality_count": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.score < t1.val) AS n FROM t1 "
@@ -201,8 +208,6 @@ QUERIES = {
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
     "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
     "multi_column_in": "SELECT id FROM t1 WHERE (id, grp) IN (SELECT t1_id, cat FROM t2)",
-    "correlation_two_levels": "SELECT id FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
-    "AND EXISTS (SELECT 1 FROM t3 WHERE t3.cat = t1.grp))",
     "recursive_cte_in_join": "SELECT a.grp, x.n FROM t1 a JOIN (WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL "
     "SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r) x ON a.id = x.n",
     "recursive_cte_over_table": "WITH RECURSIVE r(id, depth) AS (SELECT id, 0 FROM t1 WHERE id < 4 UNION ALL "
@@ -349,7 +354,15 @@ DELIM_JOINS = (
 
 
 @pytest.mark.parametrize(
-    "name", DELIM_JOINS + ("count_in_correlated_scalar", "scalar_count_distinct", "aggregate_filter")
+    "name",
+    DELIM_JOINS
+    + (
+        "count_in_correlated_scalar",
+        "scalar_count_distinct",
+        "aggregate_filter",
+        "correlation_two_levels",
+        "correlation_two_levels_in",
+    ),
 )
 def test_correlated_scalar_subqueries_are_distributed(engine, name):
     """Non-equality correlation (a dependent join over the distinct outer values), COUNT in a
