@@ -18,7 +18,10 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 def _output(stage: Stage) -> str:
     out = stage.output
     if out.kind == "result":
-        return "result"
+        return "result" if len(stage.ranks) <= 1 else "result parts in rank order"
+    if out.kind == "range":
+        keys = ", ".join(f"{k} {o}" for k, o in zip(out.keys, out.order))
+        return f"range({keys}) by sampled splitters → {_ranks(out.receivers)}"
     if out.kind == "hash":
         return f"hash({', '.join(out.keys)}) → {_ranks(out.receivers)}"
     if out.kind == "broadcast":

@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from squall.driver.exchange_stats import exchange_balance
+from squall.driver.sortstats import rank_rows, sort_summary
 from squall.driver.steal_stats import summarize_steals
 from squall.plan import Plan
 
@@ -63,6 +64,7 @@ def summarize(
             "rows_out": sum(s["rows_out"] for s in r["stages"]),
             "storage_requests": r["storage_requests"],
             "exchange_requests": r["exchange"].get("requests", {}),
+            **rank_rows(plan, r),  # peak_rows (+ rows_sorted, sampled for a range sort)
         }
         for r in reports
     ]
@@ -110,4 +112,5 @@ def summarize(
         "steals": summarize_steals(reports),
         "stages": stages,
         "per_worker": workers,
+        **({"sort": sort} if (sort := sort_summary(plan, reports)) else {}),
     }

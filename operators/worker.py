@@ -26,6 +26,7 @@ from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
 from squall.operators.faults import before_stage, faults_from_env, scan_delay
 from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.rangepart import range_parts
 from squall.operators.scan import read_scan, scan_schema
 from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
@@ -58,6 +59,7 @@ class StageReport:
     partition_s: float = 0.0  # splitting a hash output by receiver: a part of send_s
     rows_received: int = 0
     bytes_received: int = 0
+    sampled: int = 0  # keys this rank sampled for a range output's splitters
 
     @property
     def time_s(self) -> float:
@@ -85,7 +87,7 @@ class WorkerReport:
 
 
 def exchange_spec(query_id: str, stage: Stage) -> ExchangeSpec:
-    kind = stage.output.kind
+    kind = "hash" if stage.output.kind == "range" else stage.output.kind  # range: partitioned by key range
     return ExchangeSpec(query_id, stage.id, stage.output.senders, stage.output.receivers, kind)
 
 
@@ -273,6 +275,9 @@ class Worker:
                 parts = split_by_partition(table, len(output.receivers))
                 sr.partition_s += time.perf_counter() - t2
                 addressed = {r: parts[i] for i, r in enumerate(output.receivers)}
+            elif output.kind == "range":  # sample round, splitters, ranges (operators/rangepart.py)
+                addressed, sr.sampled = range_parts(db, table, output, self.exchange, self.query_id, stage.id)
+                sr.partition_s += time.perf_counter() - t2
             else:
                 addressed = {r: table for r in output.receivers}
             self.exchange.send(exchange_spec(self.query_id, stage), addressed)

@@ -75,7 +75,11 @@ class Output:
     """Where a stage's rows go.
 
     kind: ``hash`` (partition by ``partition_sql`` modulo the receivers), ``broadcast``,
-    ``gather`` (to rank 0) or ``result`` (the query result, on rank 0).
+    ``gather`` (to rank 0), ``range`` (range-partitioned by sort ``keys`` with their ``order``
+    modifiers, e.g. ``"DESC NULLS LAST"``, using splitters every sender computes from a sample
+    of all senders' keys, traded first as exchange ``-stage.id``: see
+    :mod:`squall.operators.rangepart`) or ``result`` (the query result: on rank 0, or one part
+    per rank of the stage, concatenated by the driver in rank order).
     """
 
     kind: str
@@ -83,6 +87,7 @@ class Output:
     receivers: tuple[int, ...] = ()
     keys: tuple[str, ...] = ()
     partition_sql: str = ""
+    order: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -165,7 +170,12 @@ class Plan:
                     inputs.append(ExchangeInput(name=i["name"], stage=i["stage"]))
             o = s["output"]
             output = Output(
-                o["kind"], tuple(o["senders"]), tuple(o["receivers"]), tuple(o["keys"]), o["partition_sql"]
+                o["kind"],
+                tuple(o["senders"]),
+                tuple(o["receivers"]),
+                tuple(o["keys"]),
+                o["partition_sql"],
+                tuple(o.get("order", ())),
             )
             stages.append(
                 Stage(

@@ -12,7 +12,8 @@ optimizer ``RULES``):
 - :mod:`.filters`: filters and projections, in place;
 - :mod:`.joins`: broadcast, co-located or hash-partitioned joins;
 - :mod:`.aggregates`: partial/final split, gather or hash, complete in place;
-- :mod:`.topk`: ORDER BY / LIMIT on rank 0 after a local top-k;
+- :mod:`.sort`: ORDER BY without LIMIT, gathered to rank 0 or range-partitioned over the ranks;
+- :mod:`.topk`: LIMIT (with or without ORDER BY) on rank 0 after a local top-k;
 - :mod:`.setops`: UNION ALL in place, the others by value;
 - :mod:`.windows`: by PARTITION BY, or on rank 0;
 - :mod:`.onerank`: the fallback for a part with no distributed plan: its inputs to rank 0,
@@ -27,13 +28,13 @@ from __future__ import annotations
 
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
-from squall.driver.planner import aggregates, filters, joins, onerank, scans, setops, topk, windows
+from squall.driver.planner import aggregates, filters, joins, onerank, scans, setops, sort, topk, windows
 from squall.driver.planner.core import Context, PlannerOptions
 from squall.driver.translate import Names, Planned
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 
-RULES = (scans, filters, joins, aggregates, topk, setops, windows, onerank)
+RULES = (scans, filters, joins, aggregates, sort, topk, setops, windows, onerank)
 
 __all__ = ["RULES", "Planner", "PlannerOptions"]
 
@@ -53,10 +54,14 @@ class Planner(Context):
     def plan(self, bound: BoundQuery, planned: Planned, names: Names) -> Plan:
         self._names = names
         try:
+            self.top_sort = sort.top_sort(planned.node)
             node, dist = self.build(planned.node)
-            if dist.kind != "single" and self.world > 1:
-                node = self.gather(node, dist, "result to rank 0")
-            final = self.result_stage(node, bound)
+            if dist.kind == "range":  # sorted ranges: one result part per rank, in rank order
+                final = self.result_stage(node, bound, tuple(range(self.world)))
+            else:
+                if dist.kind != "single" and self.world > 1:
+                    node = self.gather(node, dist, "result to rank 0")
+                final = self.result_stage(node, bound)
         finally:
             if self._own_db:
                 self._db.close()

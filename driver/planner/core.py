@@ -46,6 +46,9 @@ class PlannerOptions:
     #: work stealing of scan splits (I-Store; ``driver/planner/steal.py``): ranks that finish their
     #: row groups early steal unread ones from the others, one row group at a time
     work_stealing: bool = False
+    #: range-partition an ORDER BY without LIMIT over all ranks (instead of sorting on rank 0)
+    #: when its input has at least this many estimated rows (driver/planner/sort.py)
+    range_sort_rows: float = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ class Context:
         self.scan_schemas: dict[str, pa.Schema] = {}
         self.notes: list[str] = []
         self.scans = 0  # scan inputs named so far
+        self.top_sort: L.Node | None = None  # the Sort ordering the query result (set by Planner.plan)
         self._names: Names | None = None
         self._own_db = db is None
         self._db = db if db is not None else Sandbox(threads=1)
@@ -257,8 +261,9 @@ class Context:
         ref = self.stage(node, dist, Output("hash", keys=texts), note)
         return ref, hashed(texts)
 
-    def result_stage(self, node: L.Node, bound: BoundQuery) -> Stage:
-        """The last stage, on rank 0, cast to exactly the types DuckDB gives the whole query."""
+    def result_stage(self, node: L.Node, bound: BoundQuery, ranks: tuple[int, ...] = (0,)) -> Stage:
+        """The last stage, on rank 0 (or one part per rank of ``ranks``, in rank order), cast to
+        exactly the types DuckDB gives the whole query."""
         refs = leaves(node)
         sql = render(node)
         _schema, types = self.typecheck(sql, refs)
@@ -285,10 +290,10 @@ class Context:
             _schema, types = self.typecheck(sql, refs)
         return Stage(
             len(self.stages) + 1,
-            (0,),
+            ranks,
             tuple(self.inputs[leaf.name] for leaf in refs),
             sql,
-            Output("result", (0,), (0,)),
+            Output("result", ranks, (0,)),
             types,
             "final result" + _one_rank_note(node),
         )

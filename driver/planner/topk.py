@@ -1,8 +1,9 @@
-"""ORDER BY and LIMIT: on rank 0, after a local top-k (or local LIMIT) on every rank.
+"""LIMIT (with or without ORDER BY): on rank 0, after a local top-k (or local LIMIT) on every rank.
 
 A sorted or limited result is a global fact, so it is computed on rank 0. With a
 LIMIT, every rank first keeps only its ``limit + offset`` best (or first) rows,
-so at most W * (limit + offset) rows move instead of the whole input.
+so at most W * (limit + offset) rows move instead of the whole input. An ORDER BY without
+LIMIT is :mod:`.sort`'s.
 """
 
 from __future__ import annotations
@@ -10,15 +11,10 @@ from __future__ import annotations
 from squall.driver import logical as L
 from squall.driver.planner.core import SINGLE, Context, Dist
 
-NODES = (L.Sort, L.Limit)
+NODES = (L.Limit,)
 
 
-def plan(ctx: Context, node: L.Sort | L.Limit) -> tuple[L.Node, Dist]:
-    if isinstance(node, L.Sort):
-        child, dist = ctx.build(node.input)
-        if dist.kind != "single" and ctx.world > 1:
-            child, dist = ctx.gather(child, dist, "ORDER BY on rank 0"), SINGLE
-        return L.Sort(child, node.keys), dist
+def plan(ctx: Context, node: L.Limit) -> tuple[L.Node, Dist]:
     inner = node.input
     if isinstance(inner, L.Sort):
         child, dist = ctx.build(inner.input)

@@ -219,7 +219,7 @@ class LambdaPlatform(Platform):
             for lo, hi in tree.first_level(self.world_size, self.fanout):
                 self._invoke(run, event, lo, hi, 0, "first")
             self._track(plan, run, config, event, deadline, progress)
-            table = self._result(run, config)
+            table = self._result(run, config, plan.result_stage.ranks)
             finished = True
             summary = details(run, epoch0, function=self.function, fanout=self.fanout, settings=self.settings,
                               factory_requests=self.factory.requests)  # fmt: skip
@@ -304,11 +304,15 @@ class LambdaPlatform(Platform):
                 pass  # the errors of the other ranks (aborted) are expected now
             time.sleep(0.2)
 
-    def _result(self, run: Run, config: dict[str, Any]) -> pa.Table:
-        key = run.done[0]["result_key"]
-        run.count("get")
-        body = self.s3.get_object(Bucket=config["bucket"], Key=key)["Body"].read()
-        return pa.ipc.open_file(pa.py_buffer(body)).read_all()
+    def _result(self, run: Run, config: dict[str, Any], ranks: tuple[int, ...] = (0,)) -> pa.Table:
+        """Rank 0's result, or the parts of ``ranks`` concatenated in rank order (sorted ranges)."""
+        tables = []
+        for rank in ranks:
+            key = run.done[rank]["result_key"]
+            run.count("get")
+            body = self.s3.get_object(Bucket=config["bucket"], Key=key)["Body"].read()
+            tables.append(pa.ipc.open_file(pa.py_buffer(body)).read_all())
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 def _abort_reason(exc: BaseException) -> str:

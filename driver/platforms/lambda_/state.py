@@ -38,8 +38,10 @@ def attempt_prefix(exchange_prefix: str, rank: int, attempt: int) -> str:
     return f"{status_prefix(exchange_prefix)}{rank}/a{attempt}/"
 
 
-def result_key(exchange_prefix: str, attempt: int) -> str:
-    return f"{run_prefix(exchange_prefix)}/result-a{attempt}.arrow"
+def result_key(exchange_prefix: str, attempt: int, rank: int = 0) -> str:
+    """Rank 0's result object; other ranks write one only as parts of a range-partitioned ORDER BY."""
+    part = f"-r{rank}" if rank else ""
+    return f"{run_prefix(exchange_prefix)}/result{part}-a{attempt}.arrow"
 
 
 def plan_key(exchange_prefix: str) -> str:

@@ -220,7 +220,7 @@ def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
             exchange.close()
         result_key = None
         if result is not None:
-            result_key = keys.result_key(config["prefix"], attempt)
+            result_key = keys.result_key(config["prefix"], attempt, rank)
             sink = pa.BufferOutputStream()
             with pa.ipc.new_file(sink, result.schema) as writer:
                 writer.write_table(result)

@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from squall.driver.platforms.base import Execution, Platform, Progress
 from squall.driver.platforms.local.lifecycle import deferred_sigint, track, untrack
+from squall.driver.platforms.local.worker_process import result_part_path
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory
 from squall.exchange.local import default_root
@@ -349,7 +350,7 @@ class LocalPlatform(Platform):
                     except OSError:
                         pass  # the worker died: _collect sees its connection end
             reports = self._collect(run, pending, state, progress)
-            table = _read_result(run.result_path)
+            table = _read_result(run.result_path, plan.result_stage.ranks)
             return Execution(table, reports)
         except BaseException:
             if run is not None and pending:  # interrupted (Ctrl-C, a progress callback) with ranks running
@@ -367,6 +368,8 @@ class LocalPlatform(Platform):
         self.factory.cleanup(run.config)
         run.result_path.unlink(missing_ok=True)
         run.result_path.with_name(run.result_path.name + ".tmp").unlink(missing_ok=True)
+        for part in run.result_path.parent.glob(run.result_path.name + ".rank*"):  # result parts
+            part.unlink(missing_ok=True)
 
     def _rank_of(self, pending: dict[int, Connection], conn: object) -> int:
         return next(r for r, c in pending.items() if c is conn)
@@ -494,7 +497,10 @@ def _first_failure(failures: list[tuple[int, str, str, str]]) -> SquallError:
     return err
 
 
-def _read_result(path: Path) -> pa.Table:
-    with pa.memory_map(str(path), "r") as source:
-        table = pa.ipc.open_file(source).read_all()
-    return table
+def _read_result(path: Path, ranks: tuple[int, ...] = (0,)) -> pa.Table:
+    """Rank 0's result, or the parts of ``ranks`` concatenated in rank order (sorted ranges)."""
+    tables = []
+    for rank in ranks:
+        with pa.memory_map(result_part_path(str(path), rank), "r") as source:
+            tables.append(pa.ipc.open_file(source).read_all())
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)

@@ -63,6 +63,12 @@ def _stage_done(conn: Connection, query_id: str, rank: int, stage_id: int) -> No
     conn.send(("stage", query_id, rank, stage_id))
 
 
+def result_part_path(path: str, rank: int) -> str:
+    """Where ``rank`` writes its result: the query's result path on rank 0; a part file for the
+    other ranks of a result stage that runs on several ranks (a range-partitioned ORDER BY)."""
+    return path if rank == 0 else f"{path}.rank{rank}"
+
+
 def serve(conn: Connection, threads: int | None) -> None:
     """Worker process main loop: one message per query, ``None`` to stop."""
     if threads:
@@ -92,7 +98,7 @@ def serve(conn: Connection, threads: int | None) -> None:
             finally:
                 exchange.close()
             if result is not None:
-                path = msg["result_path"]
+                path = result_part_path(msg["result_path"], rank)
                 tmp = path + ".tmp"
                 with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, result.schema) as writer:
                     writer.write_table(result)
