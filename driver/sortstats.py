@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from squall.operators.rangepart import sample_exchange_id
 from squall.plan import ExchangeInput, Plan
 
 
@@ -44,11 +45,12 @@ def sort_summary(plan: Plan, reports: list[dict[str, Any]]) -> dict[str, Any] | 
     if not ranged:
         return None
     per_rank = [rank_rows(plan, r) for r in reports]
+    sample_ids = {sample_exchange_id(s) for s in ranged}
     samples = [
         e
         for r in reports
         for e in r["exchange"].get("per_exchange", [])
-        if -e.get("exchange_id", 0) in ranged
+        if e.get("exchange_id") in sample_ids
     ]
     return {
         "method": "range",

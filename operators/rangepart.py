@@ -6,8 +6,8 @@ For a stage whose output kind is ``range`` every sending rank, after running the
    **sort keys** with DuckDB's ``create_sort_key`` over the plan's keys and modifiers (ASC/DESC,
    NULLS FIRST/LAST): a BLOB whose byte order is exactly DuckDB's ORDER BY order (default binary
    collation) for any mix of types; each sampled key carries a weight, rows / sampled rows;
-2. broadcasts the sample to every sender (exchange id ``-stage.id``: one small round, through the
-   same exchange as the data, so it works on every platform);
+2. broadcasts the sample to every sender (exchange id :func:`sample_exchange_id`: one small round,
+   through the same exchange as the data, so it works on every platform);
 3. computes the same ``W - 1`` splitters as every other rank: the weighted quantiles of the pooled
    sample, in sender order then byte order (deterministic);
 4. routes each row to the receiver whose key range holds it: with ``lo`` the number of splitters
@@ -39,6 +39,8 @@ from squall.plan import Output
 #: sampled keys per rank = SAMPLE_FACTOR * W (capped so the pooled sample stays below SAMPLE_TOTAL)
 SAMPLE_FACTOR = 100
 SAMPLE_TOTAL = 1_000_000
+#: a range stage's sample round is exchange ``SAMPLE_ID_OFFSET + stage id`` (no plan has that many stages)
+SAMPLE_ID_OFFSET = 1 << 20
 _INPUT = "__squall_range"
 _SAMPLE_SCHEMA = pa.schema([("sk", pa.binary()), ("w", pa.float64())])
 
@@ -46,6 +48,11 @@ _SAMPLE_SCHEMA = pa.schema([("sk", pa.binary()), ("w", pa.float64())])
 def sample_size(world: int) -> int:
     """Keys each rank samples for ``world`` receivers."""
     return max(1, min(SAMPLE_FACTOR * world, SAMPLE_TOTAL // max(world, 1)))
+
+
+def sample_exchange_id(stage_id: int) -> int:
+    """The exchange id of stage ``stage_id``'s sample round (unique in the query, non-negative)."""
+    return SAMPLE_ID_OFFSET + stage_id
 
 
 def sort_key_sql(keys: Sequence[str], order: Sequence[str]) -> str:
@@ -129,7 +136,7 @@ def range_parts(
     (the sample round through ``exchange`` happens here; see module doc)."""
     world = len(output.receivers)
     sample = _sample(db, table, output, world)
-    spec = ExchangeSpec(query_id, -stage_id, output.senders, output.senders, "broadcast")
+    spec = ExchangeSpec(query_id, sample_exchange_id(stage_id), output.senders, output.senders, "broadcast")
     exchange.send(spec, dict.fromkeys(output.senders, sample))
     pooled = exchange.receive(spec)
     cuts = splitters(pooled, world)

@@ -77,7 +77,7 @@ class Output:
     kind: ``hash`` (partition by ``partition_sql`` modulo the receivers), ``broadcast``,
     ``gather`` (to rank 0), ``range`` (range-partitioned by sort ``keys`` with their ``order``
     modifiers, e.g. ``"DESC NULLS LAST"``, using splitters every sender computes from a sample
-    of all senders' keys, traded first as exchange ``-stage.id``: see
+    of all senders' keys, traded first in a small exchange round of their own: see
     :mod:`squall.operators.rangepart`) or ``result`` (the query result: on rank 0, or one part
     per rank of the stage, concatenated by the driver in rank order).
     """

@@ -50,7 +50,9 @@ def _table(rng: np.random.Generator) -> pa.Table:
         {
             "id": pa.array(np.arange(n), pa.int64()),
             "k_int": pa.array(rng.integers(0, 12, n), pa.int64(), mask=nulls),
-            "k_str": pa.array([strings[i] for i in rng.integers(0, len(strings), n)], pa.string(), mask=rng.random(n) < 0.05),
+            "k_str": pa.array(
+                [strings[i] for i in rng.integers(0, len(strings), n)], pa.string(), mask=rng.random(n) < 0.05
+            ),
             "k_date": pa.array(
                 [base + datetime.timedelta(days=int(d)) for d in rng.integers(0, 400, n)],
                 pa.date32(),
@@ -61,7 +63,9 @@ def _table(rng: np.random.Generator) -> pa.Table:
                 pa.decimal128(15, 2),
                 mask=rng.random(n) < 0.05,
             ),
-            "k_dbl": pa.array(dbl_pool[rng.integers(0, len(dbl_pool), n)], pa.float64(), mask=rng.random(n) < 0.05),
+            "k_dbl": pa.array(
+                dbl_pool[rng.integers(0, len(dbl_pool), n)], pa.float64(), mask=rng.random(n) < 0.05
+            ),
             "k_null": pa.nulls(n, pa.int32()),
             # 90 % of the rows share one key: must not all land on one rank
             "k_hot": pa.array(np.where(rng.random(n) < 0.9, 7, rng.integers(0, 100, n)), pa.int64()),
@@ -86,7 +90,9 @@ def reference(data):
 
 @pytest.fixture(scope="module", params=[1, 2, 3, 4], ids=lambda w: f"W{w}")
 def con(request, data):
-    c = squall.connect(data=str(data), workers=request.param, planner_options=PlannerOptions(range_sort_rows=0))
+    c = squall.connect(
+        data=str(data), workers=request.param, planner_options=PlannerOptions(range_sort_rows=0)
+    )
     yield c
     c.close()
 
