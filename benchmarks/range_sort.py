@@ -84,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{mode:15s} {took:7.2f} s  x{took / duck_s:.2f} vs duckdb  {'ok' if ok else 'DIFFERS'}"
             f"  rows sorted per rank {sorted_rows}  peak rows per rank {peaks}"
         )
+        for st in result.stats["stages"]:
+            print(
+                f"    stage {st['stage']} ({st['output']}, {st['ranks']} ranks): slowest rank {st['time_s']:.2f} s"
+                f" = scan {st['scan_s']:.2f} + compute {st['compute_s']:.2f} + send {st['send_s']:.2f}"
+                f" (partition {st['partition_s']:.2f}) + receive {st['receive_s']:.2f}"
+            )
         del result
     return 1 if failed else 0
 

@@ -67,8 +67,7 @@ def test_range_sort_matches_duckdb(site, con, reference, name):
     assert_same_result(result.to_arrow(), reference.sql(sql).to_arrow_table(), sql)
     sort = result.stats["sort"]
     assert sum(sort["rows_sorted_per_rank"]) == result.num_rows
-    assert sort["sampled_keys"] > 0 or result.num_rows == 0
-    assert (
-        sort["sample_bytes_sent"] > 0
-    )  # the sample round crossed the exchange (an empty sample has a schema)
+    if result.num_rows:
+        assert sort["sampled_keys"] > 0
+        assert sort["sample_bytes_sent"] > 0  # the sample round crossed the exchange
     assert site.leftovers() == [], "left behind after a successful query"
