@@ -3,6 +3,7 @@ in the plan's notes, when a part has no distributed plan and the translator coul
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -79,6 +80,8 @@ def _compile(
         spent["translate_s"] = t2 - t1
         boundary.step, boundary.locate = "planning", None
         plan = Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
+        if translator.notes:  # decorrelation decisions are said too
+            plan = dataclasses.replace(plan, notes=(*dict.fromkeys(translator.notes), *plan.notes))
         spent["plan_s"] = time.perf_counter() - t2
         return plan
     except (NotSupportedError, BindError) as err:

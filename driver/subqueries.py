@@ -132,6 +132,11 @@ def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
     return Correlation(body, pairs, residual)
 
 
+def _short(e: exp.Expression, width: int = 80) -> str:
+    text = " ".join(e.sql(DIALECT).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 class SubqueryMixin:
     """Decorrelation for the Translator (uses its ``query``, ``convert`` and ``names``)."""
 
@@ -139,6 +144,7 @@ class SubqueryMixin:
     convert: Callable
     _select_rest: Callable
     names: Any  # the Translator's Names
+    notes: list[str]
     aggregates: set[str]
 
     def _scope_aliases(self, scope) -> set[str]:
@@ -335,6 +341,9 @@ class SubqueryMixin:
         sub.set("where", exp.Where(this=exp.and_(*[k.copy() for k in keep])) if keep else None)
         for c in hoisted:
             node = self.apply_subquery_conjunct(node, c.copy(), scope, ctes)
+            self.notes.append(
+                f"two-level correlation: {_short(c)} hoisted out of its subquery to the outer query"
+            )
         return node, sub
 
     def _exists(self, node: L.Node, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
@@ -498,6 +507,8 @@ class SubqueryMixin:
         for c, d in zip(outer_cols, delim):
             joined_scope.add(c.table, c.name, d)
         left_keys, right_keys, rest = [], [], []
+        key_texts: list[str] = []
+        rest_texts: list[str] = []
         for p in _factored(preds):
             pu = _unwrap(p)
             if isinstance(pu, exp.EQ):
@@ -508,8 +519,10 @@ class SubqueryMixin:
                     o, i = (pu.this, pu.expression) if outer_side[0] else (pu.expression, pu.this)
                     left_keys.append(self.convert(o, joined_scope))
                     right_keys.append(self.convert(i, joined_scope))
+                    key_texts.append(_short(pu, 60))
                     continue
             rest.append(self.convert(p, joined_scope))
+            rest_texts.append(_short(p, 60))
         dependent = L.Join(
             d_node, self._last_planned.node, "inner", tuple(left_keys), tuple(right_keys), L_and(rest)
         )
@@ -530,6 +543,12 @@ class SubqueryMixin:
             tuple(L.col(i) for i in outer_internal),
             tuple(L.col(out[f"__k{i}"]) for i in range(len(delim))),
             None,
+        )
+        self.notes.append(
+            f"dependent join: a scalar subquery correlated by {' AND '.join(key_texts + rest_texts[:1])}"
+            f"{' AND …' if len(rest_texts) > 1 else ''} is computed once per distinct "
+            f"({', '.join(c.sql(DIALECT) for c in outer_cols)}) of the outer side and LEFT JOINed back"
+            + ("" if empty is None else f" (no rows: {empty.sql(DIALECT)})")
         )
         if empty is None:
             return join, out["__v"]

@@ -142,6 +142,8 @@ class Translator(SubqueryMixin):
         self._depth = 0
         #: the queries being translated, innermost last (left as they were when a bug is raised)
         self._working: list[exp.Expression] = []
+        #: decorrelation decisions, for the plan's notes (explain, Result.stats["notes"])
+        self.notes: list[str] = []
 
     # --- entry -----------------------------------------------------------------------------
 
@@ -172,12 +174,14 @@ class Translator(SubqueryMixin):
             return self.query(e.this, ctes)
         self._depth += 1
         self._working.append(e)
+        noted = len(self.notes)
         try:
             planned = self._query(e, ctes)
             self._working.pop()
             return planned
         except NotSupportedError as err:
             self._working.pop()
+            del self.notes[noted:]  # what this part decided is gone with it
             if self._depth == 1:
                 raise  # the whole query: compile_sql runs the user's own text on one rank
             fallback = self._one_rank(e, ctes, str(err).removeprefix("not supported: "))

@@ -372,6 +372,10 @@ def test_correlated_scalar_subqueries_are_distributed(engine, name):
     assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
     text = engine.explain(QUERIES[name])
     assert ("delim_" in text) == (name in DELIM_JOINS)
+    said = [n for n in plan.notes if n.startswith(("dependent join: ", "two-level correlation: "))]
+    assert said == [n for n in plan.notes if not n.startswith("one rank")]
+    assert any(n.startswith("dependent join: ") for n in said) == (name in DELIM_JOINS)
+    assert any(n.startswith("two-level correlation: ") for n in said) == name.startswith("correlation_two")
 
 
 def test_null_accepting_correlation_runs_on_one_rank(engine):
