@@ -221,6 +221,9 @@ class Catalog:
         self._lock = threading.Lock()
         self._version = 0  # bumped by register() and by version() when a local file changed
         self._stamps: dict[str, tuple[tuple[str, int, int], ...]] = {}  # lower name -> its files' size/mtime
+        #: the squall.driver.predicate_cache.PredicateCache of the connection (None: off); typed loosely
+        #: because that module builds on this one
+        self.predicate_cache: object | None = None
 
     def storage(self, location: str) -> Storage:
         scheme = scheme_of(location)

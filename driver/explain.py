@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from squall.plan import ExchangeInput, Plan, ScanInput, Stage
+from squall.plan import DataSkipping, ExchangeInput, Plan, ScanInput, Stage
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
@@ -43,6 +43,17 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
     return text
 
 
+def skipping_line(sk: DataSkipping) -> str:
+    """What the planner skipped of a filtered scan, and what workers will record for the predicate cache."""
+    text = (
+        f"row groups: {sk.planned} planned, skipped {sk.minmax} by min/max, {sk.bloom} by bloom, "
+        f"{sk.cache} by predicate cache"
+    )
+    if sk.probe:
+        text += f"; {len(sk.probe)} probed for the predicate cache"
+    return text
+
+
 def explain_plan(plan: Plan) -> str:
     """Stages, exchanges (kind and keys) and each stage's DuckDB SQL."""
     lines = [f"Distributed plan: {len(plan.stages)} stage(s) on {plan.world_size} worker(s)"]
@@ -55,6 +66,9 @@ def explain_plan(plan: Plan) -> str:
         lines.append(header)
         for inp in stage.inputs:
             lines.append(f"  input {_input(inp)}")
+            sk = inp.skipping if isinstance(inp, ScanInput) else None
+            if sk is not None and (sk.bloom or sk.cache):  # min/max alone: the count above; probe: stats
+                lines.append(f"    {skipping_line(sk)}")
         lines.append("  sql:")
         lines += ["    " + line for line in stage.sql.splitlines()]
     lines.append("")

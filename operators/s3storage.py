@@ -184,6 +184,7 @@ class S3Storage(Storage):
         self.coalesce_bytes = int(self.options.get("coalesce_bytes", MiB))
         self.max_part_bytes = int(self.options.get("max_part_bytes", 16 * MiB))
         self._sizes: dict[str, int] = {}
+        self._etags: dict[str, str] = {}  # s3:// URL -> ETag from the last listing (or HEAD)
         self._footers: dict[str, pq.FileMetaData] = {}
         self._client_obj: Any = None
         self._pool_obj: ThreadPoolExecutor | None = None
@@ -262,6 +263,12 @@ class S3Storage(Storage):
 
     # -- Storage
 
+    def stamp(self, path: str) -> str:
+        """Size and ETag from the table's listing (a re-listed, rewritten object gets a new stamp)."""
+        with self._lock:
+            etag, size = self._etags.get(path), self._sizes.get(path)
+        return f"{size}:{etag}" if etag else ""
+
     def list_files(self, location: str) -> list[str]:
         bucket, key = parse_s3_url(location)
         if _GLOB.search(key.rpartition("/")[2]):
@@ -316,7 +323,12 @@ class S3Storage(Storage):
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
                 self.count("list")
-                out.update((obj["Key"], int(obj["Size"])) for obj in page.get("Contents", []))
+                contents = page.get("Contents", [])
+                out.update((obj["Key"], int(obj["Size"])) for obj in contents)
+                with self._lock:
+                    self._etags.update(
+                        (f"s3://{bucket}/{o['Key']}", str(o.get("ETag", ""))) for o in contents
+                    )
         except (ClientError, BotoCoreError) as exc:
             self.count("list")
             raise DataError(describe_error(exc, bucket, prefix)) from None
@@ -342,6 +354,8 @@ class S3Storage(Storage):
                 raise DataError(f"S3 bucket {bucket!r} does not exist") from None
             raise DataError(describe_error(exc, bucket, key)) from None
         self.count("head")
+        with self._lock:
+            self._etags[f"s3://{bucket}/{key}"] = str(resp.get("ETag", ""))
         return {key: int(resp["ContentLength"])}
 
     def read_metadata(self, path: str) -> pq.FileMetaData:

@@ -43,6 +43,10 @@ class Storage(ABC):
         with self._lock:
             return dict(self._requests)
 
+    def stamp(self, path: str) -> str:
+        """A text that changes when the file changes (size and mtime, or ETag); "" when unknown."""
+        return ""
+
     @abstractmethod
     def list_files(self, location: str) -> list[str]:
         """The Parquet files of a table location, sorted; DataError when there are none."""
@@ -66,6 +70,13 @@ class LocalStorage(Storage):
     """Files on this machine (or a shared file system)."""
 
     scheme = "file"
+
+    def stamp(self, path: str) -> str:
+        try:
+            st = os.stat(path.removeprefix("file://"))
+        except OSError:
+            return ""
+        return f"{st.st_size}:{st.st_mtime_ns}"
 
     def list_files(self, location: str) -> list[str]:
         path = location.removeprefix("file://")

@@ -28,6 +28,7 @@ from squall.operators.faults import before_stage, faults_from_env, scan_delay
 from squall.operators.partition import PART_COLUMN, split_by_partition
 from squall.operators.rangepart import range_parts
 from squall.operators.scan import read_scan, scan_schema
+from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
 from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.plan import ExchangeInput, Plan, ScanInput, Stage
@@ -74,6 +75,8 @@ class WorkerReport:
     exchange: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
     steals: list[dict[str, Any]] = field(default_factory=list)  # one per stealing scan (operators/steal.py)
+    #: scan name -> the predicate cache probe's outcome (squall.operators.skip_record)
+    skipping: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class WorkerReport:
             "exchange": self.exchange,
             "stages": [dict(vars(s), time_s=s.time_s) for s in self.stages],
             "steals": self.steals,
+            "skipping": self.skipping,
         }
 
 
@@ -117,6 +121,8 @@ class Worker:
         self.native_scans = bool(self.storage_options.get("native_scans", True))
         self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
+        self._probes: dict[str, ProbeView] = {}  # predicate cache probes of native scans, by scan name
+        self._skipping: dict[str, Any] = {}
 
     def _storage(self, path: str) -> Storage:
         scheme = scheme_of(path)
@@ -147,9 +153,18 @@ class Worker:
             for f in native_files(inp)
         ]
         self._report = report
-        with Sandbox(parquet=views, files=files, threads=self.threads, **self.sandbox_options) as db:
+        self._probes = {
+            inp.name: probe
+            for inp in self._scans()
+            if inp.name in views and (probe := probe_view(inp, self.rank))
+        }
+        probes = {view_name(name): probe for name, probe in self._probes.items()}
+        with Sandbox(
+            parquet={**views, **probes}, files=files, threads=self.threads, **self.sandbox_options
+        ) as db:
             self._run_stages(db, views, received, report)
             result = self._result
+        report.skipping = self._skipping
         report.elapsed_s = time.perf_counter() - start
         for storage in self._storages.values():
             for kind, n in storage.requests().items():
@@ -205,6 +220,9 @@ class Worker:
             return scan_schema(inp).empty_table()
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
+    def _scans(self) -> list[ScanInput]:
+        return [inp for stage in self.plan.stages for inp in stage.inputs if isinstance(inp, ScanInput)]
+
     def _native(self, inp: ScanInput) -> ParquetView | None:
         """A DuckDB-native view for local Parquet splits (fast path), else None."""
         splits = inp.splits_for(self.rank)
@@ -234,6 +252,8 @@ class Worker:
                 sr.bytes_scanned += sum(s.nbytes for s in splits)
                 if self.faults and (delay := scan_delay(self.faults, self.rank, stage.id)):
                     time.sleep(delay * sum(len(s.row_groups) for s in splits))
+                if inp.name in self._probes:
+                    self._skipping[inp.name] = record_native(db, inp, self._probes[inp.name])
                 continue
             if isinstance(inp, ScanInput) and inp.steal:
                 table = self._steal(inp, stage, db, sr)
@@ -244,6 +264,8 @@ class Worker:
                 table = read_scan(inp, self.rank, self._storage)
                 sr.bytes_scanned += sum(s.bytes_read for s in self._storages.values()) - before
                 sr.rows_scanned += table.num_rows
+                if (probed := record_table(db, inp, self.rank, table)) is not None:
+                    self._skipping[inp.name] = probed
             else:
                 assert isinstance(inp, ExchangeInput)
                 table = received.pop(inp.stage)

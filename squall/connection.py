@@ -15,6 +15,8 @@ from squall.driver.compile import compile_sql
 from squall.driver.explain import explain_plan
 from squall.driver.planner import PlannerOptions
 from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
+from squall.driver.predicate_cache import PredicateCache
+from squall.driver.skipping_stats import skipping_stats
 from squall.driver.stats import summarize
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, QueryTimeout
 from squall.operators.duck import Sandbox
@@ -52,6 +54,7 @@ class Connection:
         scan: str = "parquet",
         platform_options: dict[str, Any] | None = None,
         timeout: float | None = None,
+        predicate_cache: PredicateCache | None = None,
     ) -> None:
         self.timeout = _check_timeout(timeout)
         self._auto_cap: int | None = None  # workers="auto" with W per query: the largest W to consider
@@ -59,6 +62,9 @@ class Connection:
         self._fanout_given = bool((platform_options or {}).get("fanout"))
         self._estimator: Estimator | None = None
         self.catalog = Catalog(storage_options, scan=scan)
+        #: row groups known to match no row of a scan predicate (shared when given, e.g. by `squall serve`)
+        self.predicate_cache = predicate_cache if predicate_cache is not None else PredicateCache()
+        self.catalog.predicate_cache = self.predicate_cache
         if data is not None:
             self.catalog.register_folder(str(data))
         if isinstance(platform, Platform):
@@ -84,7 +90,7 @@ class Connection:
         self.planner_options = planner_options
         self._db: Sandbox | None = None
         self._plan_lock = threading.Lock()
-        self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None], Plan] = OrderedDict()
+        self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None, int], Plan] = OrderedDict()
         self._closed = False
         self._query: _Query | None = None
 
@@ -119,7 +125,7 @@ class Connection:
         {...}}`` for the stats (the breakdown in seconds: version check, bind, translate, plan)."""
         start = time.perf_counter()
         version = self.catalog.version()
-        key = (sql, version, world_size, self.planner_options)
+        key = (sql, version, world_size, self.planner_options, self.predicate_cache.generation)
         checked = time.perf_counter()
         with self._plan_lock:
             cached = self._plans.get(key)
@@ -300,6 +306,8 @@ class Connection:
             execution_s=done - planned,
         )
         stats["driver_storage_requests"] = driver_requests
+        learned = self.predicate_cache.learn(plan, execution.reports)
+        stats["data_skipping"] = skipping_stats(plan, execution.reports, learned)
         stats.update(compiled)
         stats["ran_on"] = "driver" if on_driver else "workers"
         stats.update(execution.details)

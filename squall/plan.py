@@ -29,6 +29,43 @@ class Split:
 
 
 @dataclass(frozen=True)
+class DataSkipping:
+    """The planner's row-group skipping for one scan (see ``squall.driver.planner.skipping``).
+
+    ``planned`` row groups are in the table; ``minmax``, ``bloom`` and ``cache`` of them were
+    skipped by footer min/max statistics, Parquet Bloom filters and the predicate cache.
+    ``predicate`` is the scan's normalized predicate (the predicate cache's key) and ``probe``
+    lists (path, row group, first row, end row, file stamp) of the row groups read whose outcome
+    for ``predicate`` the cache does not know yet: workers evaluate ``probe_sql`` and report
+    which of them matched no row.
+    """
+
+    planned: int = 0
+    minmax: int = 0
+    bloom: int = 0
+    cache: int = 0
+    predicate: str = ""
+    probe: tuple[tuple[str, int, int, int, str], ...] = ()
+    #: the condition workers evaluate for the probe (the scan's filters, its own column names)
+    probe_sql: str = ""
+    #: why the scan is not probed (e.g. many rows expected to pass per row group); "" when it is
+    probe_note: str = ""
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> DataSkipping:
+        return DataSkipping(
+            d["planned"],
+            d["minmax"],
+            d["bloom"],
+            d["cache"],
+            d["predicate"],
+            tuple((str(p[0]), int(p[1]), int(p[2]), int(p[3]), str(p[4])) for p in d["probe"]),
+            d.get("probe_sql", ""),
+            d.get("probe_note", ""),
+        )
+
+
+@dataclass(frozen=True)
 class ScanInput:
     """A table scan feeding a stage.
 
@@ -54,6 +91,8 @@ class ScanInput:
     #: work stealing (``squall.operators.steal``): ``splits[r]`` is rank r's queue of splits; a rank
     #: that finishes its queue steals unclaimed splits from the others' (any rank may read any split)
     steal: bool = False
+    #: row groups skipped (min/max, Bloom, predicate cache) and the cache's probe; None: no skipping
+    skipping: DataSkipping | None = None
 
     def splits_for(self, rank: int) -> tuple[Split, ...]:
         if self.replicated:
@@ -164,6 +203,7 @@ class Plan:
                             scan=i.get("scan", "parquet"),
                             scan_options=tuple(tuple(o) for o in i.get("scan_options", ())),
                             steal=bool(i.get("steal", False)),
+                            skipping=DataSkipping.from_dict(i["skipping"]) if i.get("skipping") else None,
                         )
                     )
                 else:

@@ -49,6 +49,15 @@ class PlannerOptions:
     #: range-partition an ORDER BY without LIMIT over all ranks (instead of sorting on rank 0)
     #: when its input has at least this many estimated rows (driver/planner/sort.py)
     range_sort_rows: float = 1_000_000
+    #: skip row groups where the predicate cache knows an implied predicate matched no row, and have
+    #: workers record the outcome of row groups it does not know (see squall.driver.predicate_cache)
+    predicate_cache: bool = True
+    #: … but probe a scan only when the planner expects at most this many of an average row group's rows
+    #: to pass its filters (more: the row group is very unlikely to be empty, and the probe re-reads the
+    #: filter columns); the cache is still used either way
+    probe_rows_per_group: float = 1000.0
+    #: skip row groups whose Parquet Bloom filters rule out every value of an = / IN conjunct
+    bloom_filters: bool = True
 
 
 @dataclass(frozen=True)

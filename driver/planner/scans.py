@@ -23,6 +23,7 @@ from sqlglot import exp
 from squall.driver import logical as L
 from squall.driver.catalog import RowGroup
 from squall.driver.estimate import prune_row_groups
+from squall.driver.planner import skipping
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.planner.steal import stealable
 from squall.driver.sqlgen import InputRef
@@ -68,7 +69,9 @@ def _scan_rows(ctx: Context, node: L.Node) -> float:
 def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
     info = ctx.catalog.table(node.table)
     source_of = {internal: source for source, internal in node.columns}
-    groups = prune_row_groups(info, source_of, node.filters)
+    groups, skipped = skipping.for_scan(
+        ctx, info, node, source_of, prune_row_groups(info, source_of, node.filters)
+    )
     sources = [source for source, _i in node.columns]
     file_groups = Counter(rg.path for rg in info.row_groups)
     splits: tuple[tuple[Split, ...], ...]
@@ -98,6 +101,7 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
         scan=info.scan,
         scan_options=info.scan_options,
         steal=steal,
+        skipping=skipping.without_probe(skipped, "not probed: a stealing scan") if steal else skipped,
     )
     out: L.Node = InputRef(name, node.names)
     if node.filters:

@@ -23,6 +23,7 @@ from typing import Any
 
 from squall import aws
 from squall.connection import Connection
+from squall.driver.predicate_cache import PredicateCache
 from squall.errors import OptionError, SquallError
 from squall.service import records
 from squall.service.errors import Busy, squall_error
@@ -79,8 +80,11 @@ class LocalBackend(Backend):
         max_queue: int = 32,
         storage_options: dict[str, Any] | None = None,
         poll_s: float = 0.5,
+        predicate_cache: PredicateCache | None = None,
     ) -> None:
         self.data = data
+        #: one predicate cache for the whole service, shared by its Connections (one per worker count)
+        self.predicate_cache = predicate_cache if predicate_cache is not None else PredicateCache()
         self.default_workers = int(workers or os.cpu_count() or 1)
         self.max_workers = int(max_workers or self.default_workers)
         self.platform = platform
@@ -104,7 +108,11 @@ class LocalBackend(Backend):
             con = self._connections.get(count)
             if con is None:
                 con = Connection(
-                    self.data, workers=count, platform=self.platform, storage_options=self.storage_options
+                    self.data,
+                    workers=count,
+                    platform=self.platform,
+                    storage_options=self.storage_options,
+                    predicate_cache=self.predicate_cache,
                 )
                 self._connections[count] = con
             return con
