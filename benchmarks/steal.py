@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         reference.sql(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{data}/{name}*.parquet')")
     if args.delay > 0:
         os.environ["SQUALL_FAULTS"] = f"slow_scan:rank={args.slow_rank}:seconds={args.delay}"
-    print(f"SF{args.sf:g}, W={args.workers}, rank {args.slow_rank} sleeps {args.delay} s per row group it scans")
+    print(
+        f"SF{args.sf:g}, W={args.workers}, rank {args.slow_rank} sleeps {args.delay} s per row group it scans"
+    )
     failed = 0
     for n in (int(q) for q in args.queries.split(",")):
         sql = tpch.query(n, sf=args.sf)
