@@ -10,7 +10,7 @@ Comma-separated rules, each ``kind:key=value:…``:
   ``503 SlowDown`` (a botocore ``before-send`` hook on every S3 client, see :func:`install_s3_errors`),
   so botocore's retry handler retries it and the exchange/storage counters record the retries.
 
-Rules that do not name a rank apply to every rank. On the Lambda platform crash and delay rules apply
+Rules that do not name a rank apply to every rank. On the Lambda platform crash, delay and slow_scan rules apply
 to a rank's first attempt only: a re-invoked or duplicate rank runs clean (that is what the tests check).
 """
 
