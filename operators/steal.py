@@ -51,7 +51,7 @@ class StealReport:
     stolen_from: dict[int, int] = field(default_factory=dict)  # victim rank -> splits
     lost: int = 0  # own splits another rank took
     reclaimed: int = 0  # splits an earlier attempt of this rank had claimed
-    rows: int = 0
+    rows: int = 0  # rows of the splits read (before the scan's filters, as the plan counts them)
     nbytes: int = 0  # compressed bytes of the splits read (planner's figures)
     claims: int = 0  # claim requests
     lists: int = 0  # claim listings
@@ -92,7 +92,7 @@ def steal_scan(
             tables.append(read(split))
         report.read = report.own = len(own)
         report.nbytes = sum(s.nbytes for s in own)
-        report.rows = sum(t.num_rows for t in tables)
+        report.rows = sum(s.rows for s in own)
         return tables, report
     done: set[str] = set()
 
@@ -103,6 +103,7 @@ def steal_scan(
             return False
         tables.append(read(queues[owner][index]))
         report.nbytes += queues[owner][index].nbytes
+        report.rows += queues[owner][index].rows
         done.add(item)
         report.read += 1
         return True
@@ -127,10 +128,10 @@ def steal_scan(
             if owners.get(item) == rank and item not in done:
                 tables.append(read(splits[index]))
                 report.nbytes += splits[index].nbytes
+                report.rows += splits[index].rows
                 done.add(item)
                 report.read += 1
                 report.reclaimed += 1
-    report.rows = sum(t.num_rows for t in tables)
     return tables, report
 
 
@@ -159,8 +160,11 @@ def split_reader(
     delay_s: float = 0.0,
 ) -> Callable[[Split], pa.Table]:
     """A ``read`` for :func:`steal_scan`: one split through DuckDB's own Parquet reader when
-    ``query`` (the stage's sandbox, whose allowed files include the scan's) is given, else
-    through the Storage. ``delay_s`` per row group is the ``slow_scan`` fault."""
+    ``query`` (the stage's sandbox, whose allowed files include the scan's) is given — with the
+    scan's pushed-down filters applied as it reads, so only passing rows become Arrow (the stage's
+    SQL applies them again) — else through the Storage. ``delay_s`` per row group is the
+    ``slow_scan`` fault."""
+    where = " AND ".join(f"({f})" for f in inp.filters)
 
     def read(split: Split) -> pa.Table:
         if delay_s:
@@ -169,7 +173,7 @@ def split_reader(
             return read_splits(inp, (split,), storage_of)
         path = os.path.abspath(split.path.removeprefix("file://"))
         view = ParquetView(inp.columns, ((path, () if split.whole_file else split.row_ranges),))
-        return query(view.sql())
+        return query(f"SELECT * FROM ({view.sql()}) AS t WHERE {where}" if where else view.sql())
 
     return read
 
