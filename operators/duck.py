@@ -104,10 +104,6 @@ class Sandbox:
     def unregister(self, name: str) -> None:
         self.con.unregister(name)
 
-    def execute(self, sql: str) -> None:
-        """Run a statement (e.g. fill a temporary table from allowed files); no result."""
-        self.con.execute(sql)
-
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         return self.con.sql(sql)
 

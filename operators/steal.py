@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from squall.exchange.base import Exchange
-from squall.operators.duck import ParquetView, Sandbox
+from squall.operators.duck import ParquetView
 from squall.operators.scan import read_splits
 from squall.operators.storage import Storage
 from squall.plan import ScanInput, Split
@@ -75,13 +75,12 @@ def steal_scan(
     rank: int,
     exchange: Exchange,
     query_id: str,
-    read: Callable[[Split], pa.Table | None],
+    read: Callable[[Split], pa.Table],
 ) -> tuple[list[pa.Table], StealReport]:
     """Read this rank's share of ``inp`` by claiming and stealing splits (module doc).
 
     ``ranks`` are the stage's ranks (the queues); ``read`` reads one split (and applies any
-    injected delay; it may keep what it read itself and return None). Returns the tables read, in
-    claim order, and the report.
+    injected delay). Returns the tables read, in claim order, and the report.
     """
     queues = {r: inp.splits_for(r) for r in ranks}
     own = queues.get(rank, ())
@@ -90,7 +89,7 @@ def steal_scan(
     if not exchange.supports_claims:
         report.enabled = False
         for split in own:
-            _keep(tables, read(split))
+            tables.append(read(split))
         report.read = report.own = len(own)
         report.nbytes = sum(s.nbytes for s in own)
         report.rows = sum(s.rows for s in own)
@@ -102,7 +101,7 @@ def steal_scan(
         report.claims += 1
         if not exchange.claim(query_id, item):
             return False
-        _keep(tables, read(queues[owner][index]))
+        tables.append(read(queues[owner][index]))
         report.nbytes += queues[owner][index].nbytes
         report.rows += queues[owner][index].rows
         done.add(item)
@@ -127,18 +126,13 @@ def steal_scan(
         for index in range(len(splits)):
             item = item_id(inp.name, r, index)
             if owners.get(item) == rank and item not in done:
-                _keep(tables, read(splits[index]))
+                tables.append(read(splits[index]))
                 report.nbytes += splits[index].nbytes
                 report.rows += splits[index].rows
                 done.add(item)
                 report.read += 1
                 report.reclaimed += 1
     return tables, report
-
-
-def _keep(tables: list[pa.Table], table: pa.Table | None) -> None:
-    if table is not None:
-        tables.append(table)
 
 
 def _victim(
@@ -161,34 +155,25 @@ def _victim(
 
 def split_reader(
     inp: ScanInput,
-    db: Sandbox | None,
+    query: Callable[[str], pa.Table] | None,
     storage_of: Callable[[str], Storage],
     delay_s: float = 0.0,
-) -> Callable[[Split], pa.Table | None]:
-    """A ``read`` for :func:`steal_scan`. With ``db`` (the stage's sandbox, whose allowed files
-    include the scan's) DuckDB's own Parquet reader appends each split, the scan's pushed-down
-    filters applied (the stage's SQL applies them again), to a temporary DuckDB table named like
-    the input — no Arrow copy, and the stage's SQL scans it natively — and ``read`` returns None;
-    else the Storage reads the split into Arrow. ``delay_s`` per row group is the ``slow_scan`` fault."""
+) -> Callable[[Split], pa.Table]:
+    """A ``read`` for :func:`steal_scan`: one split through DuckDB's own Parquet reader when
+    ``query`` (the stage's sandbox, whose allowed files include the scan's) is given — with the
+    scan's pushed-down filters applied as it reads, so only passing rows become Arrow (the stage's
+    SQL applies them again) — else through the Storage. ``delay_s`` per row group is the
+    ``slow_scan`` fault."""
     where = " AND ".join(f"({f})" for f in inp.filters)
-    splits = [s for per in inp.splits for s in per]
-    if db is not None and splits:
 
-        def select(split: Split) -> str:
-            path = os.path.abspath(split.path.removeprefix("file://"))
-            view = ParquetView(inp.columns, ((path, () if split.whole_file else split.row_ranges),))
-            return f"SELECT * FROM ({view.sql()}) AS t" + (f" WHERE {where}" if where else "")
-
-        name = '"' + inp.name.replace('"', '""') + '"'
-        db.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {select(splits[0])} LIMIT 0")
-
-    def read(split: Split) -> pa.Table | None:
+    def read(split: Split) -> pa.Table:
         if delay_s:
             time.sleep(delay_s * len(split.row_groups))
-        if db is None:
+        if query is None:
             return read_splits(inp, (split,), storage_of)
-        db.execute(f"INSERT INTO {name} {select(split)}")
-        return None
+        path = os.path.abspath(split.path.removeprefix("file://"))
+        view = ParquetView(inp.columns, ((path, () if split.whole_file else split.row_ranges),))
+        return query(f"SELECT * FROM ({view.sql()}) AS t WHERE {where}" if where else view.sql())
 
     return read
 

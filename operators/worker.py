@@ -204,12 +204,11 @@ class Worker:
             self.native_scans and inp.scan == "parquet" and all(scheme_of(s.path) == "file" for s in splits)
         )
 
-    def _steal(self, inp: ScanInput, stage: Stage, db: Sandbox, sr: StageReport) -> pa.Table | None:
-        """The stealing scan (``squall.operators.steal``): this rank's claimed and stolen splits, as
-        Arrow, or None when DuckDB read local files into a temporary table of the input's name."""
+    def _steal(self, inp: ScanInput, stage: Stage, db: Sandbox, sr: StageReport) -> pa.Table:
+        """The stealing scan (``squall.operators.steal``): this rank's claimed and stolen splits."""
         delay = scan_delay(self.faults, self.rank, stage.id) if self.faults else 0.0
         native = any(inp.splits) and self._native_ok(inp)
-        read = split_reader(inp, db if native else None, self._storage, delay)
+        read = split_reader(inp, db.query if native else None, self._storage, delay)
         before = sum(s.bytes_read for s in self._storages.values())
         tables, rep = steal_scan(inp, stage.id, stage.ranks, self.rank, self.exchange, self.query_id, read)
         self._report.steals.append(rep.to_dict())
@@ -217,8 +216,6 @@ class Worker:
         sr.bytes_scanned += (
             rep.nbytes if native else sum(s.bytes_read for s in self._storages.values()) - before
         )
-        if native:
-            return None
         if not tables:
             return scan_schema(inp).empty_table()
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -246,7 +243,6 @@ class Worker:
         sr: StageReport,
     ) -> pa.Table | None:
         inputs: dict[str, pa.Table] = {}
-        temp: list[str] = []  # stealing scans DuckDB read into temporary tables
         t0 = time.perf_counter()
         for inp in stage.inputs:
             if inp.name in views:
@@ -260,11 +256,7 @@ class Worker:
                     self._skipping[inp.name] = record_native(db, inp, self._probes[inp.name])
                 continue
             if isinstance(inp, ScanInput) and inp.steal:
-                got = self._steal(inp, stage, db, sr)
-                if got is None:
-                    temp.append(inp.name)
-                    continue
-                table = got
+                table = self._steal(inp, stage, db, sr)
             elif isinstance(inp, ScanInput):
                 before = sum(s.bytes_read for s in self._storages.values())
                 if self.faults and (delay := scan_delay(self.faults, self.rank, stage.id)):
@@ -296,8 +288,6 @@ class Worker:
         finally:
             for name in inputs:
                 db.unregister(name)
-            for name in temp:
-                db.execute(f'DROP TABLE IF EXISTS "{name}"')
         t2 = time.perf_counter()
         sr.compute_s += t2 - t1
         sr.rows_out = table.num_rows
