@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from squall.driver.planner.skew import describe as describe_skew
 from squall.plan import DataSkipping, ExchangeInput, Plan, ScanInput, Stage
 
 
@@ -23,7 +24,7 @@ def _output(stage: Stage) -> str:
         keys = ", ".join(f"{k} {o}" for k, o in zip(out.keys, out.order))
         return f"range({keys}) by sampled splitters → {_ranks(out.receivers)}"
     if out.kind == "hash":
-        return f"hash({', '.join(out.keys)}) → {_ranks(out.receivers)}"
+        return f"hash({', '.join(out.keys)}) → {_ranks(out.receivers)}" + describe_skew(out)
     if out.kind == "broadcast":
         return f"broadcast from {_ranks(out.senders)} → {_ranks(out.receivers)}"
     return f"gather from {_ranks(out.senders)} → {_ranks(out.receivers)}"

@@ -28,6 +28,7 @@ from squall.operators.faults import before_stage, faults_from_env, scan_delay
 from squall.operators.partition import PART_COLUMN, split_by_partition
 from squall.operators.rangepart import range_parts
 from squall.operators.scan import read_scan, scan_schema
+from squall.operators.skew import SkewExchanges
 from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
 from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
@@ -61,6 +62,7 @@ class StageReport:
     rows_received: int = 0
     bytes_received: int = 0
     sampled: int = 0  # keys this rank sampled for a range output's splitters
+    skew: dict[str, Any] = field(default_factory=dict)  # a skew-aware exchange's summary (operators/skew.py)
 
     @property
     def time_s(self) -> float:
@@ -123,6 +125,7 @@ class Worker:
         self._storages: dict[str, Storage] = {}
         self._probes: dict[str, ProbeView] = {}  # predicate cache probes of native scans, by scan name
         self._skipping: dict[str, Any] = {}
+        self._skew = SkewExchanges(plan, rank, exchange, query_id)
 
     def _storage(self, path: str) -> Storage:
         scheme = scheme_of(path)
@@ -176,8 +179,9 @@ class Worker:
         self, db: Sandbox, views: dict[str, ParquetView], received: dict[int, pa.Table], report: WorkerReport
     ) -> None:
         self._result = None
+        reports: dict[int, StageReport] = {}
         for stage in self.plan.stages:
-            sr = StageReport(stage.id)
+            sr = reports[stage.id] = StageReport(stage.id)
             report.stages.append(sr)
             if self.faults:
                 before_stage(self.faults, self.rank, stage.id)
@@ -188,12 +192,15 @@ class Worker:
                 if stage.output.kind == "result":
                     self._result = table
             if stage.output.kind != "result" and self.rank in stage.output.receivers:
-                t0 = time.perf_counter()
-                got = self.exchange.receive(exchange_spec(self.query_id, stage))
-                sr.receive_s += time.perf_counter() - t0
-                sr.rows_received = got.num_rows
-                sr.bytes_received = got.nbytes
-                received[stage.id] = got
+                # a skew-aware group's exchanges are received together, after its last member was sent
+                for ready in self._skew.ready(stage):
+                    rr = reports[ready.id]
+                    t0 = time.perf_counter()
+                    got = self.exchange.receive(exchange_spec(self.query_id, ready))
+                    rr.receive_s += time.perf_counter() - t0
+                    rr.rows_received = got.num_rows
+                    rr.bytes_received = got.nbytes
+                    received[ready.id] = got
             if self.on_stage is not None:
                 self.on_stage(stage.id)
 
@@ -293,6 +300,10 @@ class Worker:
         sr.rows_out = table.num_rows
         sr.bytes_out = table.nbytes
         if output.kind != "result" and self.rank in output.senders:
+            if self._skew.handles(stage):  # histogram round and assignment: operators/skew.py
+                self._skew.hold(stage, table, sr, lambda s: exchange_spec(self.query_id, s))
+                sr.send_s += time.perf_counter() - t2
+                return table
             if output.kind == "hash":
                 parts = split_by_partition(table, len(output.receivers))
                 sr.partition_s += time.perf_counter() - t2

@@ -127,6 +127,14 @@ class Output:
     keys: tuple[str, ...] = ()
     partition_sql: str = ""
     order: tuple[str, ...] = ()
+    #: skew-aware hash exchange (``squall.operators.skew``) when > 0: ``partition_sql`` is the full key
+    #: hash, rows fall into this many radix partitions, assigned to ranks from the global histogram
+    partitions: int = 0
+    #: the co-partition group (id of its first stage): its exchanges share one assignment
+    group: int = 0
+    #: heavy hitters (selective broadcast): "keep" (this side's hot-key rows stay on their rank),
+    #: "broadcast" (this side's rows of the other side's hot keys go to every rank), "either", "" (none)
+    heavy: str = ""
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,9 @@ class Plan:
                 tuple(o["keys"]),
                 o["partition_sql"],
                 tuple(o.get("order", ())),
+                partitions=o.get("partitions", 0),
+                group=o.get("group", 0),
+                heavy=o.get("heavy", ""),
             )
             stages.append(
                 Stage(

@@ -58,6 +58,14 @@ class PlannerOptions:
     probe_rows_per_group: float = 1000.0
     #: skip row groups whose Parquet Bloom filters rule out every value of an = / IN conjunct
     bloom_filters: bool = True
+    #: skew-aware hash joins (Neo-Join, :mod:`~squall.driver.planner.skew`): histogram round, partition
+    #: assignment with locality, selective broadcast of heavy hitters; off = plain ``hash % W``
+    skew_handling: bool = True
+    #: … only for joins whose two sides are estimated at least this big (the histogram round costs a
+    #: round trip: on Lambda one more S3 write and read)
+    skew_min_bytes: float = 64e6
+    #: … with this many radix partitions per rank
+    skew_partitions_per_rank: int = 32
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
-from squall.driver.planner import scans
+from squall.driver.planner import scans, skew
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.translate import estimate_rows
 
@@ -74,6 +74,10 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         left, dl = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
         right, dr = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
         left_keys, right_keys = lkeys, rkeys
+        if skew.co_partition(
+            ctx, kind, left, right, _est_bytes(ctx, node.left) + _est_bytes(ctx, node.right)
+        ):
+            return dataclasses.replace(node, left=left, right=right), RANDOM  # hot keys lie on every rank
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)

@@ -1,0 +1,85 @@
+"""Skew-aware hash joins (Neo-Join): mark a join's two hash exchanges as one co-partition group.
+
+Applies to a join both of whose sides move by key (neither is already partitioned to match) when
+``PlannerOptions.skew_handling`` is on and the two sides are estimated at ``skew_min_bytes`` or more
+(smaller joins keep plain ``hash % W``: the histogram round would cost more than any imbalance). The
+two exchanges then partition into ``skew_partitions_per_rank * W`` radix partitions and share one
+assignment computed at run time (``squall.operators.skew``), so equal keys still meet on one rank.
+
+Heavy hitters are handled by selective broadcast where the join allows it: the side whose rows are
+kept must be one whose unmatched rows need no other rank (inner: either side; left, semi, anti: the
+left side; right: the right side), and the other side's rows of a hot key go to every rank. A full
+outer join gets the assignment only. The join's output is then no longer partitioned by its key (a
+hot key's rows are on every rank), so the rule returns a random distribution: a later operator that
+needs the key partitioning moves the rows again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from squall.driver import logical as L
+from squall.driver.planner.core import Context
+from squall.plan import ExchangeInput, Output
+
+#: which side may keep its hot-key rows ("keep") / have its rows of them broadcast, by join kind
+_ROLES = {
+    "inner": ("either", "either"),
+    "left": ("keep", "broadcast"),
+    "semi": ("keep", "broadcast"),
+    "anti": ("keep", "broadcast"),
+    "right": ("broadcast", "keep"),
+    "full": ("", ""),
+}
+
+
+def co_partition(ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes: float) -> bool:
+    """Make the just-cut hash exchanges feeding ``left`` and ``right`` one skew-aware group.
+
+    Returns True when it did (the join's output is then randomly distributed), False when the join
+    keeps plain hash partitioning.
+    """
+    opts = ctx.options
+    if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or kind not in _ROLES:
+        return False
+    ids = []
+    for side in (left, right):
+        spec = ctx.inputs.get(getattr(side, "name", ""))
+        if not isinstance(spec, ExchangeInput):
+            return False
+        ids.append(spec.stage)
+    everyone = tuple(range(ctx.world))
+    index = {s.id: i for i, s in enumerate(ctx.stages)}
+    for sid in ids:
+        out = ctx.stages[index[sid]].output
+        if out.kind != "hash" or out.senders != everyone or out.receivers != everyone:
+            return False
+    group = min(ids)
+    parts = max(1, min(opts.skew_partitions_per_rank * ctx.world, 65536))
+    suffix = f" % {ctx.world}"
+    for sid, role in zip(ids, _ROLES[kind]):
+        stage = ctx.stages[index[sid]]
+        out = stage.output
+        full_hash = out.partition_sql.removesuffix(suffix)
+        output = dataclasses.replace(out, partition_sql=full_hash, partitions=parts, group=group, heavy=role)
+        ctx.stages[index[sid]] = dataclasses.replace(stage, output=output)
+    return True
+
+
+def describe(output: Output) -> str:
+    """The explain text of a skew-aware exchange ('' for a plain one)."""
+    if not output.partitions:
+        return ""
+    heavy = output.heavy
+    text = (
+        f"; skew-aware: partitions={output.partitions}, assignment=histogram+locality, group {output.group}"
+    )
+    if heavy == "either":
+        text += ", heavy hitters: selective broadcast (hot side keeps, other side broadcasts)"
+    elif heavy == "keep":
+        text += ", heavy hitters: selective broadcast (hot keys' rows stay local)"
+    elif heavy == "broadcast":
+        text += ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank)"
+    else:
+        text += ", heavy hitters: assignment only (full outer join)"
+    return text

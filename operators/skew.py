@@ -1,0 +1,267 @@
+"""Skew-aware hash exchanges on a worker: histogram round, Neo-Join assignment, selective broadcast.
+
+A stage whose ``Output.partitions`` is P > 0 does not send right away. Its output carries the full hash
+of the partitioning key (``PART_COLUMN``); the rows fall into radix partitions ``hash % P``. The worker
+holds the output of every member of the stage's co-partition group (``Output.group``: the two sides of a
+hash join) until the last member was computed, then:
+
+1. **histogram round**: each rank sends every rank a small table through the query's exchange (a
+   broadcast with id ``HISTOGRAM_BASE + group``, so it works on every exchange): rows per (member,
+   partition) it holds, and its top ``TOP_K`` key hashes per member (exact counts, taken in the
+   partitions that are locally large);
+2. **heavy hitters**: a key hash is hot when its rows (summed over the senders' reports) exceed
+   ``HEAVY_SHARE`` * (all rows of the group / W). Selective broadcast (Neo-Join): on the side that
+   may keep rows (``Output.heavy`` "keep"/"either") the hot key's rows stay on the rank that holds
+   them; the other side's rows of that key go to every rank. A hot key on a side that may not keep its
+   rows (the preserved side of an outer join is the one that keeps) is left to the assignment;
+3. **assignment**: :func:`squall.operators.skew_assign.assign` over the combined histogram of the group
+   (hot-key rows left out, the kept ones counted as each rank's base load) — every rank computes the
+   same one;
+4. **send** every member by the assignment; the worker then receives the members in plan order.
+
+Each member's :class:`~squall.operators.worker.StageReport` gets a ``skew`` dict (partitions, the
+assignment, rows kept local / moved, heavy hitters and how they were handled) that the driver merges
+into ``Result.stats["exchanges"]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from squall.exchange.base import Exchange, ExchangeSpec
+from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.skew_assign import assign
+from squall.plan import Plan, Stage
+
+#: exchange ids of histogram rounds: HISTOGRAM_BASE + the group's id (stage ids stay far below)
+HISTOGRAM_BASE = 1_000_000
+#: key hashes each sender reports per member
+TOP_K = 8
+#: a key is hot when its rows exceed this share of a rank's fair share of the group's rows
+HEAVY_SHARE = 0.5
+
+_HIST_SCHEMA = pa.schema(
+    [
+        ("sender", pa.int32()),
+        ("member", pa.int32()),
+        ("partition", pa.int32()),  # -1: a top-k key row (``hash`` set)
+        ("hash", pa.uint64()),
+        ("rows", pa.int64()),
+    ]
+)
+
+
+@dataclass
+class _Held:
+    stage: Stage
+    table: pa.Table  # the stage output with PART_COLUMN = full key hash
+    report: Any  # the member's StageReport
+    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    parts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def groups_of(plan: Plan) -> dict[int, list[int]]:
+    """Group id → member stage ids in plan order, for every skew-aware exchange of ``plan``."""
+    out: dict[int, list[int]] = {}
+    for stage in plan.stages:
+        if stage.output.kind == "hash" and stage.output.partitions > 0:
+            out.setdefault(stage.output.group or stage.id, []).append(stage.id)
+    return out
+
+
+class SkewExchanges:
+    """One rank's skew-aware exchanges of a plan (see module doc)."""
+
+    def __init__(self, plan: Plan, rank: int, exchange: Exchange, query_id: str) -> None:
+        self.plan, self.rank, self.exchange, self.query_id = plan, rank, exchange, query_id
+        self.world = plan.world_size
+        self.groups = groups_of(plan)
+        self._group_of = {sid: g for g, members in self.groups.items() for sid in members}
+        self._held: dict[int, list[_Held]] = {}
+
+    def handles(self, stage: Stage) -> bool:
+        """True when ``stage``'s output goes through a skew-aware exchange."""
+        return stage.id in self._group_of
+
+    def ready(self, stage: Stage) -> list[Stage]:
+        """The stages whose exchange this rank may receive once ``stage`` ran: ``[stage]`` for a plain
+        exchange, nothing for a group member before the last, every member after the last."""
+        group = self._group_of.get(stage.id)
+        if group is None:
+            return [stage]
+        members = self.groups[group]
+        return [self.plan.stage(s) for s in members] if stage.id == members[-1] else []
+
+    def hold(
+        self, stage: Stage, table: pa.Table, report: Any, spec_of: Callable[[Stage], ExchangeSpec]
+    ) -> None:
+        """Keep ``stage``'s output; after the group's last member, run the histogram round and send all."""
+        group = self._group_of[stage.id]
+        held = _Held(stage, table, report)
+        hashes = table.column(PART_COLUMN).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        held.hashes = hashes
+        held.parts = (hashes % np.uint64(stage.output.partitions)).astype(np.int64)
+        self._held.setdefault(group, []).append(held)
+        if stage.id == self.groups[group][-1]:
+            self._flush(group, self._held.pop(group), spec_of)
+
+    # --- the group's exchange ------------------------------------------------------------------------
+
+    def _histogram(self, members: list[_Held]) -> pa.Table:
+        senders, mems, partitions, hashes, rows = [], [], [], [], []
+        for m, held in enumerate(members):
+            nparts = held.stage.output.partitions
+            counts = np.bincount(held.parts, minlength=nparts)
+            nz = np.nonzero(counts)[0]
+            senders += [self.rank] * len(nz)
+            mems += [m] * len(nz)
+            partitions += nz.tolist()
+            hashes += [0] * len(nz)
+            rows += counts[nz].tolist()
+            if held.stage.output.heavy and len(held.hashes):
+                # candidates only in locally large partitions: a hot key makes its partition large
+                big = counts > max(2.0 * len(held.hashes) / nparts, 1.0)
+                cand = held.hashes[big[held.parts]]
+                if len(cand):
+                    vc = pc.value_counts(pa.array(cand))
+                    values = vc.field("values").to_numpy(zero_copy_only=False)
+                    cnts = vc.field("counts").to_numpy(zero_copy_only=False)
+                    top = np.argsort(-cnts, kind="stable")[:TOP_K]
+                    senders += [self.rank] * len(top)
+                    mems += [m] * len(top)
+                    partitions += [-1] * len(top)
+                    hashes += values[top].tolist()
+                    rows += cnts[top].tolist()
+        return pa.table(
+            [
+                pa.array(senders, pa.int32()),
+                pa.array(mems, pa.int32()),
+                pa.array(partitions, pa.int32()),
+                pa.array(hashes, pa.uint64()),
+                pa.array(rows, pa.int64()),
+            ],
+            schema=_HIST_SCHEMA,
+        )
+
+    def _flush(self, group: int, members: list[_Held], spec_of: Callable[[Stage], ExchangeSpec]) -> None:
+        t0 = time.perf_counter()
+        ranks = tuple(range(self.world))
+        spec = ExchangeSpec(self.query_id, HISTOGRAM_BASE + group, ranks, ranks, "broadcast")
+        self.exchange.send(spec, {r: self._histogram(members) for r in ranks})
+        hist = self.exchange.receive(spec)
+        decision = decide(hist, members_heavy=[m.stage.output.heavy for m in members], world=self.world,
+                          partitions=members[0].stage.output.partitions)  # fmt: skip
+        histogram_s = time.perf_counter() - t0
+        for m, held in enumerate(members):
+            self._send(m, held, decision, spec_of(held.stage), histogram_s)
+
+    def _send(self, m: int, held: _Held, d: Decision, spec: ExchangeSpec, histogram_s: float) -> None:
+        data = held.table.drop_columns([PART_COLUMN])
+        dest = d.assignment[held.parts].astype(np.int64)
+        keep = d.keep.get(m, set())
+        bcast = d.broadcast.get(m, set())
+        kept_heavy = bcast_rows = 0
+        if keep:
+            mask = np.isin(held.hashes, np.fromiter(keep, np.uint64, len(keep)))
+            dest[mask] = self.rank
+            kept_heavy = int(mask.sum())
+        bcast_table = None
+        if bcast and len(held.hashes):
+            mask = np.isin(held.hashes, np.fromiter(bcast, np.uint64, len(bcast)))
+            if mask.any():
+                bcast_rows = int(mask.sum())
+                bcast_table = data.filter(pa.array(mask))
+                data = data.filter(pa.array(~mask))
+                dest = dest[~mask]
+        with_dest = data.append_column(PART_COLUMN, pa.array(dest.astype(np.int32)))
+        parts = split_by_partition(with_dest, self.world)
+        if bcast_table is not None:
+            parts = [pa.concat_tables([p, bcast_table]) for p in parts]
+        self.exchange.send(spec, {r: parts[r] for r in range(self.world)})
+        local = int((dest == self.rank).sum()) - kept_heavy
+        held.report.skew = {
+            "partitions": held.stage.output.partitions,
+            "assignment": "histogram+locality",
+            "partitions_per_rank": np.bincount(d.assignment, minlength=self.world).tolist(),
+            "rows_kept_local": local,
+            "rows_moved": int(len(dest)) - local - kept_heavy,
+            "heavy_hitters": d.heavy_count,
+            "heavy_handling": d.handling,
+            "heavy_rows_kept": kept_heavy,
+            "heavy_rows_broadcast": bcast_rows,
+            "histogram_s": histogram_s,
+        }
+
+
+@dataclass
+class Decision:
+    """What every rank derives from the histogram round (identical on every rank)."""
+
+    assignment: np.ndarray
+    #: member → key hashes whose rows stay on their rank / go to every rank
+    keep: dict[int, set[int]] = field(default_factory=dict)
+    broadcast: dict[int, set[int]] = field(default_factory=dict)
+    heavy_count: int = 0
+    handling: str = "none"
+
+
+def decide(hist: pa.Table, *, members_heavy: list[str], world: int, partitions: int) -> Decision:
+    """Heavy hitters and the assignment from the gathered histograms (pure; deterministic)."""
+    sender = hist.column("sender").to_numpy()
+    member = hist.column("member").to_numpy()
+    part = hist.column("partition").to_numpy()
+    hashes = hist.column("hash").to_numpy()
+    rows = hist.column("rows").to_numpy()
+    is_hist = part >= 0
+    held = np.zeros((world, partitions), dtype=np.int64)
+    np.add.at(held, (sender[is_hist], part[is_hist]), rows[is_hist])
+    total = int(rows[is_hist].sum())
+    threshold = HEAVY_SHARE * total / max(world, 1)
+    # global counts of the reported keys, per member
+    counts: dict[tuple[int, int], int] = {}
+    for m, h, n in zip(member[~is_hist].tolist(), hashes[~is_hist].tolist(), rows[~is_hist].tolist()):
+        counts[m, h] = counts.get((m, h), 0) + n
+    keep: dict[int, set[int]] = {}
+    bcast: dict[int, set[int]] = {}
+    hot = sorted({h for (m, h), n in counts.items() if n > threshold})
+    handled = unhandled = 0
+    base = np.zeros(world, dtype=np.int64)
+    for h in hot:
+        per = {m: counts.get((m, h), 0) for m in range(len(members_heavy))}
+        k = max(per, key=lambda m: (per[m], -m))  # the hottest side keeps its rows …
+        others = [m for m in per if m != k]
+        ok = members_heavy[k] in ("keep", "either") and all(
+            members_heavy[o] in ("broadcast", "either") and per[o] * (world - 1) <= per[k] for o in others
+        )
+        if not ok:
+            unhandled += 1
+            continue
+        handled += 1
+        keep.setdefault(k, set()).add(h)
+        for o in others:  # … the other side's rows of it go to every rank
+            bcast.setdefault(o, set()).add(h)
+        # the kept rows leave their partition's histogram and load their own rank
+        mask = (~is_hist) & (hashes == np.uint64(h)) & (member == k)
+        p = int(np.uint64(h) % np.uint64(partitions))
+        for s, n in zip(sender[mask].tolist(), rows[mask].tolist()):
+            held[s, p] = max(held[s, p] - n, 0)
+            base[s] += n
+    parts = []
+    if handled:
+        parts.append(f"{handled} selective broadcast")
+    if unhandled:
+        parts.append(f"{unhandled} left to the assignment (this join must move both sides' rows)")
+    return Decision(
+        assignment=assign(held, base),
+        keep=keep,
+        broadcast=bcast,
+        heavy_count=len(hot),
+        handling=", ".join(parts) or "none",
+    )
