@@ -79,6 +79,9 @@ class Dist:
 
     kind: str  # random | hash | replicated | single
     keys: tuple[frozenset[str], ...] = ()
+    #: hash from a skew-aware join (its co-partition group, :mod:`~squall.driver.planner.skew`): a rule
+    #: that relies on the key partitioning calls :meth:`Context.rely_on` first
+    group: int = 0
 
     def rename(self, mapping: dict[str, str]) -> Dist:
         """Follow hash keys through a projection (input SQL text → output SQL text)."""
@@ -90,7 +93,7 @@ class Dist:
             if not kept:
                 return Dist("random")
             keys.append(kept)
-        return Dist("hash", tuple(keys))
+        return dataclasses.replace(self, keys=tuple(keys))
 
 
 RANDOM = Dist("random")
@@ -274,9 +277,24 @@ class Context:
             and len(dist.keys) == len(texts)
             and all(t in eq for t, eq in zip(texts, dist.keys))
         ):
+            self.rely_on(dist)
             return node, dist
         ref = self.stage(node, dist, Output("hash", keys=texts), note)
         return ref, hashed(texts)
+
+    def rely_on(self, dist: Dist) -> None:
+        """A rule uses ``dist``'s key partitioning as it is: if a skew-aware join produced it, that join's
+        exchanges fall back to plain ``hash % W`` (selective broadcast would spread its hot keys)."""
+        if not dist.group:
+            return
+        for i, s in enumerate(self.stages):
+            out = s.output
+            if out.group == dist.group and out.partitions:
+                plain = dataclasses.replace(
+                    out, partitions=0, group=0, heavy="", partition_sql=f"{out.partition_sql} % {self.world}"
+                )
+                note = s.note + "; skew handling off: a later step uses this join's key partitioning"
+                self.stages[i] = dataclasses.replace(s, output=plain, note=note)
 
     def result_stage(self, node: L.Node, bound: BoundQuery, ranks: tuple[int, ...] = (0,)) -> Stage:
         """The last stage, on rank 0 (or one part per rank of ``ranks``, in rank order), cast to

@@ -62,29 +62,30 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     if dl.kind == "single" and dr.kind == "single":
         return dataclasses.replace(node, left=left, right=right), SINGLE
     lkeys, rkeys = node.left_keys, node.right_keys
+    group = 0
     if (colocated := _colocated(dl, lkeys, rkeys)) is not None:
         own, other = colocated
+        ctx.rely_on(dl)
         right, dr = ctx.to_hash(right, dr, other, f"{kind} join: co-partition with the left side")
         left_keys, right_keys = own, other
     elif (colocated := _colocated(dr, rkeys, lkeys)) is not None:
         own, other = colocated
+        ctx.rely_on(dr)
         left, dl = ctx.to_hash(left, dl, other, f"{kind} join: co-partition with the right side")
         left_keys, right_keys = other, own
     else:
         left, dl = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
         right, dr = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
         left_keys, right_keys = lkeys, rkeys
-        if skew.co_partition(
-            ctx, kind, left, right, _est_bytes(ctx, node.left) + _est_bytes(ctx, node.right)
-        ):
-            return dataclasses.replace(node, left=left, right=right), RANDOM  # hot keys lie on every rank
+        est = _est_bytes(ctx, node.left) + _est_bytes(ctx, node.right)
+        group = skew.co_partition(ctx, kind, left, right, est)  # skew-aware exchanges (0: plain hashing)
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)
     )
     if kind == "right":
         keys = tuple(frozenset([L.sql_of(b)]) for b in right_keys)
-    dist = RANDOM if kind == "full" else Dist("hash", keys)
+    dist = RANDOM if kind == "full" else Dist("hash", keys, group)
     return dataclasses.replace(node, left=left, right=right), dist
 
 

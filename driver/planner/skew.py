@@ -10,8 +10,10 @@ Heavy hitters are handled by selective broadcast where the join allows it: the s
 kept must be one whose unmatched rows need no other rank (inner: either side; left, semi, anti: the
 left side; right: the right side), and the other side's rows of a hot key go to every rank. A full
 outer join gets the assignment only. The join's output is then no longer partitioned by its key (a
-hot key's rows are on every rank), so the rule returns a random distribution: a later operator that
-needs the key partitioning moves the rows again.
+hot key's rows are on every rank): the join's output :class:`Dist` names the group, and a later rule
+that relies on the key partitioning (an aggregate or window in place, a co-located join) calls
+:meth:`Context.rely_on`, which turns the group back into plain hashing (said in the stages' notes).
+So a skew-aware join never adds an exchange to a plan.
 """
 
 from __future__ import annotations
@@ -33,29 +35,28 @@ _ROLES = {
 }
 
 
-def co_partition(ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes: float) -> bool:
+def co_partition(ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes: float) -> int:
     """Make the just-cut hash exchanges feeding ``left`` and ``right`` one skew-aware group.
 
-    Returns True when it did (the join's output is then randomly distributed), False when the join
-    keeps plain hash partitioning.
+    Returns the group's id (for the join's output :class:`Dist`), 0 when the join keeps plain hashing.
     """
     opts = ctx.options
     if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or kind not in _ROLES:
-        return False
+        return 0
     ids = []
     for side in (left, right):
         spec = ctx.inputs.get(getattr(side, "name", ""))
         if not isinstance(spec, ExchangeInput):
-            return False
+            return 0
         ids.append(spec.stage)
     everyone = tuple(range(ctx.world))
     index = {s.id: i for i, s in enumerate(ctx.stages)}
     for sid in ids:
         out = ctx.stages[index[sid]].output
         if out.kind != "hash" or out.senders != everyone or out.receivers != everyone:
-            return False
+            return 0
     group = min(ids)
-    parts = max(1, min(opts.skew_partitions_per_rank * ctx.world, 65536))
+    parts = int(max(1, min(opts.skew_partitions_per_rank * ctx.world, 65536)))
     suffix = f" % {ctx.world}"
     for sid, role in zip(ids, _ROLES[kind]):
         stage = ctx.stages[index[sid]]
@@ -63,7 +64,7 @@ def co_partition(ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes
         full_hash = out.partition_sql.removesuffix(suffix)
         output = dataclasses.replace(out, partition_sql=full_hash, partitions=parts, group=group, heavy=role)
         ctx.stages[index[sid]] = dataclasses.replace(stage, output=output)
-    return True
+    return group
 
 
 def describe(output: Output) -> str:
