@@ -22,7 +22,7 @@ JOIN = (
     "SELECT d.grp, count(*) AS n, sum(f.v) AS s FROM fact f JOIN dim d ON f.k = d.k GROUP BY d.grp ORDER BY 1"
 )
 JOIN_ROWS = "SELECT f.k, f.v, d.name FROM fact f JOIN dim d ON f.k = d.k WHERE f.v % 97 = 0"
-LEFT_JOIN = "SELECT f.k, count(d.name) AS n FROM fact f LEFT JOIN dim d ON f.k = d.k GROUP BY f.k ORDER BY 1"
+LEFT_JOIN = "SELECT d.grp, count(*) AS n, count(d.name) AS m FROM fact f LEFT JOIN dim d ON f.k = d.k GROUP BY 1 ORDER BY 1"
 AGG = "SELECT k, count(DISTINCT v) AS n FROM fact GROUP BY k ORDER BY n DESC, k LIMIT 20"
 AGG_SUM = "SELECT k, sum(v) AS s, count(*) AS n FROM fact GROUP BY k ORDER BY k"
 

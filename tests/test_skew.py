@@ -1,4 +1,5 @@
-"""Skew: per-exchange balance in the stats and in ``squall explain --analyze``."""
+"""Skew: per-exchange balance in the stats and ``squall explain --analyze``; skew-aware joins (histogram
+assignment, selective broadcast) on skewed data match DuckDB at W=1,3,4,8 on local, S3 and fabric-tcp."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from squall.driver.exchange_stats import skew_factor
 from squall.driver.planner import PlannerOptions
 from squall.testing import assert_same_result
 
-from .skew_data import JOIN, write_skewed
+from .skew_data import AGG, AGG_SUM, DIM_ROWS, FACT_ROWS, HOT_SHARE, JOIN, JOIN_ROWS, LEFT_JOIN, write_skewed
 
 #: force partitioned joins on the small test tables (no broadcast)
 NO_BROADCAST = dict(broadcast_limit=0.0)
@@ -57,3 +58,90 @@ def test_explain_analyze_prints_a_line_per_exchange(skewed, capsys):
     assert "Distributed plan" in out and "Exchanges (rows received per rank" in out
     lines = [ln for ln in out.splitlines() if ln.startswith("  stage ") and " skew " in ln]
     assert lines, out
+
+
+# --- skew handling on: results match DuckDB, the exchanges are balanced --------------------------------
+
+ON = PlannerOptions(**NO_BROADCAST, skew_min_bytes=0.0)
+OFF = PlannerOptions(**NO_BROADCAST, skew_min_bytes=0.0, skew_handling=False)
+QUERIES = (JOIN, JOIN_ROWS, LEFT_JOIN, AGG, AGG_SUM)
+
+
+def _check_all(con, folder) -> dict[str, dict]:
+    stats = {}
+    for sql in QUERIES:
+        result = con.sql(sql)
+        assert_same_result(result.to_arrow(), reference(folder, sql), sql)
+        stats[sql] = result.stats
+    return stats
+
+
+def _join_exchanges(stats: dict) -> list[dict]:
+    return [e for e in stats["exchanges"] if e["kind"] == "hash"]
+
+
+@pytest.mark.parametrize("workers", [1, 3, 4, 8])
+def test_skewed_queries_match_duckdb_and_balance(skewed, workers):
+    with squall.connect(data=str(skewed), workers=workers, planner_options=ON) as con:
+        stats = _check_all(con, skewed)
+        plan = con.explain(JOIN)
+    if workers == 1:
+        return
+    assert "skew-aware: partitions=" in plan and "selective broadcast" in plan
+    join = _join_exchanges(stats[JOIN])
+    assert len(join) == 2
+    for e in join:
+        assert e["skew"] <= 1.25, e
+        assert e["assignment"] == "histogram+locality" and e["partitions"] == 32 * workers
+        assert sum(e["partitions_per_rank"]) == e["partitions"]
+        assert e["heavy_hitters"] == 1 and e["heavy_handling"] == "1 selective broadcast"
+    fact = max(join, key=lambda e: sum(e["rows_per_rank"]))
+    assert fact["heavy_rows_kept"] == pytest.approx(HOT_SHARE * FACT_ROWS, rel=0.05)
+    dim = min(join, key=lambda e: sum(e["rows_per_rank"]))
+    assert dim["heavy_rows_broadcast"] == 1  # the one dim row of the hot key, to every rank
+    assert sum(dim["rows_per_rank"]) == DIM_ROWS + workers - 1
+    left = _join_exchanges(stats[LEFT_JOIN])
+    assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in left), left
+
+
+@pytest.mark.parametrize("workers", [4, 8])
+def test_skew_handling_off_is_imbalanced(skewed, workers):
+    with squall.connect(data=str(skewed), workers=workers, planner_options=OFF) as con:
+        result = con.sql(JOIN)
+        plan = con.explain(JOIN)
+    assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
+    assert "skew-aware" not in plan
+    fact = max(_join_exchanges(result.stats), key=lambda e: sum(e["rows_per_rank"]))
+    hot = HOT_SHARE + (1 - HOT_SHARE) / workers  # the hot key's rank
+    assert fact["skew"] >= 0.9 * hot * workers and "assignment" not in fact
+
+
+def test_skew_on_s3_exchange(skewed):
+    from .s3server import moto_available, moto_s3
+
+    if reason := moto_available():
+        pytest.skip(reason)
+    with moto_s3("squall-skew-xchg") as _s3, squall.connect(
+        data=str(skewed), workers=4, planner_options=ON,
+        exchange="s3://squall-skew-xchg/t", exchange_options={"levels": 2},
+    ) as con:  # fmt: skip
+        result = con.sql(JOIN)
+    assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
+    assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in _join_exchanges(result.stats))
+
+
+def test_skew_on_fabric_tcp(skewed):
+    from squall.exchange.fabric import native_available
+
+    if reason := native_available():
+        pytest.skip(f"libfabric: {reason}")
+    with squall.connect(
+        data=str(skewed),
+        workers=4,
+        planner_options=ON,
+        platform="fabric",
+        platform_options={"provider": "tcp"},
+    ) as con:
+        result = con.sql(JOIN)
+    assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
+    assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in _join_exchanges(result.stats))

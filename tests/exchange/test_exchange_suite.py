@@ -192,3 +192,67 @@ def test_missing_sender_times_out_naming_ranks(backend):
             run_ranks(_missing_sender, config, 1, env=b.env, args=(query_id,))
     finally:
         factory.cleanup(config)
+
+
+# --- skew-aware group exchange (squall.operators.skew): histogram round + assignment + selective broadcast
+
+
+def _skew_group(exchange, rank, world, query_id):
+    from types import SimpleNamespace
+
+    from squall.operators.partition import PART_COLUMN
+    from squall.operators.skew import SkewExchanges
+    from squall.plan import Output, Plan, Stage
+
+    everyone = tuple(range(world))
+    stages = tuple(
+        Stage(
+            sid,
+            everyone,
+            (),
+            "",
+            Output("hash", everyone, everyone, ("k",), "hash(k)", 32 * world, 1, "either"),
+        )
+        for sid in (1, 2)
+    )
+    plan = Plan("", world, stages, ("k",))
+    rng = np.random.default_rng(rank)
+    probe = rng.integers(1, 5000, 3000)
+    probe[:900] = 7  # 30 % of every rank's probe rows carry the hot key
+    build = np.arange(1 + rank, 5000, world)  # every key exactly once over all ranks
+
+    def table(keys):
+        hashes = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(0xABCDEF)
+        return pa.table({"k": pa.array(keys, pa.int64()), PART_COLUMN: pa.array(hashes, pa.uint64())})
+
+    reports = {1: SimpleNamespace(skew={}), 2: SimpleNamespace(skew={})}
+    sx = SkewExchanges(plan, rank, exchange, query_id)
+    spec_of = lambda s: ExchangeSpec(query_id, s.id, everyone, everyone, "hash")  # noqa: E731
+    sx.hold(stages[0], table(probe), reports[1], spec_of)
+    assert sx.ready(stages[0]) == []
+    sx.hold(stages[1], table(build), reports[2], spec_of)
+    got = {s.id: exchange.receive(spec_of(s)).column("k").to_pylist() for s in sx.ready(stages[1])}
+    return got, {k: r.skew for k, r in reports.items()}
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_skew_aware_group_exchange(backend, world):
+    b, factory, config, query_id = _prepare(backend, world)
+    try:
+        results, _ = run_ranks(_skew_group, config, world, env=b.env, args=(query_id,))
+    finally:
+        factory.cleanup(config)
+    probe_rows = [len(results[r][0][1]) for r in range(world)]
+    assert sum(probe_rows) == 3000 * world  # every probe row exactly once
+    assert max(probe_rows) / (sum(probe_rows) / world) <= 1.25  # balanced despite the hot key
+    for r in range(world):
+        got, skew = results[r]
+        assert 7 in got[2]  # the hot key's build row is on every rank (selective broadcast)
+        assert got[1].count(7) == 900  # and each rank kept its own hot probe rows
+        assert skew[1]["heavy_hitters"] == 1 and skew[1]["heavy_rows_kept"] == 900
+        assert skew[2]["heavy_rows_broadcast"] == (1 if 6 % world == r else 0)
+        # every other key: its probe rows are where its build row is (one shared assignment)
+        assert {k for k in got[1] if k != 7} <= set(got[2])
+    assert sorted(k for r in range(world) for k in results[r][0][2] if k != 7) == [
+        k for k in range(1, 5000) if k != 7
+    ]
