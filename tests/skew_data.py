@@ -27,21 +27,27 @@ AGG = "SELECT k, count(DISTINCT v) AS n FROM fact GROUP BY k ORDER BY n DESC, k 
 AGG_SUM = "SELECT k, sum(v) AS s, count(*) AS n FROM fact GROUP BY k ORDER BY k"
 
 
-def write_skewed(folder: Path, hot_share: float = HOT_SHARE, seed: int = 13) -> Path:
+def write_skewed(
+    folder: Path,
+    hot_share: float = HOT_SHARE,
+    seed: int = 13,
+    fact_rows: int = FACT_ROWS,
+    dim_rows: int = DIM_ROWS,
+) -> Path:
     """Write ``fact`` and ``dim`` under ``folder`` (created); returns ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    keys = rng.integers(1, DIM_ROWS + 1, FACT_ROWS)
-    keys[rng.random(FACT_ROWS) < hot_share] = HOT_KEY
+    keys = rng.integers(1, dim_rows + 1, fact_rows)
+    keys[rng.random(fact_rows) < hot_share] = HOT_KEY
     fact = pa.table(
         {
             "k": pa.array(keys, pa.int64()),
-            "v": pa.array(rng.integers(0, 1_000_000, FACT_ROWS), pa.int64()),
-            "pad": pa.array([f"p{i % 1000:04d}" for i in range(FACT_ROWS)]),
+            "v": pa.array(rng.integers(0, 1_000_000, fact_rows), pa.int64()),
+            "pad": pa.array([f"p{i % 1000:04d}" for i in range(fact_rows)]),
         }
     )
-    pq.write_table(fact, folder / "fact.parquet", row_group_size=FACT_ROWS // 16)
-    dk = np.arange(1, DIM_ROWS + 1)
+    pq.write_table(fact, folder / "fact.parquet", row_group_size=fact_rows // 16)
+    dk = np.arange(1, dim_rows + 1)
     dim = pa.table(
         {
             "k": pa.array(dk, pa.int64()),
@@ -49,5 +55,5 @@ def write_skewed(folder: Path, hot_share: float = HOT_SHARE, seed: int = 13) -> 
             "grp": pa.array(dk % 13, pa.int64()),
         }
     )
-    pq.write_table(dim, folder / "dim.parquet", row_group_size=DIM_ROWS // 8)
+    pq.write_table(dim, folder / "dim.parquet", row_group_size=dim_rows // 8)
     return folder
