@@ -211,7 +211,9 @@ def _skew_group(exchange, rank, world, query_id):
             everyone,
             (),
             "",
-            Output("hash", everyone, everyone, ("k",), "hash(k)", 32 * world, 1, "either"),
+            Output(
+                "hash", everyone, everyone, ("k",), "hash(k)", partitions=32 * world, group=1, heavy="either"
+            ),
         )
         for sid in (1, 2)
     )
