@@ -12,6 +12,11 @@ or any query fails, 2 on bad arguments.
 run (a plan-cache miss: bind, translate, plan), then of the best timed run (a cache hit) the driver's share
 (dispatch to the workers and result transfer: the run minus the slowest worker), and per stage the slowest
 rank's scan, compute, send (partition + write) and receive (wait + read) seconds.
+
+Each line also gives the bytes Squall's exchanges sent for the query (from ``Result.stats``).
+``--no-join-filters`` plans without join filters (Bloom filter / key set pushdown);
+``--before-after`` runs every query on a second connection without them as well and prints its time, ratio
+and bytes on an indented line, then the totals and geomeans of both.
 """
 
 from __future__ import annotations
@@ -84,7 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile", action="store_true", help="print where the time goes, per query and per stage"
     )
+    parser.add_argument("--no-join-filters", action="store_true", help="plan without join filters")
+    parser.add_argument(
+        "--before-after",
+        action="store_true",
+        help="also run each query without join filters (same run) and compare bytes exchanged and time",
+    )
     return parser
+
+
+def exchanged_bytes(stats: dict[str, Any]) -> int:
+    """Bytes all exchanges of one query sent."""
+    return sum(int(e.get("bytes_sent", 0)) for e in stats.get("exchanges", []))
+
+
+def _geomean(ratios: list[float]) -> str:
+    return f"{math.exp(sum(math.log(r) for r in ratios) / len(ratios)):.2f}" if ratios else "n/a"
 
 
 def profile_lines(first: dict[str, Any], best: dict[str, Any]) -> list[str]:
@@ -153,8 +173,17 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     connect_kwargs: dict[str, Any] = {"data": str(data)}
     if args.workers is not None:
         connect_kwargs["workers"] = args.workers
+    from squall.driver.planner import PlannerOptions
+
+    if args.no_join_filters:
+        connect_kwargs["planner_options"] = PlannerOptions(join_filters=False)
     try:
         con = squall.connect(**connect_kwargs)
+        base = (
+            squall.connect(**connect_kwargs, planner_options=PlannerOptions(join_filters=False))
+            if args.before_after
+            else None
+        )
     except Exception as exc:
         print(f"error: squall.connect failed: {_one_line(exc)}", file=out)
         return 1
@@ -171,6 +200,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
     failed = False
     ratios: list[float] = []
+    base_ratios: list[float] = []
+    total_bytes = [0, 0]  # with, without join filters (--before-after)
     try:
         for n in args.queries:
             params = (
@@ -204,27 +235,61 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             if math.isfinite(ratio) and ratio > 0:
                 ratios.append(ratio)
             verdict = "ok" if problem is None else "DIFFERS"
+            sent = exchanged_bytes(best_stats)
             print(
-                f"{label}  squall {best_squall:.3f}s  duckdb {best_duck:.3f}s  ratio {ratio:.2f}  {verdict}",
+                f"{label}  squall {best_squall:.3f}s  duckdb {best_duck:.3f}s  ratio {ratio:.2f}  "
+                f"bytes {sent}  {verdict}",
                 file=out,
                 flush=True,
             )
+            if base is not None:
+                try:
+                    base_first = base.sql(sql)
+                    base_problem = compare_results(base_first.to_arrow(), expected, sql)
+                    runs = []
+                    for _ in range(args.repeat):
+                        t0 = time.perf_counter()
+                        res = base.sql(sql)
+                        res.to_arrow()
+                        runs.append((time.perf_counter() - t0, res.stats))
+                    base_time, base_stats = min(runs, key=lambda r: r[0])
+                except Exception as exc:
+                    print(f"     without join filters FAILED: {_one_line(exc)}", file=out, flush=True)
+                    failed = True
+                else:
+                    base_sent = exchanged_bytes(base_stats)
+                    base_ratio = base_time / best_duck if best_duck > 0 else math.inf
+                    if math.isfinite(base_ratio) and base_ratio > 0:
+                        base_ratios.append(base_ratio)
+                    total_bytes[0] += sent
+                    total_bytes[1] += base_sent
+                    removed = sum(f.get("rows_removed", 0) for f in best_stats.get("join_filters", []))
+                    print(
+                        f"     without join filters: squall {base_time:.3f}s  ratio {base_ratio:.2f}  "
+                        f"bytes {base_sent}  (join filters: {sent / base_sent if base_sent else 1:.2f}x bytes, "
+                        f"{removed} rows removed)  {'ok' if base_problem is None else 'DIFFERS'}",
+                        file=out,
+                        flush=True,
+                    )
+                    failed = failed or base_problem is not None
             if problem is not None:
                 print(f"     {problem}", file=out, flush=True)
                 failed = True
             if args.profile:
                 print("\n".join(profile_lines(squall_stats[0], best_stats)), file=out, flush=True)
     finally:
-        close = getattr(con, "close", None)
-        if callable(close):
-            close()
+        for c in (con, base):
+            close = getattr(c, "close", None)
+            if callable(close):
+                close()
         peer.close()
 
-    if ratios:
-        geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        print(f"geomean ratio squall/duckdb: {geomean:.2f}", file=out)
-    else:
-        print("geomean ratio squall/duckdb: n/a", file=out)
+    print(f"geomean ratio squall/duckdb: {_geomean(ratios)}", file=out)
+    if base is not None:
+        before, after = total_bytes[1], total_bytes[0]
+        change = f"{(1 - after / before) * 100:.1f} % less" if before else "n/a"
+        print(f"bytes exchanged: {after} with join filters, {before} without ({change})", file=out)
+        print(f"geomean ratio squall/duckdb without join filters: {_geomean(base_ratios)}", file=out)
     return 1 if failed else 0
 
 

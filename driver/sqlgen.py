@@ -28,6 +28,26 @@ class InputRef(L.Node):
         return self.out
 
 
+@dataclass(frozen=True)
+class Templated(L.Node):
+    """Raw DuckDB SQL over ``inputs``: ``{0}``, ``{1}``… in ``template`` become their subqueries.
+
+    For planner parts whose SQL has no logical node (join filters); outputs ``out``.
+    """
+
+    inputs: tuple[L.Node, ...]
+    template: str
+    out: tuple[str, ...]
+
+    @property
+    def children(self) -> tuple[L.Node, ...]:
+        return self.inputs
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.out
+
+
 def q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -121,6 +141,8 @@ def render(node: L.Node) -> str:
         return f"SELECT *, {_select_list(node.exprs)}\nFROM {_sub(node.input)} AS t"
     if isinstance(node, L.OneRank):
         return _one_rank(node)
+    if isinstance(node, Templated):
+        return node.template.format(*(_sub(i) for i in node.inputs))
     raise TypeError(f"cannot render {type(node).__name__}")
 
 

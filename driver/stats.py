@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from squall.driver.exchange_stats import exchange_balance
+from squall.driver.filterstats import join_filter_stats
 from squall.driver.sortstats import rank_rows, sort_summary
 from squall.driver.steal_stats import summarize_steals
 from squall.plan import Plan
@@ -110,6 +111,7 @@ def summarize(
         "exchange_requests": _sum_dicts([r["exchange"].get("requests", {}) for r in reports]),
         "exchanges": exchanges,
         "steals": summarize_steals(reports),
+        "join_filters": join_filter_stats(plan, reports),
         "stages": stages,
         "per_worker": workers,
         **({"sort": sort} if (sort := sort_summary(plan, reports)) else {}),

@@ -63,6 +63,8 @@ class StageReport:
     bytes_received: int = 0
     sampled: int = 0  # keys this rank sampled for a range output's splitters
     skew: dict[str, Any] = field(default_factory=dict)  # a skew-aware exchange's summary (operators/skew.py)
+    #: join filters applied here: label → [rows before, rows after] (see Stage.join_filters)
+    join_filters: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def time_s(self) -> float:
@@ -90,6 +92,11 @@ class WorkerReport:
             "steals": self.steals,
             "skipping": self.skipping,
         }
+
+
+def _count(db: Sandbox, sql: str) -> int:
+    got = db.query(f"SELECT count(*) AS n FROM ({sql}) AS t")
+    return int(got.column(0)[0].as_py())
 
 
 def exchange_spec(query_id: str, stage: Stage) -> ExchangeSpec:
@@ -180,6 +187,13 @@ class Worker:
     ) -> None:
         self._result = None
         reports: dict[int, StageReport] = {}
+        # an exchange may feed several stages (a join's build side and its join filter): keep it until its last
+        self._last_use = {
+            inp.stage: stage.id
+            for stage in self.plan.stages
+            for inp in stage.inputs
+            if isinstance(inp, ExchangeInput)
+        }
         for stage in self.plan.stages:
             sr = reports[stage.id] = StageReport(stage.id)
             report.stages.append(sr)
@@ -275,7 +289,9 @@ class Worker:
                     self._skipping[inp.name] = probed
             else:
                 assert isinstance(inp, ExchangeInput)
-                table = received.pop(inp.stage)
+                table = received[inp.stage]
+                if self._last_use.get(inp.stage) == stage.id:
+                    del received[inp.stage]
             sr.rows_in += table.num_rows
             inputs[inp.name] = table
         t1 = time.perf_counter()
@@ -290,6 +306,8 @@ class Worker:
                 )
             else:
                 table = db.query(stage.sql)
+            for label, pre_sql, post_sql in stage.join_filters:
+                sr.join_filters[label] = [_count(db, pre_sql), _count(db, post_sql)]
         except USER_RUNTIME as err:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
         finally:

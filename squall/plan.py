@@ -146,6 +146,9 @@ class Stage:
     output: Output
     columns: tuple[tuple[str, str], ...] = ()  # (name, DuckDB type) of the output
     note: str = ""
+    #: join filters applied in this stage, as (label, SQL before the filter, SQL after it) over the
+    #: stage's inputs: the worker counts both to report the rows each filter removed
+    join_filters: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,7 @@ class Plan:
                     output=output,
                     columns=tuple(tuple(c) for c in s["columns"]),
                     note=s["note"],
+                    join_filters=tuple(tuple(j) for j in s.get("join_filters", ())),
                 )
             )
         return Plan(

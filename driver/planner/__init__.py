@@ -10,6 +10,8 @@ optimizer ``RULES``):
 - :mod:`.scans`: row-group splits per rank, replicated scans of small tables
   (:mod:`.steal` decides which split scans get work stealing);
 - :mod:`.filters`: filters and projections, in place;
+- :mod:`.bloom`: join filters (Bloom filter / key set of the build keys at the probe scans), then
+  :mod:`.joins`;
 - :mod:`.joins`: broadcast, co-located or hash-partitioned joins;
 - :mod:`.aggregates`: partial/final split, gather or hash, complete in place;
 - :mod:`.sort`: ORDER BY without LIMIT, gathered to rank 0 or range-partitioned over the ranks;
@@ -28,13 +30,24 @@ from __future__ import annotations
 
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
-from squall.driver.planner import aggregates, filters, joins, onerank, scans, setops, sort, topk, windows
+from squall.driver.planner import (
+    aggregates,
+    bloom,
+    filters,
+    joins,
+    onerank,
+    scans,
+    setops,
+    sort,
+    topk,
+    windows,
+)
 from squall.driver.planner.core import Context, PlannerOptions
 from squall.driver.translate import Names, Planned
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 
-RULES = (scans, filters, joins, aggregates, sort, topk, setops, windows, onerank)
+RULES = (scans, filters, bloom, joins, aggregates, sort, topk, setops, windows, onerank)
 
 __all__ = ["RULES", "Planner", "PlannerOptions"]
 

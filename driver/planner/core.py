@@ -22,6 +22,7 @@ from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
 from squall.driver.planner.exprs import NUMERIC, leaves
+from squall.driver.planner.joinfilter import filter_probes
 from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import Names
 from squall.errors import NotSupportedError
@@ -66,6 +67,14 @@ class PlannerOptions:
     skew_min_bytes: float = 64e6
     #: … with this many radix partitions per rank
     skew_partitions_per_rank: int = 32
+    #: join filters (Bloom filter / key set of the build keys applied at the probe side's scans)
+    join_filters: bool = True
+    #: … only when the build side keeps at most this share of the probe rows (estimated)
+    join_filter_max_keep: float = 0.3
+    #: … and the build key is (nearly) unique in its table: NDV / rows at least this, or a GROUP BY key
+    join_filter_min_key_share: float = 0.9
+    #: … and the bytes saved exceed the filter's bytes plus this much for the extra exchange round
+    join_filter_round_bytes: float = 1e6
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,10 @@ class Context:
         self.notes: list[str] = []
         self.scans = 0  # scan inputs named so far
         self.top_sort: L.Node | None = None  # the Sort ordering the query result (set by Planner.plan)
+        #: subtrees planned ahead of their parent (id of the logical node → planned node, Dist)
+        self.prebuilt: dict[int, tuple[L.Node, Dist]] = {}
+        #: join filters to apply at scans (id of the logical Scan → filters), see planner/bloom.py
+        self.join_filters: dict[int, list[object]] = {}
         self._names: Names | None = None
         self._own_db = db is None
         self._db = db if db is not None else Sandbox(threads=1)
@@ -143,6 +156,8 @@ class Context:
 
     def build(self, node: L.Node, replicate: bool = False) -> tuple[L.Node, Dist]:
         """Plan ``node`` bottom-up: the first rule whose ``NODES`` match decides."""
+        if id(node) in self.prebuilt:
+            return self.prebuilt.pop(id(node))
         for rule in self.rules:
             if isinstance(node, rule.NODES):
                 outer, self.replicate = self.replicate, replicate
@@ -247,6 +262,8 @@ class Context:
         out = dataclasses.replace(output, senders=senders, receivers=receivers, partition_sql=partition_sql)
         note += _one_rank_note(node)
         stage = Stage(stage_id, ranks, tuple(self.inputs[leaf.name] for leaf in refs), sql, out, types, note)
+        if probes := filter_probes(node):
+            stage = dataclasses.replace(stage, join_filters=probes)
         self.stages.append(stage)
         self.schemas[stage_id] = schema
         name = f"x{stage_id}"
@@ -331,6 +348,7 @@ class Context:
             Output("result", ranks, (0,)),
             types,
             "final result" + _one_rank_note(node),
+            join_filters=filter_probes(node),
         )
 
     def fix_receivers(self) -> None:

@@ -25,6 +25,7 @@ from squall.driver.catalog import RowGroup
 from squall.driver.estimate import prune_row_groups
 from squall.driver.planner import skipping
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
+from squall.driver.planner.joinfilter import apply_filters
 from squall.driver.planner.steal import stealable
 from squall.driver.sqlgen import InputRef
 from squall.plan import Output, ScanInput, Split
@@ -36,7 +37,8 @@ def plan(ctx: Context, node: L.Scan | L.Values) -> tuple[L.Node, Dist]:
     if isinstance(node, L.Values):
         return node, SINGLE
     replicated = ctx.replicate and ctx.world > 1
-    return _scan(ctx, node, ctx.replicate), (REPLICATED if replicated else RANDOM)
+    out = apply_filters(ctx, node, _scan(ctx, node, ctx.replicate))
+    return out, (REPLICATED if replicated else RANDOM)
 
 
 def broadcast(ctx: Context, small: L.Node) -> L.Node:

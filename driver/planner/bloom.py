@@ -1,0 +1,284 @@
+"""Join filters (Bloom-filter / semi-join pushdown, HRDBMS §"Bloom filters"): decide, then plan the join.
+
+For an inner or semi join on equality keys with more than one rank, the build
+side (a semi join's right side; the broadcast side; else the smaller side) is
+planned first and cut into a stage as usual (hash-partitioned or broadcast).
+A small extra stage reads that exchange on every build rank and sends a partial
+filter of its keys (:mod:`.joinfilter`) to every rank; the probe side's scans
+whose columns carry the probe keys (followed through filters, projections,
+inner joins — also across their key equalities —, semi/anti/left joins' left
+sides and GROUP BY keys) keep only rows that may match, before anything above
+them is partitioned and sent. Then :mod:`.joins` plans the join itself with the
+build side already built.
+
+It pays when the build key is (nearly) unique in its table (``join_filter_min_key_share``) or a GROUP
+BY key, and when ``(1 - keep) * probe scan bytes`` exceeds the filter's bytes times
+its receivers plus ``join_filter_round_bytes`` for the extra round; ``keep`` is the
+build side's estimated rows over the rows of the table its key comes from
+(a filtered dimension keeps that share of the fact rows). The decision shows in
+the plan's notes and the filter stage's note; the effect (rows removed) in
+``Result.stats["join_filters"]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sqlglot import exp
+
+from squall.driver import logical as L
+from squall.driver.planner import joins, scans
+from squall.driver.planner.core import REPLICATED, Context, Dist
+from squall.driver.planner.exprs import NUMERIC, leaves
+from squall.driver.planner.joinfilter import JoinFilter, build_node
+from squall.driver.sqlgen import render
+from squall.driver.translate import estimate_rows
+from squall.plan import Output, ScanInput
+
+NODES = (L.Join,)
+
+#: Bloom filter bits per estimated build key (rounded up to a power of two)
+BITS_PER_KEY = 10
+MIN_BITS, MAX_BITS = 1 << 12, 1 << 24
+#: exact key sets when the build side is estimated at most this many rows
+EXACT_KEYS = 2048
+
+
+def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
+    decision = _decide(ctx, node)
+    if decision is None:
+        return joins.plan(ctx, node)
+    build, bkeys, _pkeys, targets, broadcast = decision
+    if broadcast:
+        b_node: L.Node = scans.broadcast(ctx, build)
+        b_dist = REPLICATED
+    else:
+        b_node, b_dist = ctx.build(build)
+        reads_scans = any(isinstance(ctx.inputs[leaf.name], ScanInput) for leaf in leaves(b_node))
+        if b_dist.kind == "hash" and reads_scans:
+            ctx.prebuilt[id(build)] = (b_node, b_dist)  # stays in place and would be read again: no filter
+            return joins.plan(ctx, node)
+        # hash-partitioned already: it stays in place and the filter stage reruns its SQL over the
+        # received inputs; else it moves by key first (a semi join's right side deduped, as joins does)
+        if b_dist.kind != "hash":
+            if (
+                node.kind == "semi"
+                and node.residual is None
+                and all(isinstance(k, exp.Column) for k in bkeys)
+            ):
+                b_node = L.Aggregate(b_node, tuple((k.name, k) for k in bkeys), ())
+            b_node, b_dist = ctx.to_hash(
+                b_node, b_dist, bkeys, f"{node.kind} join: partition build side by key"
+            )
+    ctx.prebuilt[id(build)] = (b_node, b_dist)
+    key_sql = [L.sql_of(k) for k in bkeys]
+    _s, typed = ctx.typecheck(f"SELECT {', '.join(key_sql)} FROM ({render(b_node)}) AS t", leaves(b_node))
+    key_types = tuple(t for _n, t in typed)
+    n_build = max(estimate_rows(build), 1.0)
+    kind = "keys" if n_build <= EXACT_KEYS else "bloom"
+    bits = 0 if kind == "keys" else _bits(n_build)
+    what = f"{len(key_sql)} key(s)" if kind == "keys" else f"{bits} bits"
+    label_keys = ", ".join(key_sql)
+    first = len(ctx.stages) + 1
+    ref = ctx.stage(
+        build_node(kind, b_node, key_sql, key_types, bits),
+        b_dist,
+        Output("broadcast"),
+        f"{'key set' if kind == 'keys' else 'bloom filter'} ({what}) of the build keys {label_keys}",
+    )
+    stage_id = len(ctx.stages)
+    assert stage_id >= first
+    for scan, cols, keep in targets:
+        probe_types = _scan_types(ctx, scan, cols)
+        if not _compatible(key_types, probe_types):
+            ctx.notes.append(f"no join filter on {label_keys} → scan of {scan.table}: key types differ")
+            continue
+        label = (
+            f"{'key set' if kind == 'keys' else 'bloom filter'} on {', '.join(cols)} from stage {stage_id} "
+            f"→ scan of {scan.table}, est. keep {keep * 100:.0f} %"
+        )
+        ctx.notes.append(label)
+        f = JoinFilter(kind, stage_id, ref.name, cols, key_types, bits, scan.table, keep, label)
+        ctx.join_filters.setdefault(id(scan), []).append(f)
+    return joins.plan(ctx, node)
+
+
+def _bits(n: float) -> int:
+    want = max(MIN_BITS, min(MAX_BITS, BITS_PER_KEY * n))
+    return 1 << math.ceil(math.log2(want))
+
+
+def _decide(
+    ctx: Context, node: L.Join
+) -> (
+    tuple[
+        L.Node,
+        tuple[exp.Expression, ...],
+        tuple[exp.Expression, ...],
+        list[tuple[L.Scan, tuple[str, ...], float]],
+        bool,
+    ]
+    | None
+):
+    """(build side, its keys, probe keys, [(scan, its key columns, est. keep)], broadcast?) or None."""
+    if (
+        not ctx.options.join_filters
+        or ctx.world == 1
+        or ctx.replicate
+        or node.kind not in ("inner", "semi")
+        or node.null_aware
+        or not node.left_keys
+    ):
+        return None
+    choice = joins._broadcast_choice(ctx, node)
+    if choice == "left":
+        build_left = True
+    elif choice == "right" or node.kind == "semi":
+        build_left = False
+    else:
+        build_left = estimate_rows(node.left) < estimate_rows(node.right)
+    build, probe = (node.left, node.right) if build_left else (node.right, node.left)
+    bkeys, pkeys = (node.left_keys, node.right_keys) if build_left else (node.right_keys, node.left_keys)
+    if not all(isinstance(k, exp.Column) for k in pkeys):
+        return None
+    broadcast = choice in ("left", "right")
+    if broadcast and not _moves(probe):  # the probe side is joined where it is scanned: nothing to save
+        return None
+    distinct = _distinct_build(ctx, build, bkeys)
+    if distinct is None:
+        return None
+    n_build = max(estimate_rows(build), 1.0)
+    filter_bytes = 8.0 * n_build * len(bkeys) if n_build <= EXACT_KEYS else _bits(n_build) / 8
+    senders = 1 if broadcast else ctx.world
+    cost = filter_bytes * senders * ctx.world + ctx.options.join_filter_round_bytes
+    targets = []
+    for scan, cols in _trace(probe, tuple(k.name for k in pkeys)):
+        rows = float(ctx.catalog.table(scan.table).num_rows)
+        if rows <= ctx.options.replicated_scan_rows:  # likely read whole by every rank: never sent
+            continue
+        keep = min(1.0, distinct / _ndv(ctx, scan, cols, rows))
+        saved = (1.0 - keep) * scan.est_rows * max(scan.row_width, 1.0)
+        if saved > cost and keep <= ctx.options.join_filter_max_keep:
+            targets.append((scan, cols, keep))
+    if not targets:
+        return None
+    return build, bkeys, pkeys, targets, broadcast
+
+
+def _moves(node: L.Node) -> bool:
+    """Whether a subtree has parts that cross an exchange below its top (joins, aggregates…)."""
+    if isinstance(node, L.Scan):
+        return False
+    if isinstance(node, (L.Filter, L.Project)):
+        return _moves(node.input)
+    return True
+
+
+def _distinct_build(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ...]) -> float | None:
+    """Estimated distinct build keys: a share ``sel`` of a table's rows holds ``D * (1 - (1 - sel) ** (R / D))``
+    of its ``D`` distinct keys (``R`` rows); a GROUP BY's groups are distinct already."""
+    if not all(isinstance(k, exp.Column) for k in bkeys):
+        return None
+    traced = _trace(build, tuple(k.name for k in bkeys))
+    if not traced:
+        return None
+    scan, cols = traced[0]
+    rows = max(float(ctx.catalog.table(scan.table).num_rows), 1.0)
+    ndv = _ndv(ctx, scan, cols, rows)
+    if ndv < ctx.options.join_filter_min_key_share * rows and not _grouped(build):
+        return None  # many rows per key: how many keys a filter keeps is too unsure to bet a round on
+    sel = min(1.0, estimate_rows(build) / rows)
+    return min(estimate_rows(build), ndv * (1.0 - (1.0 - sel) ** (rows / ndv)))
+
+
+def _grouped(node: L.Node) -> bool:
+    """A GROUP BY under filters and projections: its rows are distinct keys."""
+    while isinstance(node, (L.Filter, L.Project)):
+        node = node.input
+    return isinstance(node, L.Aggregate)
+
+
+def _ndv(ctx: Context, scan: L.Scan, cols: tuple[str, ...], rows: float) -> float:
+    """Distinct values of a scan's key columns (the largest single column's, at most the table's rows)."""
+    source = {internal: src for src, internal in scan.columns}
+    try:
+        best = max(float(ctx.catalog.ndv(scan.table, source[c])) for c in cols)
+    except (KeyError, OSError, ValueError):  # no sample: assume a key
+        best = rows
+    return min(max(best, 1.0), rows)
+
+
+def _trace(node: L.Node, cols: tuple[str, ...]) -> list[tuple[L.Scan, tuple[str, ...]]]:
+    """Scans below ``node`` where a row may be dropped when its ``cols`` values miss the filter."""
+    if isinstance(node, L.Scan):
+        return [(node, cols)] if all(c in node.names for c in cols) else []
+    if isinstance(node, L.Filter):
+        return _trace(node.input, cols)
+    if isinstance(node, L.Project):
+        exprs = dict(node.exprs)
+        src = []
+        for c in cols:
+            e = exprs.get(c)
+            if not isinstance(e, exp.Column):
+                return []
+            src.append(e.name)
+        return _trace(node.input, tuple(src))
+    if isinstance(node, L.Aggregate):
+        if node.sets:
+            return []
+        keys = dict(node.keys)
+        src = []
+        for c in cols:
+            e = keys.get(c)
+            if not isinstance(e, exp.Column):
+                return []
+            src.append(e.name)
+        return _trace(node.input, tuple(src))
+    if isinstance(node, L.Join):
+        out: list[tuple[L.Scan, tuple[str, ...]]] = []
+        left_names = set(node.left.names)
+        if all(c in left_names for c in cols) and node.kind in ("inner", "semi", "anti", "left"):
+            out += _trace(node.left, cols)
+            if node.kind == "inner":
+                other = _across(cols, node.left_keys, node.right_keys)
+                if other is not None:
+                    out += _trace(node.right, other)
+        elif node.kind == "inner" and all(c in node.right.names for c in cols):
+            out += _trace(node.right, cols)
+            other = _across(cols, node.right_keys, node.left_keys)
+            if other is not None:
+                out += _trace(node.left, other)
+        return out
+    return []
+
+
+def _across(
+    cols: tuple[str, ...], own: tuple[exp.Expression, ...], other: tuple[exp.Expression, ...]
+) -> tuple[str, ...] | None:
+    """The other side's columns equal to ``cols`` by the join keys, when every one is a plain column."""
+    pairs = {
+        a.name: b.name for a, b in zip(own, other) if isinstance(a, exp.Column) and isinstance(b, exp.Column)
+    }
+    if not all(c in pairs for c in cols):
+        return None
+    return tuple(pairs[c] for c in cols)
+
+
+def _scan_types(ctx: Context, scan: L.Scan, cols: tuple[str, ...]) -> tuple[str, ...]:
+    info = ctx.catalog.table(scan.table)
+    source = {internal: src for src, internal in scan.columns}
+    import pyarrow as pa
+
+    tbl = pa.schema([info.schema.field(source[c]).with_name(c) for c in cols]).empty_table()
+    ctx._db.con.register("__jf_types", tbl)
+    try:
+        return tuple(str(t) for t in ctx._db.relation("SELECT * FROM __jf_types").types)
+    finally:
+        ctx._db.con.unregister("__jf_types")
+
+
+def _compatible(build: tuple[str, ...], probe: tuple[str, ...]) -> bool:
+    """Keys hash alike: both numeric (hashed as DOUBLE) or the same type."""
+    return len(build) == len(probe) and all(
+        (b.startswith(NUMERIC) and p.startswith(NUMERIC)) or b == p for b, p in zip(build, probe)
+    )

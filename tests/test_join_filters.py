@@ -1,0 +1,237 @@
+"""Join filters (Bloom filter / key set pushdown): the filter SQL never drops a match, its false-positive
+rate, and end to end: rows removed and bytes saved show in stats while answers stay DuckDB's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import squall
+import squall.tpch as tpch
+from squall.driver.planner import PlannerOptions
+from squall.driver.planner.bloom import _bits
+from squall.driver.planner.joinfilter import JoinFilter, build_sql, probe_sql
+from squall.plan import Plan
+from squall.testing import assert_same_result
+from tests.test_sql_coverage import NOT_SUPPORTED, _random_tables
+from tests.test_sql_coverage import QUERIES as COVERAGE
+from tests.tpch_data import duckdb_over, tpch_dataset
+
+# --- the filter's SQL on its own ------------------------------------------------------------------------------
+
+
+def _run_filter(
+    kind: str, build: pa.Table, probe: pa.Table, ranks: int, bits: int = 1 << 12
+) -> tuple[set[tuple[object, ...]], int]:
+    """Rows of ``probe`` (as key tuples) the filter keeps, building it in ``ranks`` disjoint partials."""
+    con = duckdb.connect()
+    keys = [f'"{n}"' for n in build.column_names]
+    con.register("b", build)
+    types = tuple(str(t) for t in con.sql("SELECT * FROM b").types)
+    partials = []
+    for r in range(ranks):
+        part = build.slice(
+            r * build.num_rows // ranks, (r + 1) * build.num_rows // ranks - r * build.num_rows // ranks
+        )
+        con.register("part", part)
+        sql = build_sql(kind, keys, types, bits).format('"part"')
+        partials.append(con.sql(sql).to_arrow_table())
+        con.unregister("part")
+    merged = pa.concat_tables(partials)
+    con.register("f", merged)
+    con.register("p", probe)
+    f = JoinFilter(kind, 1, "f", tuple(probe.column_names), types, bits)
+    kept = con.sql(probe_sql(f, tuple(probe.column_names)).format('"p"', '"f"')).fetchall()
+    con.close()
+    return set(kept), merged.nbytes
+
+
+keys_1 = st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=60)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(build=keys_1, probe=keys_1, ranks=st.integers(1, 3), kind=st.sampled_from(["bloom", "keys"]))
+def test_single_key_filter_keeps_every_match_and_no_null(build, probe, ranks, kind) -> None:
+    b = pa.table({"k": pa.array(build, pa.int64())})
+    p = pa.table(
+        {"k": pa.array(probe, pa.int32() if all(v is None or abs(v) < 2**31 for v in probe) else pa.int64())}
+    )
+    kept, _ = _run_filter(kind, b, p, ranks)
+    wanted = {(v,) for v in probe if v is not None and v in set(build)}
+    assert wanted <= kept  # never drops a row that matches
+    assert all(v is not None for (v,) in kept)  # NULLs never match
+    assert kept <= {(v,) for v in probe}
+    if kind == "keys":
+        assert kept == wanted
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    build=st.lists(st.tuples(st.one_of(st.none(), st.text(max_size=3)), st.integers(0, 5)), max_size=40),
+    probe=st.lists(st.tuples(st.one_of(st.none(), st.text(max_size=3)), st.integers(0, 5)), max_size=40),
+    ranks=st.integers(1, 3),
+    kind=st.sampled_from(["bloom", "keys"]),
+)
+def test_two_column_keys(build, probe, ranks, kind) -> None:
+    b = pa.table({"a": [x for x, _ in build], "n": pa.array([y for _, y in build], pa.int64())})
+    p = pa.table({"a": [x for x, _ in probe], "n": pa.array([float(y) for _, y in probe], pa.float64())})
+    kept, _ = _run_filter(kind, b, p, ranks)
+    have = {(x, float(y)) for x, y in build if x is not None}
+    wanted = {(x, float(y)) for x, y in probe if x is not None and (x, float(y)) in have}
+    assert wanted <= kept
+    assert all(x is not None for x, _ in kept)
+
+
+def test_bloom_false_positive_rate_and_size() -> None:
+    n = 20_000
+    bits = _bits(n)
+    b = pa.table({"k": pa.array(range(0, 2 * n, 2), pa.int64())})  # even numbers
+    p = pa.table({"k": pa.array(range(1, 20 * n, 2), pa.int64())})  # odd numbers: none matches
+    kept, nbytes = _run_filter("bloom", b, p, 2, bits)
+    assert len(kept) / p.num_rows < 0.03  # ≥10 bits per key, 3 hashes: ~1-2 %
+    assert (
+        nbytes <= 2 * (bits // 64 * 12) * 1.05
+    )  # two partials of (w int32, bits uint64) words (+ Arrow validity)
+    assert nbytes < 0.7 * b.nbytes  # smaller than the keys themselves
+
+
+# --- end to end -----------------------------------------------------------------------------------------------
+
+QUERIES = [
+    # hash-partitioned both sides: filtered orders' keys cut lineitem before it is sent
+    "SELECT count(*) AS n, sum(l_quantity) AS q FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
+    "WHERE o_orderdate < DATE '1992-06-01'",
+    # IN subquery (Q18's pattern): the semi join's keys reach orders and lineitem
+    "SELECT o_orderkey, sum(l_quantity) AS q FROM orders JOIN lineitem ON o_orderkey = l_orderkey "
+    "WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem GROUP BY l_orderkey HAVING sum(l_quantity) > 250) "
+    "GROUP BY o_orderkey ORDER BY o_orderkey",
+    # NULL keys on the probe side (a nullable expression) and two-column keys
+    "SELECT count(*) AS n FROM lineitem JOIN partsupp ON l_partkey = ps_partkey AND l_suppkey = ps_suppkey "
+    "WHERE ps_availqty < 300",
+]
+
+
+@pytest.fixture(scope="module")
+def sf001(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tpch_dataset(0.01, tmp_path_factory=tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def duck(sf001: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb_over(sf001)
+    yield con
+    con.close()
+
+
+def _exchanged(stats: dict) -> int:
+    return sum(e.get("bytes_sent", 0) for e in stats["exchanges"])
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("i", range(len(QUERIES)))
+def test_filters_remove_rows_and_bytes_never_answers(sf001: Path, duck, workers: int, i: int) -> None:
+    sql = QUERIES[i]
+    # small data: price the extra round at 0 and hash-partition everything so the filters are planned
+    force = {
+        "broadcast_limit": 0.0,
+        "join_filter_round_bytes": 0.0,
+        "replicated_scan_rows": 0.0,
+        "join_filter_max_keep": 1.0,
+        "join_filter_min_key_share": 0.0,
+    }
+    on = squall.connect(str(sf001), workers=workers, planner_options=PlannerOptions(**force))
+    off = squall.connect(
+        str(sf001), workers=workers, planner_options=PlannerOptions(join_filters=False, **force)
+    )
+    try:
+        expected = duck.sql(sql).to_arrow_table()
+        with_filters = on.sql(sql)
+        without = off.sql(sql)
+        assert_same_result(with_filters.arrow(), expected, sql)
+        assert_same_result(without.arrow(), expected, sql)
+        filters = with_filters.stats["join_filters"]
+        assert filters, on.explain(sql)
+        text = on.explain(sql)
+        assert all(f["filter"] in text for f in filters)  # each filter is a note of the plan
+        assert without.stats["join_filters"] == []
+        assert sum(f["rows_removed"] for f in filters) > 0
+        assert all(f["rows_after"] <= f["rows_before"] for f in filters)
+        assert _exchanged(with_filters.stats) < _exchanged(without.stats)
+    finally:
+        on.close()
+        off.close()
+
+
+def test_plan_with_join_filters_round_trips(sf001: Path) -> None:
+    con = squall.connect(
+        str(sf001),
+        workers=2,
+        planner_options=FORCED,
+    )
+    try:
+        plan = con.plan(QUERIES[0])
+    finally:
+        con.close()
+    assert any(s.join_filters for s in plan.stages)
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+# --- the suites with join filters forced on every eligible join ------------------------------------------------
+
+FORCED = PlannerOptions(
+    broadcast_limit=0.0,
+    join_filter_round_bytes=0.0,
+    replicated_scan_rows=0.0,
+    join_filter_max_keep=1.0,
+    join_filter_min_key_share=0.0,
+)
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"w{w}")
+def forced(request, sf001: Path) -> Iterator[squall.Connection]:
+    con = squall.connect(str(sf001), workers=request.param, planner_options=FORCED)
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("n", tpch.QUERY_NUMBERS, ids=lambda n: f"q{n:02d}")
+def test_tpch_with_forced_filters(forced, duck, n: int) -> None:
+    sql = tpch.query(n)
+    result = forced.sql(sql)
+    assert_same_result(result.to_arrow(), duck.sql(sql).to_arrow_table(), sql)
+    for f in result.stats["join_filters"]:
+        assert 0 <= f["rows_after"] <= f["rows_before"]
+
+
+@pytest.fixture(scope="module")
+def coverage_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("sqlcov-filters")
+    for name, table in _random_tables().items():
+        pq.write_table(table, folder / f"{name}.parquet", row_group_size=500)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def coverage_pair(coverage_data: Path) -> Iterator[tuple[squall.Connection, duckdb.DuckDBPyConnection]]:
+    con = squall.connect(str(coverage_data), workers=3, planner_options=FORCED)
+    ref = duckdb.connect()
+    for f in coverage_data.glob("*.parquet"):
+        ref.execute(f"CREATE VIEW {f.stem} AS SELECT * FROM read_parquet('{f}')")
+    yield con, ref
+    con.close()
+    ref.close()
+
+
+@pytest.mark.parametrize("name", sorted(set(COVERAGE) - set(NOT_SUPPORTED)))
+def test_sql_coverage_with_forced_filters(coverage_pair, name: str) -> None:
+    con, ref = coverage_pair
+    sql = COVERAGE[name]
+    expected = ref.sql(sql).to_arrow_table()
+    assert_same_result(con.sql(sql).to_arrow(), expected, sql)
