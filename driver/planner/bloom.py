@@ -142,7 +142,7 @@ def _decide(
     if not all(isinstance(k, exp.Column) for k in pkeys):
         return None
     broadcast = choice in ("left", "right")
-    if broadcast and not _moves(probe):  # the probe side is joined where it is scanned: nothing to save
+    if broadcast and not _moves(ctx, probe):  # the probe side is joined where it is scanned: nothing to save
         return None
     distinct = _distinct_build(ctx, build, bkeys)
     if distinct is None:
@@ -165,13 +165,26 @@ def _decide(
     return build, bkeys, pkeys, targets, broadcast
 
 
-def _moves(node: L.Node) -> bool:
-    """Whether a subtree has parts that cross an exchange below its top (joins, aggregates…)."""
+def _moves(ctx: Context, node: L.Node) -> bool:
+    """Whether a subtree has parts that cross an exchange below its top (joins, aggregates…).
+
+    An inner join with a side that every rank reads whole (a replicated scan, see
+    :func:`.scans.broadcast`) stays where its other side is scanned (Q21's lineitem ⋈ supplier ⋈ nation).
+    """
     if isinstance(node, L.Scan):
         return False
     if isinstance(node, (L.Filter, L.Project)):
-        return _moves(node.input)
+        return _moves(ctx, node.input)
+    if isinstance(node, L.Join) and node.kind in ("inner", "cross"):
+        if _replicated(ctx, node.right):
+            return _moves(ctx, node.left)
+        if _replicated(ctx, node.left):
+            return _moves(ctx, node.right)
     return True
+
+
+def _replicated(ctx: Context, node: L.Node) -> bool:
+    return scans._pure(node) and scans._scan_rows(ctx, node) <= ctx.options.replicated_scan_rows
 
 
 def _distinct_build(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ...]) -> float | None:
