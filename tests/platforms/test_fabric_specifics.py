@@ -15,18 +15,13 @@ import squall
 from squall import tpch
 from squall.testing import assert_same_result
 
-from ..tpch_data import duckdb_over, tpch_dataset
+from ..tpch_data import duckdb_over
 from .backends import SF, backend_named
 
 BACKEND = backend_named("fabric-tcp")
 needs_fabric = pytest.mark.skipif(BACKEND.skip() is not None, reason=str(BACKEND.skip()))
 #: the rank program a cluster launcher starts (``srun -n W python -m … --connect HEAD:PORT``)
 RANK_PROGRAM = "squall.driver.platforms.fabric.worker_process"
-
-
-@pytest.fixture(scope="module")
-def sf01(tmp_path_factory):
-    return tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
 
 
 @needs_fabric

@@ -11,16 +11,11 @@ import pytest
 from squall import tpch
 from squall.testing import assert_same_result
 
-from ..tpch_data import duckdb_over, tpch_dataset
+from ..tpch_data import duckdb_over
 from .backends import SF, backend_named
 
 BACKEND = backend_named("lambda-local")
 pytestmark = pytest.mark.skipif(BACKEND.skip() is not None, reason=str(BACKEND.skip()))
-
-
-@pytest.fixture(scope="module")
-def sf01(tmp_path_factory):
-    return tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -20,35 +20,11 @@ import squall
 from squall import tpch
 from squall.testing import assert_same_result
 
-from ..tpch_data import duckdb_over, tpch_dataset
-from .backends import BACKENDS, SF, Backend, Site
+from .backends import BACKENDS, SF, Site
 
 FAILING = "SELECT CAST(c_name AS INTEGER) AS x, count(*) FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey GROUP BY 1"
 JOIN = "SELECT o_orderpriority, count(*) AS n FROM orders JOIN customer ON o_custkey = c_custkey GROUP BY 1 ORDER BY 1"
 NATION = "SELECT count(*) AS n FROM nation"
-
-
-@pytest.fixture(scope="session")
-def sf01(tmp_path_factory):
-    return tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def reference(sf01):
-    con = duckdb_over(sf01)
-    yield con
-    con.close()
-
-
-@pytest.fixture(scope="module", params=BACKENDS, ids=[b.name for b in BACKENDS])
-def site(request, tmp_path_factory):
-    """The backend, stood up for the module (one at a time: the next param tears the previous down)."""
-    b: Backend = request.param
-    reason = b.skip()
-    if reason:
-        pytest.skip(reason)
-    with b.open(b, tmp_path_factory.mktemp(b.name)) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

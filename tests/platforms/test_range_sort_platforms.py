@@ -14,8 +14,7 @@ import pytest
 from squall.driver.planner import PlannerOptions
 from squall.testing import assert_same_result
 
-from ..tpch_data import duckdb_over, tpch_dataset
-from .backends import SF, Site, backend_named
+from .backends import Site, backend_named
 
 BACKENDS = ("local", "local-s3", "lambda-local", "fabric-tcp")
 QUERIES = {
@@ -28,18 +27,6 @@ QUERIES = {
     "WHERE l_orderkey < 3000 ORDER BY z, l_orderkey",
     "empty": "SELECT l_orderkey, l_shipdate FROM lineitem WHERE l_quantity < 0 ORDER BY l_shipdate",
 }
-
-
-@pytest.fixture(scope="module")
-def sf01(tmp_path_factory):
-    return tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def reference(sf01):
-    con = duckdb_over(sf01)
-    yield con
-    con.close()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

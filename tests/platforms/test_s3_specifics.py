@@ -17,7 +17,6 @@ import squall
 from squall import tpch
 from squall.testing import assert_same_result
 
-from ..tpch_data import duckdb_over, tpch_dataset
 from .backends import SF, backend_named, check_s3_request_formulas, check_s3_scan_requests
 
 BACKEND = backend_named("local-s3")
@@ -30,18 +29,6 @@ SHAPES = (
     + [(1, 1, n) for n in (1, 3)]
     + [(9, levels, n) for levels in (1, 2) for n in (3, 13)]
 )
-
-
-@pytest.fixture(scope="module")
-def sf01(tmp_path_factory):
-    return tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def reference(sf01):
-    con = duckdb_over(sf01)
-    yield con
-    con.close()
 
 
 @pytest.fixture(scope="module")

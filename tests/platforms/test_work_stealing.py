@@ -11,40 +11,16 @@ claim), and the TPC-H queries of the suite's subset with stealing on.
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-import pytest
 
 from squall import tpch
 from squall.driver.planner import PlannerOptions
 from squall.testing import assert_same_result
 
-from ..tpch_data import duckdb_over, tpch_dataset
-from .backends import BACKENDS, SF, Backend, Site
+from .backends import SF, Site
 
 STEAL = PlannerOptions(work_stealing=True)
 W = 3  # SF0.1 lineitem has 6 row groups: two per rank
 SLOW = "slow_scan:rank=1:seconds=4:stage=1"  # rank 1 spends 4 s on each of its row groups
-
-
-@pytest.fixture(scope="module")
-def sf01(tmp_path_factory):
-    return tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def reference(sf01):
-    con = duckdb_over(sf01)
-    yield con
-    con.close()
-
-
-@pytest.fixture(scope="module", params=BACKENDS, ids=[b.name for b in BACKENDS])
-def site(request, tmp_path_factory):
-    b: Backend = request.param
-    reason = b.skip()
-    if reason:
-        pytest.skip(reason)
-    with b.open(b, tmp_path_factory.mktemp(b.name)) as s:
-        yield s
 
 
 def _lineitem_rows(sf01) -> int:
