@@ -480,6 +480,36 @@ def existing_sf(out: str | Path) -> float | None:
     return rows / 10_000
 
 
+def _check_parts(parts: int | None) -> None:
+    if parts is not None and (isinstance(parts, bool) or not isinstance(parts, int) or parts < 1):
+        raise OptionError(f"TPC-H parts must be a positive integer, got {parts!r}")
+
+
+def _check_output(out: str | Path, sf: float, force: bool) -> Path:
+    """``out`` made absolute; refused (``OptionError``) if it is a file or, unless ``force``, holds another SF."""
+    out = Path(out).absolute()
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"TPC-H output {out} exists and is not a folder")
+    other = existing_sf(out) if out.is_dir() and not force else None
+    if other is not None and round(other * 10_000) != max(1, int(sf * 10_000)):
+        raise OptionError(
+            f"{out} holds TPC-H SF {other:g}, not SF {sf:g}: remove it, choose another --out or pass --force"
+        )
+    return out
+
+
+def replace_tables(staged: Path, out: Path, parted: bool, trash: Path) -> None:
+    """Move every table from ``staged`` into ``out`` (lineitem last), any earlier version of a table in
+    either layout (file or folder of parts) moved to ``trash`` first."""
+    trash.mkdir()
+    for table in TABLES:
+        new_name = table if parted else f"{table}.parquet"
+        for stale in (table, f"{table}.parquet"):
+            if os.path.lexists(out / stale):
+                os.replace(out / stale, trash / stale)
+        os.replace(staged / new_name, out / new_name)
+
+
 def generate(sf: float, out: str | Path, parts: int | None = None, *, force: bool = False) -> list[Path]:
     """Write TPC-H at scale factor ``sf`` as Parquet into ``out`` with ``tpchgen-cli``; return the files.
 
@@ -494,17 +524,9 @@ def generate(sf: float, out: str | Path, parts: int | None = None, *, force: boo
     Raises ``OptionError`` for a bad ``sf`` or ``parts`` and ``DataError`` when the tool is missing or fails.
     """
     sf = _check_sf(sf)
-    if parts is not None and (isinstance(parts, bool) or not isinstance(parts, int) or parts < 1):
-        raise OptionError(f"TPC-H parts must be a positive integer, got {parts!r}")
+    _check_parts(parts)
     exe = _tpchgen_executable()
-    out = Path(out).absolute()
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"TPC-H output {out} exists and is not a folder")
-    other = existing_sf(out) if out.is_dir() and not force else None
-    if other is not None and round(other * 10_000) != max(1, int(sf * 10_000)):
-        raise OptionError(
-            f"{out} holds TPC-H SF {other:g}, not SF {sf:g}: remove it, choose another --out or pass --force"
-        )
+    out = _check_output(out, sf, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -525,14 +547,7 @@ def generate(sf: float, out: str | Path, parts: int | None = None, *, force: boo
         if not out.exists():
             os.replace(staged, out)
         else:
-            trash = tmp / "old"
-            trash.mkdir()
-            for table in TABLES:
-                new_name = table if parts is not None else f"{table}.parquet"
-                for stale in (table, f"{table}.parquet"):
-                    if os.path.lexists(out / stale):
-                        os.replace(out / stale, trash / stale)
-                os.replace(staged / new_name, out / new_name)
+            replace_tables(staged, out, parts is not None, tmp / "old")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return [path for files in dataset_files(out).values() for path in files]

@@ -66,7 +66,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from squall.errors import OptionError
-from squall.tpch import TABLES, _check_sf, dataset_files, existing_sf, generate
+from squall.tpch import (
+    _check_output,
+    _check_parts,
+    _check_sf,
+    dataset_files,
+    generate,
+    replace_tables,
+)
 
 __all__ = ["MARKER", "SkewSpec", "generate_skewed", "read_marker"]
 
@@ -142,16 +149,8 @@ def generate_skewed(
     sf = _check_sf(sf)
     if not isinstance(spec, SkewSpec):
         raise OptionError(f"spec must be a SkewSpec, got {type(spec).__name__}")
-    if parts is not None and (isinstance(parts, bool) or not isinstance(parts, int) or parts < 1):
-        raise OptionError(f"TPC-H parts must be a positive integer, got {parts!r}")
-    out = Path(out).absolute()
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"TPC-H output {out} exists and is not a folder")
-    other = existing_sf(out) if out.is_dir() and not force else None
-    if other is not None and round(other * 10_000) != max(1, int(sf * 10_000)):
-        raise OptionError(
-            f"{out} holds TPC-H SF {other:g}, not SF {sf:g}: remove it, choose another --out or pass --force"
-        )
+    _check_parts(parts)
+    out = _check_output(out, sf, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -164,14 +163,7 @@ def generate_skewed(
         _rewrite(src, staged, spec, parts is not None, tmp / "duck")
         out.mkdir(exist_ok=True)
         (out / MARKER).unlink(missing_ok=True)
-        trash = tmp / "old"
-        trash.mkdir()
-        for table in TABLES:
-            new_name = table if parts is not None else f"{table}.parquet"
-            for stale in (table, f"{table}.parquet"):
-                if os.path.lexists(out / stale):
-                    os.replace(out / stale, trash / stale)
-            os.replace(staged / new_name, out / new_name)
+        replace_tables(staged, out, parts is not None, tmp / "old")
         os.chmod(out, 0o755)
         (out / MARKER).write_text(
             json.dumps({"sf": sf, "parts": parts, "spec": asdict(spec)}, indent=1) + "\n"
