@@ -228,25 +228,11 @@ def _trace(node: L.Node, cols: tuple[str, ...]) -> list[tuple[L.Scan, tuple[str,
     if isinstance(node, L.Filter):
         return _trace(node.input, cols)
     if isinstance(node, L.Project):
-        exprs = dict(node.exprs)
-        src = []
-        for c in cols:
-            e = exprs.get(c)
-            if not isinstance(e, exp.Column):
-                return []
-            src.append(e.name)
-        return _trace(node.input, tuple(src))
+        src = _renamed(dict(node.exprs), cols)
+        return _trace(node.input, src) if src is not None else []
     if isinstance(node, L.Aggregate):
-        if node.sets:
-            return []
-        keys = dict(node.keys)
-        src = []
-        for c in cols:
-            e = keys.get(c)
-            if not isinstance(e, exp.Column):
-                return []
-            src.append(e.name)
-        return _trace(node.input, tuple(src))
+        src = None if node.sets else _renamed(dict(node.keys), cols)
+        return _trace(node.input, src) if src is not None else []
     if isinstance(node, L.Join):
         out: list[tuple[L.Scan, tuple[str, ...]]] = []
         left_names = set(node.left.names)
@@ -263,6 +249,17 @@ def _trace(node: L.Node, cols: tuple[str, ...]) -> list[tuple[L.Scan, tuple[str,
                 out += _trace(node.left, other)
         return out
     return []
+
+
+def _renamed(exprs: dict[str, exp.Expression], cols: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The input columns that a projection's or GROUP BY's output ``cols`` are plain copies of, else None."""
+    src = []
+    for c in cols:
+        e = exprs.get(c)
+        if not isinstance(e, exp.Column):
+            return None
+        src.append(e.name)
+    return tuple(src)
 
 
 def _across(
