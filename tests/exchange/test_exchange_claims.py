@@ -10,24 +10,11 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
 from squall.exchange.base import ExchangeError, open_exchange
 
-from .backends import BACKENDS, Backend
 from .ranks import run_ranks
 
 ITEMS = [f"s1_lineitem.{owner}.{i}" for owner in range(3) for i in range(10)]
-
-
-@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
-def backend(request, tmp_path):
-    b: Backend = request.param
-    reason = b.skip()
-    if reason:
-        pytest.skip(reason)
-    with b.open(tmp_path) as factory:
-        yield b, factory
 
 
 def _claim_all(exchange, rank, world, query_id):

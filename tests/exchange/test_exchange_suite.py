@@ -14,18 +14,7 @@ import pytest
 
 from squall.exchange.base import ExchangeSpec
 
-from .backends import BACKENDS, Backend
 from .ranks import run_ranks
-
-
-@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
-def backend(request, tmp_path):
-    b: Backend = request.param
-    reason = b.skip()
-    if reason:
-        pytest.skip(reason)
-    with b.open(tmp_path) as factory:
-        yield b, factory
 
 
 def _prepare(backend, world):
