@@ -2,18 +2,23 @@
 
 Rules:
 
-- DuckDB raises → ``rejected`` (the generator made an invalid query; counted, Squall is not asked).
+- DuckDB raises → ``rejected`` (the generator made an invalid query; counted, Squall is not asked). So does a
+  query the reference cannot answer within its bounds (``REFERENCE_SECONDS``, ``REFERENCE_MEMORY``: a random
+  non-equality join can be quadratic), reported as ``oracle limit: …``.
 - Squall raises ``NotSupportedError`` (``not supported: …``) → ``refused`` (a to-do, not a failure).
 - Squall returns rows that differ from DuckDB's (``squall.testing.compare_results``: float tolerance,
   tie-aware ORDER BY/LIMIT) → ``wrong``. Stricter than ``compare_results``: a column that is DECIMAL on both
   sides must match exactly (decimal arithmetic is exact; a tolerance hid a rounded partial sum).
 - Squall raises any other ``UserError`` (bind error on SQL it generated itself, runtime error, …) where DuckDB
   answered → ``error``; anything else (a Python exception, a crashed worker) → ``internal``.
+- Squall runs longer than ``SQUALL_SECONDS`` where DuckDB answered → ``timeout`` (a speed problem, reported
+  and listed, not a wrong answer).
 - Otherwise ``passed``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -23,12 +28,15 @@ import duckdb
 import pyarrow as pa
 
 import squall
-from squall.errors import NotSupportedError, UserError
+from squall.errors import NotSupportedError, QueryTimeout, UserError
 from squall.testing import compare_results
 
 from .dataset import duckdb_reference
 
 FAILURES = ("wrong", "error", "internal")
+REFERENCE_SECONDS = 20.0  # DuckDB's own time limit per query (interrupted beyond)
+REFERENCE_MEMORY = "4GB"
+SQUALL_SECONDS = 120.0  # Squall's limit per query and worker count
 
 
 def _exact_decimals(table: pa.Table, other: pa.Table) -> pa.Table:
@@ -47,7 +55,7 @@ def _exact_decimals(table: pa.Table, other: pa.Table) -> pa.Table:
 
 @dataclass
 class Outcome:
-    kind: str  # passed, rejected, refused, wrong, error, internal
+    kind: str  # passed, rejected, refused, wrong, error, internal, timeout
     workers: int | None = None  # the worker count that failed or refused
     detail: str = ""  # what differed / the error message (one paragraph)
     error_type: str = ""  # exception class name for refused/error/internal
@@ -83,6 +91,7 @@ class Oracle:
     def duck(self) -> duckdb.DuckDBPyConnection:
         if self._duck is None:
             self._duck = duckdb_reference(self.data)
+            self._duck.execute(f"SET memory_limit = '{REFERENCE_MEMORY}'")
         return self._duck
 
     def engine(self, w: int) -> squall.Connection:
@@ -105,16 +114,27 @@ class Oracle:
         self.close()
 
     def reference(self, sql: str):  # type: ignore[no-untyped-def]
-        """DuckDB's answer (Arrow table), or the exception it raised."""
+        """DuckDB's answer (Arrow table), or the exception it raised (also when it hit the oracle's bounds)."""
+        con = self.duck()
+        timer = threading.Timer(REFERENCE_SECONDS, con.interrupt)
+        timer.start()
         try:
-            return self.duck().sql(sql).to_arrow_table()
+            return con.sql(sql).to_arrow_table()
+        except duckdb.InterruptException:
+            return RuntimeError(f"oracle limit: DuckDB took over {REFERENCE_SECONDS:g} s")
+        except duckdb.OutOfMemoryException:
+            return RuntimeError(f"oracle limit: DuckDB needed over {REFERENCE_MEMORY}")
         except Exception as exc:
             return exc
+        finally:
+            timer.cancel()
 
     def run_squall(self, sql: str, w: int, expected) -> Outcome:  # type: ignore[no-untyped-def]
         start = time.perf_counter()
         try:
-            actual = self.engine(w).sql(sql).to_arrow()
+            actual = self.engine(w).sql(sql, timeout=SQUALL_SECONDS).to_arrow()
+        except QueryTimeout as exc:
+            return Outcome("timeout", w, str(exc), type(exc).__name__, time.perf_counter() - start)
         except NotSupportedError as exc:
             return Outcome("refused", w, str(exc), type(exc).__name__, time.perf_counter() - start)
         except UserError as exc:

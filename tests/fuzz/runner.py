@@ -28,7 +28,9 @@ class Finding:
 @dataclass
 class Stats:
     generated: int = 0
-    counts: Counter = field(default_factory=Counter)  # passed, rejected, refused, wrong, error, internal
+    counts: Counter = field(
+        default_factory=Counter
+    )  # passed, rejected, refused, wrong, error, internal, timeout
     refusals: Counter = field(default_factory=Counter)
     rejections: Counter = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
@@ -39,7 +41,8 @@ class Stats:
         lines = [
             f"generated {self.generated}, rejected by DuckDB {c['rejected']} "
             f"({100 * c['rejected'] / max(self.generated, 1):.1f}%), passed {c['passed']}, refused by Squall "
-            f"{c['refused']}, wrong answers {c['wrong']}, errors {c['error']}, internal errors {c['internal']}; "
+            f"{c['refused']}, wrong answers {c['wrong']}, errors {c['error']}, internal errors {c['internal']}, "
+            f"Squall over its time limit {c['timeout']}; "
             f"{self.seconds:.1f} s ({self.seconds / max(self.generated, 1):.2f} s/query)"
         ]
         if self.refusals:
@@ -101,6 +104,10 @@ def run(
                 stats.refusals[refusal_reason(out.detail)] += 1
             elif out.kind == "rejected":
                 stats.rejections[out.detail[:100]] += 1
+            elif out.kind == "timeout":
+                stats.findings.append(Finding(i, sql, out))
+                if log:
+                    log(f"[{i}] timeout at W={out.workers}: {out.detail}")
             elif out.failed:
                 finding = Finding(i, sql, out)
                 stats.findings.append(finding)
