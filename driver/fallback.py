@@ -44,8 +44,9 @@ def _all_columns(ast: exp.Expression) -> bool:
 
 
 def _check_static_columns(ast: exp.Expression) -> None:
-    """A PIVOT without IN lists has columns that depend on the data (DuckDB reads the distinct
-    values first); a plan's result columns are fixed when it is made, so it is refused."""
+    """A PIVOT without IN lists has columns that depend on the data: a connection reads its values with
+    a first query and plans it with IN lists (:mod:`squall.driver.pivot_values`); planned without one
+    (``compile_sql`` alone), it is refused."""
     for pivot in ast.find_all(exp.Pivot):
         if pivot.args.get("unpivot"):
             continue
@@ -55,8 +56,8 @@ def _check_static_columns(ast: exp.Expression) -> None:
         dynamic = [f for f in fields if not isinstance(f, exp.In) or f.args.get("query") is not None]
         if dynamic or not fields:
             raise NotSupportedError(
-                "PIVOT without an IN list of values (its columns depend on the data): "
-                "name the values, as in PIVOT t ON c IN ('a', 'b') USING sum(x)"
+                "PIVOT without an IN list of values outside a connection (its values are read by a first "
+                "query): name the values, as in PIVOT t ON c IN ('a', 'b') USING sum(x)"
             )
 
 

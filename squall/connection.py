@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -10,9 +11,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from squall.driver.catalog import Catalog
 from squall.driver.compile import compile_sql
 from squall.driver.explain import explain_plan
+from squall.driver.pivot_values import resolve_pivots
 from squall.driver.planner import PlannerOptions
 from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
 from squall.driver.predicate_cache import PredicateCache
@@ -124,22 +128,43 @@ class Connection:
         registered, no local file changed since). Also: ``{"plan_cache": "hit"|"miss", "planning_breakdown":
         {...}}`` for the stats (the breakdown in seconds: version check, bind, translate, plan)."""
         start = time.perf_counter()
+        # a dynamic PIVOT's values: read by a first query on every run (never cached), said in the notes
+        pivots = resolve_pivots(sql, self.catalog, lambda first: self._first_query(first, world_size))
+        sql, pivot_s = pivots.sql, time.perf_counter() - start
+        start = time.perf_counter()
         version = self.catalog.version()
         key = (sql, version, world_size, self.planner_options, self.predicate_cache.generation)
         checked = time.perf_counter()
         with self._plan_lock:
             cached = self._plans.get(key)
-            if cached is not None:
+            if cached is None:
+                if self._db is None:
+                    self._db = Sandbox(threads=1)
+                timings: dict[str, float] = {"cache_s": checked - start}
+                cached = compile_sql(self.catalog, sql, world_size, self.planner_options, self._db, timings)
+                self._plans[key] = cached
+                while len(self._plans) > PLAN_CACHE_SIZE:
+                    self._plans.popitem(last=False)
+                compiled: dict[str, Any] = {"plan_cache": "miss", "planning_breakdown": timings}
+            else:
                 self._plans.move_to_end(key)
-                return cached, {"plan_cache": "hit", "planning_breakdown": {"cache_s": checked - start}}
-            if self._db is None:
-                self._db = Sandbox(threads=1)
-            timings: dict[str, float] = {"cache_s": checked - start}
-            plan = compile_sql(self.catalog, sql, world_size, self.planner_options, self._db, timings)
-            self._plans[key] = plan
-            while len(self._plans) > PLAN_CACHE_SIZE:
-                self._plans.popitem(last=False)
-            return plan, {"plan_cache": "miss", "planning_breakdown": timings}
+                compiled = {"plan_cache": "hit", "planning_breakdown": {"cache_s": checked - start}}
+        if pivots.notes:
+            cached = dataclasses.replace(cached, notes=(*pivots.notes, *cached.notes))
+            compiled["planning_breakdown"]["pivot_values_s"] = pivot_s
+        return cached, compiled
+
+    def _first_query(self, sql: str, world_size: int) -> pa.Table:
+        """Run a query the driver needs before it can plan another (a dynamic PIVOT's values)."""
+        plan = self._compile(sql, world_size)[0]
+        if self._query is not None:
+            self._query.check()
+        if _reads_nothing(plan):
+            execution = self._run_on_driver(plan)
+        else:
+            self._fit_platform(plan)
+            execution = self.platform.execute(plan, f"q{uuid.uuid4().hex[:16]}", None)
+        return execution.table.rename_columns(list(plan.result_names))
 
     def explain(self, sql: str, *, estimate: bool = False) -> str:
         """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL.
