@@ -13,6 +13,7 @@ from squall.driver.boundary import Boundary
 from squall.driver.catalog import Catalog
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import Binder
+from squall.driver.pivot_rewrite import plain_pivots
 from squall.driver.planner import Planner, PlannerOptions
 from squall.driver.prune import prune
 from squall.driver.translate import Names, Planned, Translator
@@ -66,7 +67,8 @@ def _compile(
     spent = timings if timings is not None else {}
     t0 = time.perf_counter()
     binder = Binder(catalog, db)
-    bound = binder.bind(sql)
+    pivots = plain_pivots(sql, binder)  # PIVOT/UNPIVOT with IN lists as SQL the planner distributes
+    bound = binder.bind(pivots.sql)
     t1 = time.perf_counter()
     spent["bind_s"] = t1 - t0
     translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
@@ -80,8 +82,9 @@ def _compile(
         spent["translate_s"] = t2 - t1
         boundary.step, boundary.locate = "planning", None
         plan = Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
-        if translator.notes:  # decorrelation decisions are said too
-            plan = dataclasses.replace(plan, notes=(*dict.fromkeys(translator.notes), *plan.notes))
+        if translator.notes or pivots.notes:  # decorrelation and PIVOT decisions are said too
+            said = (*pivots.notes, *dict.fromkeys(translator.notes))
+            plan = dataclasses.replace(plan, notes=(*said, *plan.notes))
         spent["plan_s"] = time.perf_counter() - t2
         return plan
     except (NotSupportedError, BindError) as err:
@@ -93,5 +96,7 @@ def _compile(
     t2 = time.perf_counter()
     spent["translate_s"] = t2 - t1
     plan = Planner(catalog, world_size, options, db).plan(bound, Planned(node, outputs), names)
+    if pivots.notes:
+        plan = dataclasses.replace(plan, notes=(*pivots.notes, *plan.notes))
     spent["plan_s"] = time.perf_counter() - t2
     return plan

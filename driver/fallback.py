@@ -19,6 +19,7 @@ from sqlglot.optimizer.qualify import qualify
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery, referenced_tables
+from squall.driver.pivot_values import is_dynamic
 from squall.driver.scope import conjuncts
 from squall.errors import NotSupportedError
 
@@ -48,13 +49,7 @@ def _check_static_columns(ast: exp.Expression) -> None:
     a first query and plans it with IN lists (:mod:`squall.driver.pivot_values`); planned without one
     (``compile_sql`` alone), it is refused."""
     for pivot in ast.find_all(exp.Pivot):
-        if pivot.args.get("unpivot"):
-            continue
-        # PIVOT (aggs FOR c IN (…)) keeps the IN under "fields"; the PIVOT t ON c … USING aggs
-        # statement keeps the ON items under "expressions"
-        fields = list(pivot.args.get("fields") or []) or list(pivot.expressions)
-        dynamic = [f for f in fields if not isinstance(f, exp.In) or f.args.get("query") is not None]
-        if dynamic or not fields:
+        if is_dynamic(pivot):
             raise NotSupportedError(
                 "PIVOT without an IN list of values outside a connection (its values are read by a first "
                 "query): name the values, as in PIVOT t ON c IN ('a', 'b') USING sum(x)"

@@ -76,23 +76,36 @@ def resolve_pivots(sql: str, catalog: Catalog, run: Runner) -> Resolved:
         return Resolved(ast.sql(DIALECT), tuple(notes))
 
 
-def _is_dynamic(pivot: exp.Pivot) -> bool:
-    """A PIVOT statement (``PIVOT src ON …``) with an ON item lacking a list of literal values."""
+def in_list(item: exp.Expression) -> bool:
+    """An ON item with a list of values: ``c IN (…)``. DuckDB's grammar takes the IN as the ON item's
+    list only after a column, constant, function call or parenthesised expression (its ``c_expr``):
+    ``a % 3 IN (1, 2)`` is one boolean expression to pivot on (sqlglot reads it as a list)."""
+    if not isinstance(item, exp.In) or item.args.get("query") is not None:
+        return False
+    on = item.this
+    simple = (exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Func, exp.Cast, exp.Tuple)
+    return isinstance(on, exp.Paren) or (
+        isinstance(on, simple) and not isinstance(on, (exp.Binary, exp.Unary))
+    )
+
+
+def is_dynamic(pivot: exp.Pivot) -> bool:
+    """A PIVOT statement (``PIVOT src ON …``) with an ON item lacking a list of values."""
     if pivot.args.get("unpivot") or pivot.args.get("fields") or pivot.this is None:
         return False
-    return any(not isinstance(f, exp.In) or f.args.get("query") is not None for f in pivot.expressions)
+    return not all(in_list(f) for f in pivot.expressions)
 
 
 def _next_dynamic(ast: exp.Expression) -> exp.Pivot | None:
     """A dynamic PIVOT whose source holds no other dynamic PIVOT (innermost first)."""
-    found = [p for p in ast.find_all(exp.Pivot) if _is_dynamic(p)]
+    found = [p for p in ast.find_all(exp.Pivot) if is_dynamic(p)]
     for p in found:
-        if not any(q is not p and _is_dynamic(q) for q in p.this.find_all(exp.Pivot)):
+        if not any(q is not p and is_dynamic(q) for q in p.this.find_all(exp.Pivot)):
             return p
     return None
 
 
-def _ctes(pivot: exp.Pivot) -> exp.With | None:
+def ctes_at(pivot: exp.Pivot) -> exp.With | None:
     """The CTEs visible at ``pivot`` (its own and its ancestors', outermost first; an inner name wins)."""
     chain: list[list[exp.CTE]] = []
     recursive = False
@@ -115,7 +128,7 @@ def _ctes(pivot: exp.Pivot) -> exp.With | None:
     return exp.With(expressions=list(by_name.values()), recursive=recursive)
 
 
-def _with_ctes(query: exp.Query, ctes: exp.With | None) -> exp.Query:
+def with_ctes(query: exp.Query, ctes: exp.With | None) -> exp.Query:
     if ctes is None:
         return query
     own = query.args.get("with_")
@@ -140,12 +153,12 @@ def _strings(table: pa.Table) -> list[str | None]:
 
 def _values(pivot: exp.Pivot, item: exp.Expression, run: Runner) -> tuple[exp.Expression, list[str]]:
     """The ON expression of ``item`` and its values, read by a first query."""
-    ctes = _ctes(pivot)
-    if isinstance(item, exp.In):  # IN (SELECT …): the subquery's values, in its order, once each
+    ctes = ctes_at(pivot)
+    if isinstance(item, exp.In) and item.args.get("query") is not None:  # the subquery's values, in order
         query = item.args["query"]
         inner = query.this.copy() if isinstance(query, exp.Subquery) else query.copy()
         seen: dict[str, None] = {}
-        for v in _strings(run(_with_ctes(inner, ctes).sql(DIALECT))):
+        for v in _strings(run(with_ctes(inner, ctes).sql(DIALECT))):
             if v is not None:
                 seen.setdefault(v, None)
         return item.this, list(seen)
@@ -158,7 +171,7 @@ def _values(pivot: exp.Pivot, item: exp.Expression, run: Runner) -> tuple[exp.Ex
         .where(exp.Not(this=exp.Is(this=exp.Paren(this=item.copy()), expression=exp.Null())))
         .limit(pivot_limit() + 1)
     )
-    table = run(_with_ctes(first, ctes).sql(DIALECT))
+    table = run(with_ctes(first, ctes).sql(DIALECT))
     return item, sorted(v for v in table.column(0).to_pylist() if v is not None)
 
 
@@ -168,7 +181,8 @@ def _resolve(pivot: exp.Pivot, run: Runner, notes: list[str]) -> exp.Expression:
     empty = False
     columns = 1
     for item in pivot.expressions:
-        if isinstance(item, exp.In) and item.args.get("query") is None:
+        if in_list(item):
+            assert isinstance(item, exp.In)
             items.append(item.copy())
             columns *= len(item.expressions)
             continue

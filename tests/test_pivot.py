@@ -53,7 +53,16 @@ QUERIES = {
     "standard": "SELECT * FROM (SELECT grp, flag, val FROM t1) PIVOT (sum(val) FOR flag IN (true, false))",
     "standard_several": "SELECT * FROM t1 PIVOT (sum(val) AS s, count(*) AS n FOR flag IN (true, false) "
     "grp IN ('g1', 'g2') GROUP BY \"MixedCase\")",
+    "in_list_many_values": "PIVOT t1 ON (id % 25) IN (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, "
+    "19, 20, 21, 22, 23, 24) USING sum(val), count(*) GROUP BY grp",  # DuckDB: its LIST strategy above 20
+    "dynamic_many_values": "PIVOT t1 ON id % 30 USING avg(val) AS a GROUP BY flag",
+    "in_list_aggregate_keeping_nulls": "PIVOT t1 ON flag IN (true, false) USING list(id ORDER BY id) GROUP BY grp",
+    "in_list_expression": "PIVOT t1 ON (grp || '!') IN ('g1!', 'g2!') USING max(amount) GROUP BY flag",
+    "dynamic_boolean_expression": "PIVOT t1 ON id % 3 IN (0, 1) USING count(*) GROUP BY grp",  # DuckDB's grammar
+    "standard_aliases": "SELECT * FROM t1 PIVOT (max(amount) FOR grp IN ('g1' AS one, 'g2' AS two) GROUP BY flag)",
     # UNPIVOT
+    "unpivot_columns": "UNPIVOT (SELECT cat, weight, weight + 1 AS w1 FROM t3b) ON COLUMNS('^w') INTO NAME k VALUE v",
+    "unpivot_case": "UNPIVOT (SELECT cat, weight, weight * 2 AS W2 FROM t3b) ON WEIGHT, w2",
     "unpivot": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON weight, w2 INTO NAME k VALUE v",
     "unpivot_nulls": "UNPIVOT (SELECT id, val, CAST(amount AS DOUBLE) AS a FROM t1 WHERE id < 300) ON val, a "
     "INTO NAME k VALUE v",
@@ -175,3 +184,42 @@ def test_values_are_read_again_after_the_data_changes(tmp_path, workers):
             {"g": 3, "a": None, "b": 7, "q": 8, "z": None},
         ]
         assert "PIVOT values read by a first query: 4 values of c" in again.stats["notes"]
+
+
+DISTRIBUTED = [
+    "dynamic",
+    "dynamic_several_on",
+    "dynamic_no_group_by",
+    "dynamic_in_from",
+    "in_list",
+    "in_list_with_null",
+    "in_list_many_values",
+    "standard_several",
+    "unpivot",
+    "unpivot_include_nulls",
+    "unpivot_standard",
+]
+
+
+@pytest.mark.parametrize("name", DISTRIBUTED)
+def test_pivot_and_unpivot_are_distributed(engine, name):
+    """PIVOT as a grouped aggregate with FILTERs, UNPIVOT as an unnest: no part on one rank, and said."""
+    notes = engine.plan(QUERIES[name]).notes
+    assert not any(n.startswith("one rank") for n in notes), notes
+    rewrite = "UNPIVOT as an unnest of 2 columns" if "unpivot" in name else "PIVOT as a grouped aggregate"
+    assert any(n.startswith(rewrite) for n in notes), notes
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("unpivot_columns", "one rank (PIVOT as a query"),  # COLUMNS(…) in the ON list: kept as it is
+        (
+            "in_list_aggregate_keeping_nulls",
+            "one rank (aggregate ARRAYAGG with FILTER",
+        ),  # list() keeps NULLs: FILTER on one rank
+    ],
+)
+def test_forms_not_rewritten_run_on_one_rank_and_say_so(engine, name, why):
+    notes = engine.plan(QUERIES[name]).notes
+    assert any(n.startswith(why) for n in notes), notes
