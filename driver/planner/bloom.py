@@ -11,6 +11,10 @@ sides and GROUP BY keys) keep only rows that may match, before anything above
 them is partitioned and sent. Then :mod:`.joins` plans the join itself with the
 build side already built.
 
+When the build side is a replicated scan (every rank reads it whole, see :func:`.scans.broadcast`),
+there is no filter stage: each rank computes the exact build keys inside the probe side's stage
+(``local`` kind), which costs no round and no bytes.
+
 It pays when the build key is (nearly) unique in its table (``join_filter_min_key_share``) or a GROUP
 BY key, and when ``(1 - keep) * probe scan bytes`` exceeds the filter's bytes times
 its receivers plus ``join_filter_round_bytes`` for the extra round; ``keep`` is the
@@ -49,6 +53,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     if decision is None:
         return joins.plan(ctx, node)
     build, bkeys, _pkeys, targets, broadcast = decision
+    if broadcast and _replicated(ctx, build):
+        return _plan_local(ctx, node, build, bkeys, targets)
     if broadcast:
         b_node: L.Node = scans.broadcast(ctx, build)
         b_dist = REPLICATED
@@ -103,6 +109,35 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     return joins.plan(ctx, node)
 
 
+def _plan_local(
+    ctx: Context,
+    node: L.Join,
+    build: L.Node,
+    bkeys: tuple[exp.Expression, ...],
+    targets: list[tuple[L.Scan, tuple[str, ...], float]],
+) -> tuple[L.Node, Dist]:
+    """Filters whose build side every rank reads whole: exact keys computed in the probe's own stage."""
+    b_node = scans.broadcast(ctx, build)
+    ctx.prebuilt[id(build)] = (b_node, REPLICATED)
+    key_sql = [L.sql_of(k) for k in bkeys]
+    _s, typed = ctx.typecheck(f"SELECT {', '.join(key_sql)} FROM ({render(b_node)}) AS t", leaves(b_node))
+    key_types = tuple(t for _n, t in typed)
+    keys = build_node("keys", b_node, key_sql, key_types, 0)
+    label_keys = ", ".join(key_sql)
+    for scan, cols, keep in targets:
+        if not _compatible(key_types, _scan_types(ctx, scan, cols)):
+            ctx.notes.append(f"no join filter on {label_keys} → scan of {scan.table}: key types differ")
+            continue
+        label = (
+            f"key set on {', '.join(cols)} from {label_keys} computed on every rank (replicated scan, "
+            f"no extra round) → scan of {scan.table}, est. keep {keep * 100:.0f} %"
+        )
+        ctx.notes.append(label)
+        f = JoinFilter("local", 0, "", cols, key_types, 0, scan.table, keep, label, source=keys)
+        ctx.join_filters.setdefault(id(scan), []).append(f)
+    return joins.plan(ctx, node)
+
+
 def _bits(n: float) -> int:
     want = max(MIN_BITS, min(MAX_BITS, BITS_PER_KEY * n))
     return 1 << math.ceil(math.log2(want))
@@ -151,6 +186,8 @@ def _decide(
     filter_bytes = 8.0 * n_build * len(bkeys) if n_build <= EXACT_KEYS else _bits(n_build) / 8
     senders = 1 if broadcast else ctx.world
     cost = filter_bytes * senders * ctx.world + ctx.options.join_filter_round_bytes
+    if broadcast and _replicated(ctx, build):
+        cost = 0.0  # computed where the probe is scanned: no round, no bytes
     targets = []
     for scan, cols in _trace(probe, tuple(k.name for k in pkeys)):
         rows = float(ctx.catalog.table(scan.table).num_rows)

@@ -6,6 +6,9 @@ SQL so they run on every platform and cross the ordinary exchange:
 
 - ``keys``: the exact distinct keys (NULLs left out); the probe side keeps rows
   by a semi join on them. Used when the build side is estimated tiny.
+- ``local``: like ``keys``, but the build side is a replicated scan that every rank reads whole
+  anyway, so each rank computes the exact keys itself inside the probe's stage: no filter
+  stage, no extra round, no bytes.
 - ``bloom``: a Bloom filter of ``bits`` bits (a power of two) and :data:`HASHES`
   hash functions by double hashing over DuckDB's 64-bit ``hash()`` of the key
   columns (numbers cast to DOUBLE, as the hash partitioning does, so equal
@@ -36,15 +39,17 @@ BLOOM_COLUMNS = ("w", "bits")
 class JoinFilter:
     """One filter the planner decided on: from stage ``stage`` to the scan of ``table``."""
 
-    kind: str  # keys | bloom
-    stage: int
-    input: str  # the exchange input name of the filter stage (x<stage>)
+    kind: str  # keys | bloom | local
+    stage: int  # the filter stage (0 for ``local``)
+    input: str  # the exchange input name of the filter stage (x<stage>; "" for ``local``)
     probe_cols: tuple[str, ...]  # the scan's internal column names, one per key
     key_types: tuple[str, ...]  # DuckDB types of the build keys (numbers hash as DOUBLE)
     bits: int = 0
     table: str = ""
     keep: float = 1.0
     label: str = ""
+    #: ``local``: the build side's distinct keys, computed on every rank (a replicated scan)
+    source: L.Node | None = None
 
 
 def _hash_sql(cols: list[str], types: tuple[str, ...]) -> str:
@@ -81,7 +86,7 @@ def probe_sql(f: JoinFilter, names: tuple[str, ...]) -> str:
     cols = ", ".join(f"t.{q(n)}" for n in names)
     keys = [q(c) for c in f.probe_cols]
     not_null = " AND ".join(f"{k} IS NOT NULL" for k in keys)
-    if f.kind == "keys":
+    if f.kind in ("keys", "local"):
         on = " AND ".join(f"t.{k} = f.{q(f'k{i}')}" for i, k in enumerate(keys))
         return f"SELECT {cols}\nFROM (SELECT * FROM {{0}} AS t WHERE {not_null}) AS t\nSEMI JOIN {{1}} AS f ON {on}"
     h = _hash_sql([f"t.{k}" for k in keys], f.key_types)
@@ -100,7 +105,8 @@ def probe_sql(f: JoinFilter, names: tuple[str, ...]) -> str:
 
 def probe_node(f: JoinFilter, scan: L.Node, filter_cols: tuple[str, ...]) -> Templated:
     """``scan`` keeping only rows that may match the build side."""
-    return Templated((scan, InputRef(f.input, filter_cols)), probe_sql(f, scan.names), scan.names)
+    keys: L.Node = f.source if f.source is not None else InputRef(f.input, filter_cols)
+    return Templated((scan, keys), probe_sql(f, scan.names), scan.names)
 
 
 @dataclass(frozen=True)
