@@ -22,6 +22,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from squall.driver.catalog import Catalog
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
@@ -73,6 +74,29 @@ class BoundQuery:
     types: tuple[str, ...]
 
 
+def _pivot_with_modifiers(sql: str) -> str | None:
+    """``PIVOT … ORDER BY … LIMIT …`` (DuckDB takes modifiers after a PIVOT/UNPIVOT statement; sqlglot
+    does not) as ``SELECT * FROM (PIVOT …) ORDER BY … LIMIT …``, which DuckDB answers the same; None
+    for any other text."""
+    try:
+        tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(sql)
+    except TokenError:
+        return None
+    depth, pivot = 0, False
+    for tok in tokens:
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and tok.token_type in (TokenType.PIVOT, TokenType.UNPIVOT):
+            pivot = True
+        elif (
+            depth == 0 and pivot and tok.token_type in (TokenType.ORDER_BY, TokenType.LIMIT, TokenType.OFFSET)
+        ):
+            return f"SELECT * FROM ({sql[: tok.start].rstrip()}) {sql[tok.start :]}"
+    return None
+
+
 def parse(sql: str) -> exp.Expression:
     """Parse exactly one statement; syntax errors carry line and column."""
     if not sql or not sql.strip():
@@ -80,6 +104,12 @@ def parse(sql: str) -> exp.Expression:
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
     except ParseError as err:
+        wrapped = _pivot_with_modifiers(sql)
+        if wrapped is not None:
+            try:
+                return parse(wrapped)
+            except SqlSyntaxError:
+                pass  # the error of the text as written
         first = err.errors[0] if err.errors else {}
         desc = str(first.get("description") or err).splitlines()[0]
         line, col = first.get("line"), first.get("col")

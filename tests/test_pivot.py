@@ -46,6 +46,7 @@ QUERIES = {
     "dynamic_all_null": "PIVOT t1 ON nothing USING sum(val) GROUP BY grp",
     "dynamic_all_null_no_group_by": "PIVOT (SELECT grp, flag, nothing, val FROM t1) ON nothing USING sum(val)",
     "dynamic_empty_source": "PIVOT t2_empty ON cat USING sum(score) GROUP BY t1_id",
+    "dynamic_order_limit": "PIVOT t1 ON flag USING count(*) GROUP BY grp ORDER BY grp NULLS FIRST LIMIT 3",
     # PIVOT with IN lists
     "in_list": "PIVOT t1 ON flag IN (true, false) USING count(*) AS n, sum(val) AS s GROUP BY grp",
     "in_list_with_null": "PIVOT t1 ON grp IN ('g1', NULL, 'g3') USING sum(val) GROUP BY flag",
@@ -61,6 +62,8 @@ QUERIES = {
     "dynamic_boolean_expression": "PIVOT t1 ON id % 3 IN (0, 1) USING count(*) GROUP BY grp",  # DuckDB's grammar
     "standard_aliases": "SELECT * FROM t1 PIVOT (max(amount) FOR grp IN ('g1' AS one, 'g2' AS two) GROUP BY flag)",
     # UNPIVOT
+    "unpivot_order_by": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON weight, w2 INTO NAME k VALUE v "
+    "ORDER BY cat, k",
     "unpivot_columns": "UNPIVOT (SELECT cat, weight, weight + 1 AS w1 FROM t3b) ON COLUMNS('^w') INTO NAME k VALUE v",
     "unpivot_case": "UNPIVOT (SELECT cat, weight, weight * 2 AS W2 FROM t3b) ON WEIGHT, w2",
     "unpivot": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON weight, w2 INTO NAME k VALUE v",
