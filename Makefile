@@ -40,7 +40,7 @@ test: venv-dev checkov-venv native browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(MAKE) --no-print-directory check-arch
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=30
 
 # layering (import-linter, .importlinter), no module import cycles, mypy on the library — all on the
 # package tree as Python sees it (tools/srcview.py mirrors pyproject's package-dir mapping)
