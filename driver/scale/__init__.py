@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from squall.driver.scale.calibration import Calibration, load_calibration
-from squall.driver.scale.model import Estimate, Simulation, StageEstimate
+from squall.driver.scale.model import MAX_RANKS, Estimate, Simulation, StageEstimate
 from squall.driver.scale.params import AWS, EMULATOR_HERE, PlatformConfig, Profile, profile
 from squall.driver.scale.requests import ExchangeCounts, ExchangeShape, exchange_counts
 from squall.driver.scale.workload import StageSizes, Workload, from_plan, scaled
@@ -66,12 +66,18 @@ def estimate_workload(
     *,
     profile_: Profile | str | None = None,
     seed: int = 1,
+    max_ranks: int = MAX_RANKS,
 ) -> Estimate:
-    """Simulate ``work`` (a :class:`Workload`) under ``config`` (profile: ``config.profile`` unless given)."""
+    """Simulate ``work`` (a :class:`Workload`) under ``config`` (profile: ``config.profile`` unless given).
+
+    Above ``max_ranks`` workers (0: never) the model simulates every k-th rank, k = ⌈W / max_ranks⌉, each
+    standing for the k ranks from it on (their requests and billed time counted k times): the ranks of
+    a large query behave alike (its scans are spread evenly), and this keeps W = 4,096 at the cost of
+    W = 512 (the estimate's notes say so)."""
     prof = profile(profile_ or config.profile)
     if config.workers != work.world:
         raise ValueError(f"workload is for {work.world} workers, config says {config.workers}")
-    return Simulation(work, config, prof, calibration or load_calibration(), seed).run()
+    return Simulation(work, config, prof, calibration or load_calibration(), seed, max_ranks).run()
 
 
 def estimate(

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
-from collections.abc import Generator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -56,6 +56,7 @@ from squall.driver.scale.requests import (
     POLLING,
     ExchangeCounts,
     ExchangeShape,
+    PairWeights,
     exchange_counts,
     grid_width,
     list_groups,
@@ -87,6 +88,20 @@ def grid_sources(width: int) -> tuple[list[list[int]], list[list[int]]]:
     ]
     lvl2 = [sorted({forwarder(start, q % g) for start in range(0, width, g)} - {q}) for q in range(width)]
     return lvl1, lvl2
+
+
+#: simulated ranks at most (above: rank classes, see :func:`squall.driver.scale.estimate_workload`)
+MAX_RANKS = 512
+
+#: a batch of more than this many waves of the thread pool takes its expected time (:func:`wave_max`)
+BATCH_CLOSED_FORM = 4
+
+
+@lru_cache(maxsize=256)
+def wave_max(dist: LogNormal, k: int) -> float:
+    """Expected time of one wave of ``k`` parallel requests: E[max of k latencies] (numerically, once)."""
+    z = np.random.default_rng(12345).standard_normal((4000, k)).max(axis=1)
+    return float(dist.median * np.exp(dist.sigma * z).mean())
 
 
 # --- shared resources ---------------------------------------------------------------------------
@@ -184,6 +199,92 @@ class SharedCpu:
                 yield self.wake
 
 
+class Board:
+    """The objects of one exchange level as readers see them: who wrote, in which order, the running sum of
+    the writers' weights (one level: a reader's share of non-empty pieces is a difference of two sums),
+    the LIST groups that still miss a writer, and an event per watch key (one level: 0; two levels: the
+    writer's grid row at level 1, its column at level 2) that fires at that key's next write. Readers
+    thus look at what is new since their last round in O(1) (one level) or O(√W) (two levels), never at
+    every sender."""
+
+    def __init__(self, env: simpy.Environment, key_of: Callable[[int], int], weight: np.ndarray,
+                 list_group: dict[int, int]) -> None:  # fmt: skip
+        self.env, self.key_of, self.weight, self.list_group = env, key_of, weight, list_group
+        self.index: dict[int, int] = {}
+        self.cum: list[float] = [0.0]
+        self.events: dict[int, simpy.Event] = {}
+        self.unwritten: Counter[int] = Counter(list_group.values())
+        self.open_groups = len(self.unwritten)
+        self.total_weight = float(weight[list(list_group)].sum()) if list_group else 0.0
+
+    def write(self, sender: int) -> None:
+        if sender in self.index:
+            return
+        self.index[sender] = len(self.cum) - 1
+        self.cum.append(self.cum[-1] + float(self.weight[sender]))
+        group = self.list_group.get(sender)
+        if group is not None:
+            self.unwritten[group] -= 1
+            self.open_groups -= self.unwritten[group] == 0
+        ev = self.events.pop(self.key_of(sender), None)
+        if ev is not None:
+            ev.succeed()
+
+    def next_write(self, keys: set[int]) -> simpy.Event:
+        """An event at the next write under any of ``keys``."""
+        evs = []
+        for k in keys:
+            if k not in self.events:
+                self.events[k] = self.env.event()
+            evs.append(self.events[k])
+        return evs[0] if len(evs) == 1 else self.env.any_of(evs)
+
+
+class _Reader:
+    """One reader's progress through a :class:`Board`: one level by a cursor into the write order (its own
+    object skipped), two levels by the ≤ 2√W objects it still waits for (``pending``: source -> weight)."""
+
+    def __init__(self, board: Board, n_src: int, total: float, scale: float, own: int | None = None,
+                 pending: dict[int, float] | None = None) -> None:  # fmt: skip
+        self.board, self.left, self.total, self.scale, self.own = board, n_src, total, scale, own
+        self.pending = pending
+        self.cursor = 0
+
+    def peek(self) -> tuple[int, float]:
+        """Objects written but not yet taken, and their summed weight."""
+        b = self.board
+        if self.pending is not None:
+            ready = [s for s in self.pending if s in b.index]
+            return len(ready), float(sum(self.pending[s] for s in ready))
+        end = len(b.cum) - 1
+        n, w = end - self.cursor, b.cum[end] - b.cum[self.cursor]
+        if self.own is not None and self.cursor <= b.index.get(self.own, -1) < end:
+            n, w = n - 1, w - float(b.weight[self.own])
+        return n, w * self.scale
+
+    def take(self) -> tuple[int, float]:
+        n, w = self.peek()
+        b = self.board
+        if self.pending is not None:
+            for s in [s for s in self.pending if s in b.index]:
+                del self.pending[s]
+        else:
+            self.cursor = len(b.cum) - 1
+        self.left -= n
+        return n, w
+
+    def groups(self) -> int:
+        """LIST requests of one round: one per group prefix that still misses a writer."""
+        if self.pending is not None:
+            return 1
+        return max(1, self.board.open_groups)
+
+    def keys(self) -> set[int]:
+        if self.pending is None:
+            return {0}
+        return {self.board.key_of(s) for s in self.pending}
+
+
 # --- the estimate -------------------------------------------------------------------------------
 
 
@@ -232,7 +333,7 @@ class Simulation:
     """One run of the model (see module doc); :meth:`run` returns an :class:`Estimate`."""
 
     def __init__(self, work: Workload, config: PlatformConfig, prof: Profile, cal: Calibration,
-                 seed: int = 1) -> None:  # fmt: skip
+                 seed: int = 1, max_ranks: int = 0) -> None:  # fmt: skip
         self.work, self.cfg, self.prof, self.cal = work, config, prof, cal
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)
@@ -262,6 +363,15 @@ class Simulation:
         self.notes: list[str] = []
         self.polling = POLLING.get(config.exchange_version, "list")
         self.abort_checked: dict[int, float] = {}  # rank -> when its exchange last HEADed ABORT (v2)
+        self.boards: dict[tuple[int, int], Board] = {}
+        self.data_owed: defaultdict[int, float] = defaultdict(float)
+        #: ranks per simulated class: above ``max_ranks`` ranks (which behave alike: scans spread evenly),
+        #: rank r (r % per_class == 0) acts for r … r+per_class-1; requests and billing count all of them
+        self.per_class = max(1, math.ceil(self.world / max_ranks)) if max_ranks else 1
+        self.classes = self._make_classes()
+        self._sets: dict[int, frozenset[int]] = {}
+        self.pairs: dict[int, PairWeights] = {}
+        self.grid: dict[int, tuple[dict[int, int], np.ndarray, np.ndarray]] = {}  # xid -> (pos, n_col, y)
         self._shapes()
 
     # -- exchange shapes and formulas
@@ -270,17 +380,41 @@ class Simulation:
         for st in self.work.stages:
             if st.output_kind == "result" or not st.receivers:
                 continue
-            n_s = max(1, len(st.senders))
-            if st.output_kind == "hash":
-                share = st.bytes_out / (n_s * len(st.receivers))
-                rows = st.rows_out / (n_s * len(st.receivers))
-            else:
-                share, rows = st.bytes_out / n_s, st.rows_out / n_s
-            piece = self.cal.ipc_piece_bytes(share, rows, st.n_columns)
+            x = st.sender_hit if len(st.sender_hit) else np.ones(self.world)
+            m = st.receiver_hit if len(st.receiver_hit) else np.ones(self.world)
+            senders = np.asarray(st.senders, dtype=np.int64)
+            # pieces with rows: the output's bytes spread over them (module doc of .emptiness)
+            pairs = float(x[senders].sum()) * (
+                float(m[list(st.receivers)].sum()) if st.output_kind == "hash" else 1
+            )
+            pairs = max(pairs, 1.0)
+            piece = self.cal.ipc_piece_bytes(st.bytes_out / pairs, st.rows_out / pairs, st.n_columns)
             self.piece[st.id] = piece
-            shape = ExchangeShape(st.output_kind, st.senders, st.receivers, piece, self.cfg.levels)
-            self.exchanges[st.id] = exchange_counts(shape, self.cfg.exchange_version)
+            trivial = bool((x[senders] >= 1).all() and (m[list(st.receivers)] >= 1).all())
+            shape = ExchangeShape(st.output_kind, st.senders, st.receivers, piece, self.cfg.levels,
+                                  sender_hit=() if trivial else tuple(x.tolist()),
+                                  receiver_hit=() if trivial else tuple(m.tolist()))  # fmt: skip
+            counts = exchange_counts(shape, self.cfg.exchange_version)
+            self.exchanges[st.id] = counts
+            self.pairs[st.id] = shape.pairs()
             self.xstats[st.id] = Counter()
+            self._boards(st, counts.levels)
+
+    def _boards(self, st: StageWork, levels: int) -> None:
+        """One :class:`Board` per level of ``st``'s exchange."""
+        pw = self.pairs[st.id]
+        if levels == 1:
+            groups = list_groups(st.output_kind, st.senders, 1)
+            self.boards[st.id, 1] = Board(self.env, lambda s: 0, pw.x, groups)
+            return
+        recv = sorted(st.receivers)
+        pos = {r: i for i, r in enumerate(recv)}
+        g = grid_width(len(recv))
+        n_col, y = pw.grid_terms(recv)
+        self.grid[st.id] = (pos, n_col, y)
+        ones = np.ones(self.world)
+        self.boards[st.id, 1] = Board(self.env, lambda s: pos[s] // g, ones, {})
+        self.boards[st.id, 2] = Board(self.env, lambda s: pos[s] % g, ones, {})
 
     # -- primitives
 
@@ -305,23 +439,36 @@ class Simulation:
             yield self.env.timeout(seconds)
 
     def req(self, kind: str, n: int, rank: int, nbytes: float = 0.0, xid: int | None = None,
-            count_as: str | None = None, at: float = 0.0, spread_s: float = 0.0) -> float:  # fmt: skip
+            count_as: str | None = None, at: float = 0.0, spread_s: float = 0.0, mult: int = 1,
+            shared_by: int = 1) -> float:  # fmt: skip
         """Count ``n`` requests of ``kind`` issued in parallel by ``rank`` (its thread pool) ``at`` seconds
         from now, moving ``nbytes`` in total; return how long they take (throttling, latency, transfer).
-        On a shared-CPU host the caller also runs ``n x s3_request_cpu_s`` of CPU work."""
-        if n <= 0:
+        On a shared-CPU host the caller also runs ``n x s3_request_cpu_s`` of CPU work. ``mult``: the
+        ranks this one stands for (:attr:`Simulation.per_class`): counted and throttled ``mult`` times.
+        ``shared_by``: ``n`` is the total of that many ranks of a class; this one waits for its share."""
+        if n <= 0 or mult <= 0:
             return 0.0
+        if shared_by > 1:  # as ``own`` requests by each of ``shared_by`` ranks, counted as ``n`` in all
+            own = max(1, round(n / shared_by))
+            self.requests[count_as or kind] += n - own * shared_by
+            if xid is not None:
+                self.xstats[xid][count_as or kind] += n - own * shared_by
+            return self.req(kind, own, rank, nbytes, xid, count_as, at, spread_s, mult=shared_by)
         p = self.prof
-        self.requests[count_as or kind] += n
+        self.requests[count_as or kind] += n * mult
         if xid is not None:
-            self.xstats[xid][count_as or kind] += n
+            self.xstats[xid][count_as or kind] += n * mult
         now = self.env.now + at
         limiter = self.puts if kind in ("put", "list") else self.gets
         t = 0.0
-        wait = limiter.admit(now, n, spread_s)
+        # a class's members book one after another; the representative waits their mean wait
+        waits = [limiter.admit(now, n, spread_s) for _ in range(mult)]
+        for w in waits:
+            if w > 0:
+                self.retries += n * self._tries(w)
+        wait = sum(waits) / mult
         if wait > 0:  # 503 SlowDown, retried after botocore's backoff: about log2 rounds per request
-            tries = max(1, math.ceil(math.log2(1 + wait / max(p.retry_base_s * 0.5, 1e-3))))
-            self.retries += n * tries
+            tries = self._tries(wait)
             backoff = sum(min(p.retry_cap_s, p.retry_base_s * 2**i * 0.5) for i in range(tries))
             t += max(wait, backoff)
         dist = {"get": p.s3_get_s, "put": p.s3_put_s, "head": p.s3_head_s, "list": p.s3_list_s}[kind]
@@ -330,6 +477,9 @@ class Simulation:
             t += self._lat1(dist)
         elif n <= lanes:
             t += float(self._lat(dist, n).max())
+        elif n > BATCH_CLOSED_FORM * lanes:  # a big batch: its expected time, not one draw per request
+            full, rest = divmod(n, lanes)
+            t += full * wave_max(dist, lanes) + (wave_max(dist, rest) if rest else 0.0)
         else:
             waves = math.ceil(n / lanes)
             lat = self._lat(dist, waves * lanes)
@@ -339,14 +489,18 @@ class Simulation:
             t += self._net(rank).transfer(now + t, nbytes)
         return t
 
+    def _tries(self, wait: float) -> int:
+        """Attempts of a request throttled for ``wait`` seconds (botocore's doubling backoff)."""
+        return max(1, math.ceil(math.log2(1 + wait / max(self.prof.retry_base_s * 0.5, 1e-3))))
+
     def s3(self, kind: str, n: int, rank: int, nbytes: float = 0.0, xid: int | None = None,
-           count_as: str | None = None) -> Generator[Any, Any, None]:  # fmt: skip
+           count_as: str | None = None, mult: int = 1) -> Generator[Any, Any, None]:  # fmt: skip
         """:meth:`req` as a process step (CPU on shared hosts, then the wait)."""
         if n <= 0:
             return
         if self.prof.s3_request_cpu_s:
             yield from self.cpu_work(n * self.prof.s3_request_cpu_s)
-        yield self.env.timeout(self.req(kind, n, rank, nbytes, xid, count_as))
+        yield self.env.timeout(self.req(kind, n, rank, nbytes, xid, count_as, mult=mult))
 
     # -- driver
 
@@ -380,10 +534,10 @@ class Simulation:
         puts = sum(c.put for c in self.exchanges.values())
         return puts + self.world * (3 + 2 * len(self.work.stages))
 
-    def _status(self, rank: int) -> Generator[Any, Any, None]:
+    def _status(self, rank: int, mult: int = 1) -> Generator[Any, Any, None]:
         self.last_change = self.env.now
-        yield from self.s3("put", 1, rank, count_as="put")
-        self.requests["status_put"] += 1
+        yield from self.s3("put", 1, rank, count_as="put", mult=mult)
+        self.requests["status_put"] += mult
 
     # -- invocations
 
@@ -411,41 +565,75 @@ class Simulation:
             yield self.env.timeout(float(self._lat(p.invoke_api_s)[0]))
             self.env.process(self.invocation(a, b))
             self.invocations += 1
+        cls = self.classes.get(lo)
+        if cls is None:
+            return  # another rank of its class runs the query for it (and bills its time)
         yield from self.rank(lo)
         if lo == 0:
             last = self.work.stages[-1]
             yield from self.s3("put", 1, lo, nbytes=last.bytes_out)
-        yield from self._status(lo)  # done
-        self.billed.append(self.env.now - start)
-        self.done_ranks.append(self.env.now)
+        yield from self._status(lo, len(cls))  # done
+        self.billed.extend([self.env.now - start] * len(cls))
+        self.done_ranks.extend([self.env.now] * len(cls))
 
     # -- one rank
 
+    def _make_classes(self) -> dict[int, list[int]]:
+        """Representative rank -> the ranks it stands for (itself first). With :attr:`per_class` k > 1:
+        the ranks that invoke others (their start differs) each alone; the others in runs of k, led by the
+        run's last rank."""
+        k = self.per_class
+        if k == 1:
+            return {r: [r] for r in range(self.world)}
+        invokers: set[int] = set()
+        stack = list(tree_blocks(self.world, self.fanout))
+        while stack:
+            lo, hi = stack.pop()
+            kids = list(tree_children(lo, hi, self.fanout))
+            if kids:
+                invokers.add(lo)
+            stack.extend(kids)
+        classes: dict[int, list[int]] = {r: [r] for r in invokers | {0}}
+        run: list[int] = []
+        for r in range(self.world):
+            if r in classes:
+                continue
+            run.append(r)
+            if len(run) == k or r == self.world - 1:
+                classes[run[-1]] = [run[-1], *run[:-1]]
+                run = []
+        return classes
+
     def rank(self, r: int) -> Generator[Any, Any, None]:
+        """Rank ``r``'s stages (and those of the ranks of its class, which behave alike)."""
         p = self.prof
         shared = self.cpu is not None
+        cls = self.classes[r]
         for st in self.work.stages:
             est = self.per_stage[st.id]
             wait = 0.0
             if self._abort_due(r):
-                self.requests["abort_head"] += 1
+                self.requests["abort_head"] += len(cls)
                 if shared:
-                    yield from self.s3("head", 1, r)
+                    yield from self.s3("head", 1, r, mult=len(cls))
                 else:
-                    wait = self.req("head", 1, r)
-            if r in st.ranks:
+                    wait = self.req("head", 1, r, mult=len(cls))
+            members = self._members(st.ranks, cls)
+            if members:
+                a = members[0]  # the class's first rank in this stage acts for its members
+                m = len(members)
                 wait += p.stage_overhead_s
-                if p.data_on_s3 and st.scan_bytes[r] > 0:
-                    per_split = st.scan_bytes[r] / max(st.scan_splits[r], 1)
+                if p.data_on_s3 and st.scan_bytes[a] > 0:
+                    per_split = st.scan_bytes[a] / max(st.scan_splits[a], 1)
                     n_get = int(
-                        st.scan_files[r] + st.scan_splits[r] * max(1, math.ceil(per_split / (16 << 20)))
+                        st.scan_files[a] + st.scan_splits[a] * max(1, math.ceil(per_split / (16 << 20)))
                     )
                     scan = self.req(
-                        "get", n_get, r, nbytes=float(st.scan_bytes[r]), count_as="scan_get", at=wait
+                        "get", n_get, a, nbytes=float(st.scan_bytes[a]), count_as="scan_get", at=wait, mult=m
                     )
                     est.scan_s = max(est.scan_s, scan)
                     wait += scan
-                seconds, mem, spilled = self._compute(st, r)
+                seconds, mem, spilled = self._compute(st, a)
                 est.memory_mb = max(est.memory_mb, mem)
                 est.spilled |= spilled
                 if shared:
@@ -457,33 +645,49 @@ class Simulation:
                 else:
                     wait += seconds
                     est.compute_s = max(est.compute_s, seconds)
-                if st.output_kind != "result" and r in st.senders:
+                senders = self._members(st.senders, cls) if st.output_kind != "result" else []
+                if senders:
                     t0 = self.env.now + wait
                     if shared:
                         yield self.env.timeout(wait)
                         wait = 0.0
-                        yield from self._send(st, r, 1)
-                        yield from self._status(r)  # sent-<stage>
+                        yield from self._send(st, senders, 1)
+                        yield from self._status(a, len(senders))  # sent-<stage>
                     else:
-                        wait += self._put_object(st, r, 1, at=wait)
+                        wait += self._put_object(st, senders, 1, at=wait)
                         yield self.env.timeout(wait)
                         wait = 0.0
-                        self._written(st.id, 1, r)
-                        wait += self._status_t(r)
+                        for q in senders:
+                            self._written(st.id, 1, q)
+                        wait += self._status_t(a, len(senders))
                     est.send_s = max(est.send_s, self.env.now + wait - t0)
-            if st.output_kind != "result" and r in st.receivers:
+            receivers = self._members(st.receivers, cls) if st.output_kind != "result" else []
+            if receivers:
                 if wait:
                     yield self.env.timeout(wait)
                     wait = 0.0
                 t0 = self.env.now
-                yield from self._receive(st, r)
+                yield from self._receive(st, receivers)
                 est.receive_s = max(est.receive_s, self.env.now - t0)
             if shared:
-                yield from self._status(r)  # stage-<stage>
+                yield from self._status(r, len(cls))  # stage-<stage>
             else:
-                wait += self._status_t(r)
+                wait += self._status_t(r, len(cls))
                 yield self.env.timeout(wait)
             est.end_s = max(est.end_s, self.env.now)
+
+    def _members(self, ranks: tuple[int, ...], cls: list[int]) -> list[int]:
+        """The ranks of ``cls`` among ``ranks``."""
+        if len(cls) == 1:
+            return [cls[0]] if cls[0] in self._rank_set(ranks) else []
+        rs = self._rank_set(ranks)
+        return [q for q in cls if q in rs]
+
+    def _rank_set(self, ranks: tuple[int, ...]) -> frozenset[int]:
+        got = self._sets.get(id(ranks))
+        if got is None:
+            got = self._sets[id(ranks)] = frozenset(ranks)
+        return got
 
     def _abort_due(self, r: int, at: float = 0.0) -> bool:
         """Whether rank ``r`` HEADs the abort marker now (+``at``): v1 at every stage, v2 at most once per
@@ -497,20 +701,28 @@ class Simulation:
         self.abort_checked[r] = now
         return True
 
-    def _status_t(self, rank: int) -> float:
+    def _status_t(self, rank: int, mult: int = 1) -> float:
         self.last_change = self.env.now
-        self.requests["status_put"] += 1
-        return self.req("put", 1, rank)
+        self.requests["status_put"] += mult
+        return self.req("put", 1, rank, mult=mult)
 
-    def _put_object(self, st: StageWork, r: int, level: int, at: float = 0.0) -> float:
-        if not self.exchanges[st.id].puts[level][r]:
+    def _put_object(self, st: StageWork, ranks: list[int], level: int, at: float = 0.0) -> float:
+        """The level's PUT of ``ranks[0]`` (counted for every rank of ``ranks`` that PUTs)."""
+        puts = self.exchanges[st.id].puts[level]
+        n = sum(int(puts[q]) for q in ranks)
+        if not n:
             return 0.0
-        return self.req("put", 1, r, nbytes=self._object_bytes(st, r, level), xid=st.id, at=at)
+        r = ranks[0]
+        return self.req("put", 1, r, nbytes=self._object_bytes(st, r, level), xid=st.id, at=at, mult=n)
 
     def _written(self, xid: int, level: int, r: int) -> None:
-        ev = self._event((xid, level, r))
-        if not ev.triggered:
-            ev.succeed()
+        board = self.boards.get((xid, level))
+        if board is not None:
+            board.write(r)
+        if self.polling == "get":
+            ev = self._event((xid, level, r))
+            if not ev.triggered:
+                ev.succeed()
 
     def _compute(self, st: StageWork, r: int) -> tuple[float, float, bool]:
         rows = float(st.scan_rows[r] + st.in_rows[r])
@@ -532,11 +744,12 @@ class Simulation:
             self.written[key] = self.env.event()
         return self.written[key]
 
-    def _send(self, st: StageWork, r: int, level: int) -> Generator[Any, Any, None]:
-        if self.exchanges[st.id].puts[level][r] and self.prof.s3_request_cpu_s:
+    def _send(self, st: StageWork, ranks: list[int], level: int) -> Generator[Any, Any, None]:
+        if self.exchanges[st.id].puts[level][ranks[0]] and self.prof.s3_request_cpu_s:
             yield from self.cpu_work(self.prof.s3_request_cpu_s)
-        yield self.env.timeout(self._put_object(st, r, level))
-        self._written(st.id, level, r)
+        yield self.env.timeout(self._put_object(st, ranks, level))
+        for q in ranks:
+            self._written(st.id, level, q)
 
     def _object_bytes(self, st: StageWork, r: int, level: int) -> float:
         piece = self.piece[st.id]
@@ -552,65 +765,97 @@ class Simulation:
         table = grid_sources(len(recv))[level - 1]
         return [recv[q] for q in table[pos]]
 
-    def _receive(self, st: StageWork, r: int) -> Generator[Any, Any, None]:
+    def _receive(self, st: StageWork, ranks: list[int]) -> Generator[Any, Any, None]:
+        """Receive for ``ranks`` (a class's receivers; ``ranks[0]`` acts for all)."""
         counts = self.exchanges[st.id]
         if counts.levels == 1:
-            yield from self._collect(st, r, 1, 1)
+            yield from self._collect(st, ranks, 1, 1)
             return
-        yield from self._collect(st, r, 1, 2)
-        yield from self._send(st, r, 2)
-        yield from self._collect(st, r, 2, 2)
+        yield from self._collect(st, ranks, 1, 2)
+        yield from self._send(st, ranks, 2)
+        yield from self._collect(st, ranks, 2, 2)
 
-    def _collect(self, st: StageWork, r: int, level: int, levels: int) -> Generator[Any, Any, None]:
+    def _collect(self, st: StageWork, ranks: list[int], level: int, levels: int) -> Generator[Any, Any, None]:
         """``S3Exchange._collect`` of the configured exchange version (module doc)."""
         if self.polling == "get":
-            yield from self._collect_v1(st, r, level, levels)
+            for r in ranks:  # s3-v1 is simulated at small W only (per_class 1)
+                yield from self._collect_v1(st, r, level, levels)
         else:
-            yield from self._collect_listed(st, r, level, levels)
+            yield from self._collect_listed(st, ranks, level, levels)
 
-    def _collect_listed(self, st: StageWork, r: int, level: int, levels: int) -> Generator[Any, Any, None]:
-        """s3-v2: per round one LIST per pending group prefix, the GETs of what it listed (in the
-        background), an abort HEAD at most once per second of waiting, a jittered backoff sleep."""
+    def _reader(self, st: StageWork, r: int, level: int, levels: int) -> _Reader | None:
+        """Rank ``r``'s view of the level-``level`` objects it reads: how many, their weights."""
         xid = st.id
+        board = self.boards[xid, level]
         counts = self.exchanges[xid]
-        pending = self._sources(st, r, level, levels)
-        if not pending:
+        if levels == 1:
+            is_sender = r in board.list_group
+            n_src = len(board.list_group) - is_sender
+            if n_src <= 0:
+                return None
+            pw = self.pairs[xid]
+            total = board.total_weight - (float(pw.x[r]) if is_sender else 0.0)
+            return _Reader(board, n_src, total * float(pw.m[r]), float(pw.m[r]), own=r if is_sender else None)
+        sources = self._sources(st, r, level, levels)
+        if not sources:
+            return None
+        pw = self.pairs[xid]
+        pos, n_col, y = self.grid[xid]
+        g = len(n_col)
+        if level == 1:
+            w = pw.level1(pw.x[sources], float(n_col[pos[r] % g]))
+        else:
+            w = float(pw.m[r]) * y[[pos[s] for s in sources]]
+        weights = dict(zip(sources, (float(v) for v in w), strict=True))
+        del counts
+        return _Reader(board, len(sources), float(sum(weights.values())), 1.0, pending=weights)
+
+    def _collect_listed(
+        self, st: StageWork, ranks: list[int], level: int, levels: int
+    ) -> Generator[Any, Any, None]:
+        """s3-v2: per round one LIST per pending group prefix, the GETs of what it listed (in the
+        background), an abort HEAD at most once per second of waiting, a jittered backoff sleep.
+        ``ranks[0]`` reads; the others of its class (``ranks``) are counted alike."""
+        xid = st.id
+        r, mult = ranks[0], len(ranks)
+        counts = self.exchanges[xid]
+        reader = self._reader(st, r, level, levels)
+        if reader is None:
             return
-        group = list_groups(st.output_kind, self._sources(st, -1, level, levels) if levels == 1 else pending,
-                            counts.levels)  # fmt: skip
-        n_read = max(1, int(counts.reads[level][r]))
-        data_per_obj = int(counts.data_gets[level][r]) / n_read
-        bytes_per_obj = float(counts.read_bytes[level][r]) / n_read
+        data_total = float(sum(counts.data_gets[level][q] for q in ranks))
+        g = grid_width(len(st.receivers)) if levels == 2 else 1
+        range_bytes = self.piece[xid] * g
         index = counts.get_index > 0  # keys overflowed: a tail GET per object first
         cpu = self.prof.s3_request_cpu_s
         delay = POLL_MIN_S
-        data_owed = 0.0
         fetched = self.env.now  # when the GETs started so far are done
         self.abort_checked.setdefault(r, self.env.now)
-        while pending:
-            if not cpu and not any(self._event((xid, level, s)).triggered for s in pending):
-                delay = yield from self._idle_lists(xid, level, r, pending, group, delay)
+        while reader.left:
+            n_ready, weight = reader.peek()
+            if not cpu and not n_ready:
+                delay = yield from self._idle_lists(xid, r, reader, delay, mult)
                 continue
-            groups = {group[s] for s in pending}
-            t = self.req("list", len(groups), r, xid=xid)
-            n_req = len(groups)
-            ready = [s for s in pending if self._event((xid, level, s)).triggered]
-            if ready:
-                g = 0.0
+            n_groups = reader.groups()
+            n_ready, weight = reader.take()
+            t = self.req("list", n_groups, r, xid=xid, mult=mult)
+            n_req = n_groups
+            if n_ready:
+                gt = 0.0
                 if index:
-                    g = self.req("get", len(ready), r, xid=xid, count_as="get_index", at=t)
-                    n_req += len(ready)
-                data_owed += data_per_obj * len(ready)
-                n_data = int(round(data_owed))
-                data_owed -= n_data
-                g += self.req("get", n_data, r, nbytes=bytes_per_obj * len(ready), xid=xid,
-                              count_as="get_data", at=t + g)  # fmt: skip
+                    gt = self.req("get", n_ready, r, xid=xid, count_as="get_index", at=t, mult=mult)
+                    n_req += n_ready
+                # expected (fractional) GETs: the rounding remainder carries over the exchange's readers
+                if reader.total > 0:
+                    self.data_owed[xid] += data_total * weight / reader.total
+                n_data = int(round(self.data_owed[xid]))
+                self.data_owed[xid] -= n_data
+                gt += self.req("get", n_data, r, nbytes=range_bytes * weight, xid=xid,
+                               count_as="get_data", at=t + gt, shared_by=mult)  # fmt: skip
                 n_req += n_data
-                fetched = max(fetched, self.env.now + t + g)
-            pending = [s for s in pending if s not in ready]
-            if pending:
+                fetched = max(fetched, self.env.now + t + gt)
+            if reader.left:
                 if self._abort_due(r, t):
-                    t += self.req("head", 1, r, xid=xid, at=t)
+                    t += self.req("head", 1, r, xid=xid, at=t, mult=mult)
                     n_req += 1
                 t += delay * float(self.prng.uniform(0.5, 1.0))
                 delay = min(delay * 2, POLL_MAX_S)
@@ -621,15 +866,16 @@ class Simulation:
             yield self.env.timeout(fetched - self.env.now)
 
     def _idle_lists(
-        self, xid: int, level: int, r: int, pending: list[int], group: dict[int, int], delay: float
+        self, xid: int, r: int, reader: _Reader, delay: float, mult: int = 1
     ) -> Generator[Any, Any, float]:
-        """s3-v2 without per-request CPU: wait until one of ``pending`` is written and count the rounds
-        that found nothing meanwhile (one LIST per pending group each, an abort HEAD per second)."""
+        """s3-v2 without per-request CPU: wait until one of the reader's pending objects is written and
+        count the rounds that found nothing meanwhile (one LIST per pending group each, an abort HEAD per
+        second)."""
         p = self.prof
         start = self.env.now
-        yield self.env.any_of([self._event((xid, level, s)) for s in pending])
+        n_groups = reader.groups()
+        yield reader.board.next_write(reader.keys())
         until = self.env.now
-        n_groups = len({group[s] for s in pending})
         t, rounds, heads = start, 0, 0
         while t < until:
             t += p.s3_list_s.median
@@ -642,11 +888,12 @@ class Simulation:
             if rounds > 100_000:
                 break
         rounds = max(rounds, 1)
-        self.requests["list"] += rounds * n_groups
+        lists, heads = rounds * n_groups * mult, heads * mult
+        self.requests["list"] += lists
         self.requests["head"] += heads
-        self.xstats[xid]["list"] += rounds * n_groups
+        self.xstats[xid]["list"] += lists
         self.xstats[xid]["head"] += heads
-        self.puts.admit(until, rounds * n_groups)
+        self.puts.admit(until, lists)
         self.gets.admit(until, heads)
         if t > until:
             yield self.env.timeout(t - until)
@@ -749,6 +996,10 @@ class Simulation:
             self.per_stage[xid].exchange = exchanges[-1]
         requests = {k: int(v) for k, v in sorted(self.requests.items())}
         requests["retries"] = int(self.retries)
+        if self.per_class > 1:
+            self.notes.append(
+                f"simulated every {self.per_class}th rank, each standing for {self.per_class} ranks (W={self.world})"
+            )
         notes = sorted(set(self.notes))
         if any(s.spilled for s in self.per_stage.values()):
             notes.append("some stages exceed 60 % of the function's memory (DuckDB spills to /tmp)")

@@ -37,7 +37,9 @@ Sources for the ``aws`` profile
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from squall.driver.scale.requests import CURRENT
@@ -54,9 +56,12 @@ class LogNormal:
 
     @property
     def sigma(self) -> float:
-        import math
+        return _sigma(self.median, self.p90)
 
-        return max(1e-6, math.log(max(self.p90, self.median * 1.0001) / self.median) / 1.2816)
+
+@lru_cache(maxsize=64)
+def _sigma(median: float, p90: float) -> float:
+    return max(1e-6, math.log(max(p90, median * 1.0001) / median) / 1.2816)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ accounting"): the range lengths travel in the key names, so
 - one LIST per reading rank and level when nobody waits (one level with more than ``GROUP_SIZE`` senders:
   one per group of 64 senders holding another rank's object); waiting adds one LIST per round;
 - one data GET per reader/object pair whose range has data, ``⌈range / part_size⌉`` for big ranges, none
-  for empty pieces (``piece_bytes == 0``); no index GETs, no misses — except when a key would outgrow
+  for empty pieces (``piece_bytes == 0``, and the pairs :class:`PairWeights` says are empty: senders
+  without rows, receivers no key hashes to — ``ExchangeShape.sender_hit`` / ``receiver_hit``, filled by
+  :mod:`squall.driver.scale.emptiness`); no index GETs, no misses — except when a key would outgrow
   ``MAX_KEY_BYTES`` (a one-level hash exchange with hundreds of receivers): then v1's tail-index reads.
 
 ``"target"`` is what issue 15 asked of the next version (Lambada's counts): one data GET per
@@ -62,6 +64,110 @@ class ExchangeShape:
     two_level_min: int = TWO_LEVEL_MIN
     tail_bytes: int = TAIL_BYTES
     part_size: int = PART_SIZE
+    #: per rank (index = rank; empty: 1 for every rank) the probability that sender s's piece for a
+    #: receiver that gets rows at all is non-empty (0 for a sender without rows; see :mod:`.emptiness`)
+    sender_hit: tuple[float, ...] = ()
+    #: per rank the probability that receiver q gets any rows (measured: 0 or 1; empty: 1 for all)
+    receiver_hit: tuple[float, ...] = ()
+
+    def pairs(self) -> PairWeights:
+        """The per-pair non-empty probabilities of this shape."""
+        world = max([*self.senders, *self.receivers, 0]) + 1
+        return PairWeights.of(self.kind, world, self.sender_hit, self.receiver_hit)
+
+
+@dataclass(frozen=True)
+class PairWeights:
+    """Which (sender, receiver) pieces carry rows: ``P[s, q] = x[s] * m[q]`` (expected; 0/1 when known).
+
+    ``x[s]``: sender s's hit rate on a receiver that gets rows, ``m[q]``: receiver q gets rows at all
+    (broadcast and gather: 1 for every receiver). The s3-v2 exchange skips empty ranges, so its data GETs
+    are these probabilities summed over the remote pairs (one level) or over the grid's ranges (two levels:
+    a level-1 range s→f holds s's pieces for f's column; a level-2 range f→q holds the pieces for q of every
+    sender routed through f).
+    """
+
+    x: np.ndarray
+    m: np.ndarray
+
+    @staticmethod
+    def of(kind: str, world: int, sender_hit: Sequence[float], receiver_hit: Sequence[float]) -> PairWeights:
+        x = (
+            np.ones(world)
+            if not len(sender_hit)
+            else np.clip(np.asarray(sender_hit, dtype=float)[:world], 0, 1)
+        )
+        if kind != "hash" or not len(receiver_hit):
+            m = np.ones(world)
+        else:
+            m = np.clip(np.asarray(receiver_hit, dtype=float)[:world], 0, 1)
+        if len(x) < world:
+            x = np.concatenate([x, np.ones(world - len(x))])
+        if len(m) < world:
+            m = np.concatenate([m, np.ones(world - len(m))])
+        return PairWeights(x, m)
+
+    @property
+    def trivial(self) -> bool:
+        return bool((self.x >= 1).all() and (self.m >= 1).all())
+
+    def one_level(self, senders: Sequence[int], receivers: Sequence[int]) -> np.ndarray:
+        """Expected non-empty remote pieces per receiver (indexed by rank), one level."""
+        out = np.zeros(len(self.x))
+        is_sender = np.zeros(len(self.x), dtype=bool)
+        is_sender[list(set(senders))] = True
+        total = float(self.x[is_sender].sum())
+        q = np.asarray(sorted(set(receivers)), dtype=np.int64)
+        out[q] = self.m[q] * (total - np.where(is_sender[q], self.x[q], 0.0))
+        return out
+
+    def grid_terms(self, ranks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """On the grid of ``ranks`` (positions = sorted ranks): receivers with rows per column (length g)
+        and, per forwarder position, the probability its level-2 range for a receiver with rows is
+        non-empty (1 - Π over the senders routed through it of (1 - x))."""
+        order = sorted(set(ranks))
+        width = len(order)
+        g = grid_width(width)
+        idx = np.asarray(order, dtype=np.int64)
+        x, m = self.x[idx], self.m[idx]
+        n_col = np.bincount(np.arange(width) % g, weights=m, minlength=g)
+        miss = np.ones(width)
+        for start in range(0, width, g):
+            row_miss = float(np.prod(1.0 - x[start : start + g]))
+            for c in range(min(g, width)):
+                f = start + c
+                miss[f - g if f >= width else f] *= row_miss
+        return n_col, 1.0 - miss
+
+    def level1(self, x_sender: float | np.ndarray, n_col: float) -> np.ndarray:
+        """Probability that a sender's level-1 range for a forwarder (one column's receivers) is non-empty."""
+        return 1.0 - np.power(1.0 - np.asarray(x_sender, dtype=float), n_col)
+
+    def two_level(self, ranks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Expected non-empty level-1 and level-2 ranges read per rank (indexed by rank), on the grid of
+        ``ranks`` (``squall.exchange.s3.Grid``): the reader's own object excluded."""
+        order = sorted(set(ranks))
+        width = len(order)
+        g = grid_width(width)
+        idx = np.asarray(order, dtype=np.int64)
+        x, m = self.x[idx], self.m[idx]
+        n_col, y = self.grid_terms(order)
+        col = np.arange(width) % g
+        lvl1 = np.zeros(width)
+        for start in range(0, width, g):
+            row = np.arange(start, min(start + g, width))
+            for c in range(min(g, width)):
+                f = start + c - (g if start + c >= width else 0)
+                lvl1[f] += float(self.level1(x[row[row != f]], n_col[c]).sum())
+        fwd_of_col: dict[int, set[int]] = {}
+        for start in range(0, width, g):
+            for c in range(min(g, width)):
+                f = start + c
+                fwd_of_col.setdefault(c, set()).add(f - g if f >= width else f)
+        lvl2 = np.array([m[q] * sum(y[f] for f in fwd_of_col[col[q]] if f != q) for q in range(width)])
+        out1, out2 = np.zeros(len(self.x)), np.zeros(len(self.x))
+        out1[idx], out2[idx] = lvl1, lvl2
+        return out1, out2
 
 
 @dataclass
@@ -171,7 +277,7 @@ def s3_v1(shape: ExchangeShape) -> ExchangeCounts:
         order = sorted(receivers)
         in_tail = _in_tail(n_pieces, shape.piece_bytes, shape.tail_bytes)
         for i, r in enumerate(order):
-            objs = len(senders - {r})
+            objs = len(senders) - (r in senders)
             reads[r] = objs
             tail_hit = (len(order) - i) <= in_tail if shape.kind == "hash" else in_tail >= 1
             data[r] = 0 if tail_hit else objs * per_get
@@ -243,19 +349,35 @@ def s3_v2(shape: ExchangeShape) -> ExchangeCounts:
         return ExchangeCounts(1, v1.put, v1.get_index, v1.get_data, int(lists.sum()), reads=v1.reads,
                               data_gets=v1.data_gets, puts=v1.puts, read_bytes=v1.read_bytes)  # fmt: skip
     per_get = max(1, math.ceil(range_bytes / shape.part_size)) if shape.piece_bytes > 0 else 0
-    data = {lvl: r * per_get for lvl, r in v1.reads.items()}
+    pairs = shape.pairs()
+    if pairs.trivial:  # every pair has rows: one GET (or ⌈range / part⌉) per object read
+        data = {lvl: r * per_get for lvl, r in v1.reads.items()}
+    elif v1.levels == 1:  # empty pieces are not read (module doc); own objects are not read either
+        data = {1: pairs.one_level(shape.senders, shape.receivers) * per_get}
+    else:
+        l1, l2 = pairs.two_level(receivers)
+        data = {1: l1 * per_get, 2: l2 * per_get}
     if v1.levels == 1:
         senders = sorted(set(shape.senders))
-        groups = [i // GROUP_SIZE for i in range(len(senders))]
-        n_lists = sum(
-            len({gr for s, gr in zip(senders, groups, strict=True) if s != r})
-            for r in receivers
-            if v1.reads[1][r]
-        )
+        n_groups = math.ceil(len(senders) / GROUP_SIZE)
+        pos = {s: i for i, s in enumerate(senders)}
+
+        def groups_for(r: int) -> int:  # a group holding only the reader itself is not listed
+            if r not in pos:
+                return n_groups
+            lone = pos[r] // GROUP_SIZE == n_groups - 1 and len(senders) % GROUP_SIZE == 1
+            return n_groups - lone
+
+        n_lists = sum(groups_for(r) for r in receivers if v1.reads[1][r])
     else:
         n_lists = sum(int((r > 0).sum()) for r in v1.reads.values())
-    return ExchangeCounts(v1.levels, v1.put, 0, int(sum(d.sum() for d in data.values())), n_lists, reads=v1.reads,
+    return ExchangeCounts(v1.levels, v1.put, 0, _total(data), n_lists, reads=v1.reads,
                           data_gets=data, puts=v1.puts, read_bytes=v1.read_bytes)  # fmt: skip
+
+
+def _total(data: dict[int, np.ndarray]) -> int:
+    """Total requests of per-rank (possibly expected, fractional) counts, rounded."""
+    return int(round(float(sum(d.sum() for d in data.values()))))
 
 
 #: how a receiver of each version polls (the simulator follows it): ``"get"`` — a GET per pending sender

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+import squall.driver.scale.emptiness as emptiness
 from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 
 #: TPC-H tables that do not grow with the scale factor
@@ -47,10 +48,12 @@ def stage_shape(stage: Stage) -> str:
 
 @dataclass(frozen=True)
 class StageSize:
-    """Totals over all ranks of one stage's output (Arrow bytes, as ``Result.stats`` reports)."""
+    """Totals over all ranks of one stage's output (Arrow bytes, as ``Result.stats`` reports);
+    ``rows_per_receiver``: rows each receiver of its exchange got (sorted receivers), when measured."""
 
     rows_out: float
     bytes_out: float
+    rows_per_receiver: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,14 @@ class StageSizes:
 
     @staticmethod
     def from_stats(stats: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> StageSizes:
-        """From ``Result.stats`` (or its ``"stages"`` list)."""
+        """From ``Result.stats`` (or its ``"stages"`` list); with the stats' ``"exchanges"``, the rows
+        each receiver got (which receivers had rows: :mod:`.emptiness`)."""
         stages = stats["stages"] if isinstance(stats, Mapping) else stats
-        return StageSizes({int(s["stage"]): StageSize(float(s["rows_out"]), float(s["bytes_out"]))
+        exchanges = stats.get("exchanges", []) if isinstance(stats, Mapping) else []
+        per_recv = {int(x["stage"]): tuple(float(v) for v in x.get("rows_per_rank") or ())
+                    for x in exchanges if "stage" in x}  # fmt: skip
+        return StageSizes({int(s["stage"]): StageSize(float(s["rows_out"]), float(s["bytes_out"]),
+                                                      per_recv.get(int(s["stage"]), ()))
                            for s in stages})  # fmt: skip
 
 
@@ -87,13 +95,22 @@ class StageWork:
     n_columns: int
     scan_files: np.ndarray = field(default_factory=lambda: np.zeros(0))
     scan_splits: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: per rank: expected output rows and probability of any output (:mod:`.emptiness`; empty: even)
+    out_rows: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    out_alive: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: per rank: the exchange's pair weights (``requests.PairWeights``; empty: every pair has rows)
+    sender_hit: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    receiver_hit: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def out_share(self, rank: int) -> float:
-        """Fraction of the stage's output produced on ``rank`` (proportional to its input)."""
-        work = self.scan_rows + self.in_rows
-        total = float(work[list(self.ranks)].sum())
+        """Fraction of the stage's output produced on ``rank`` (its expected output rows, else
+        proportional to its input)."""
         if rank not in self.ranks:
             return 0.0
+        if len(self.out_rows) and self.rows_out > 0:
+            return float(self.out_rows[rank]) / self.rows_out
+        work = self.scan_rows + self.in_rows
+        total = float(work[list(self.ranks)].sum())
         return float(work[rank]) / total if total > 0 else 1.0 / len(self.ranks)
 
 
@@ -152,41 +169,69 @@ def from_plan(plan: Plan, sizes: StageSizes | None = None) -> Workload:
     world = plan.world_size
     stages: list[StageWork] = []
     done: dict[int, StageWork] = {}
+    measured = {sid: sz.rows_per_receiver for sid, sz in sizes.sizes.items()}
     for stage in plan.stages:
         scan_rows, scan_bytes = np.zeros(world), np.zeros(world)
         files, splits = np.zeros(world), np.zeros(world)
         in_rows, in_bytes = np.zeros(world), np.zeros(world)
+        inputs: list[tuple[np.ndarray, np.ndarray]] = []
         for inp in stage.inputs:
             if isinstance(inp, ScanInput):
+                rows = np.zeros(world)
                 for r in stage.ranks:
                     sp = inp.splits_for(r)
-                    scan_rows[r] += sum(s.rows for s in sp)
+                    rows[r] = sum(s.rows for s in sp)
                     scan_bytes[r] += sum(s.nbytes for s in sp)
                     files[r] += len({s.path for s in sp})
                     splits[r] += sum(max(1, len(s.row_groups)) for s in sp)
+                scan_rows += rows
+                inputs.append((rows, (rows > 0).astype(float)))
             elif isinstance(inp, ExchangeInput):
-                _deliver(done[inp.stage], in_rows, in_bytes)
+                inputs.append(_deliver(done[inp.stage], in_rows, in_bytes, measured.get(inp.stage, ())))
         size = sizes.sizes.get(stage.id) or guess_sizes(plan).sizes[stage.id]
         work = StageWork(stage.id, stage_shape(stage), tuple(stage.ranks), scan_rows, scan_bytes, in_rows,
                          in_bytes, size.rows_out, size.bytes_out, stage.output.kind,
                          tuple(stage.output.senders), tuple(stage.output.receivers), max(1, len(stage.columns)),
                          files, splits)  # fmt: skip
+        _outputs(work, stage.sql, inputs, measured.get(stage.id, ()))
         stages.append(work)
         done[stage.id] = work
     return Workload(world, stages, plan.sql, sizes.source)
 
 
-def _deliver(up: StageWork, rows: np.ndarray, nbytes: np.ndarray) -> None:
-    """Add what upstream stage ``up`` sends to each receiver."""
+def _outputs(
+    work: StageWork, sql: str, inputs: list[tuple[np.ndarray, np.ndarray]], measured: Sequence[float]
+) -> None:
+    """Fill ``work``'s per-rank output and its exchange's pair weights (:mod:`.emptiness`)."""
+    world = len(work.scan_rows)
+    rule = emptiness.output_rule(sql)
+    work.out_rows, work.out_alive = emptiness.stage_output(rule, work.ranks, inputs, work.rows_out, world)
+    if work.output_kind == "hash":
+        work.sender_hit, work.receiver_hit = emptiness.hash_pairs(
+            work.out_rows, work.out_alive, work.senders, work.receivers, work.shape == "aggregate", measured
+        )
+    elif work.output_kind in ("broadcast", "gather"):
+        work.sender_hit, work.receiver_hit = work.out_alive.copy(), np.ones(world)
+
+
+def _deliver(
+    up: StageWork, rows: np.ndarray, nbytes: np.ndarray, measured: Sequence[float] = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    """Add what upstream stage ``up`` sends to each receiver; return that input's (rows, non-empty
+    probability) per rank."""
+    world = len(rows)
     recv = list(up.receivers)
     if not recv:
-        return
+        return np.zeros(world), np.zeros(world)
+    alive = up.out_alive if len(up.out_alive) else np.ones(world)
+    hit = up.receiver_hit if len(up.receiver_hit) else None
+    got, got_alive = emptiness.deliver(up.output_kind, up.rows_out, alive, recv, hit, measured)
+    rows += got
     if up.output_kind == "hash":
-        rows[recv] += up.rows_out / len(recv)
-        nbytes[recv] += up.bytes_out / len(recv)
+        nbytes += got * (up.bytes_out / up.rows_out) if up.rows_out > 0 else 0.0
     else:  # broadcast: everything to every receiver; gather: everything to the one receiver
-        rows[recv] += up.rows_out
         nbytes[recv] += up.bytes_out
+    return got, got_alive
 
 
 def _remap(ranks: Sequence[int], template_world: int, world: int) -> tuple[int, ...]:
@@ -221,6 +266,7 @@ def scaled(
         scan_rows, scan_bytes = np.zeros(world), np.zeros(world)
         files, splits = np.zeros(world), np.zeros(world)
         in_rows, in_bytes = np.zeros(world), np.zeros(world)
+        inputs: list[tuple[np.ndarray, np.ndarray]] = []
         for inp in stage.inputs:
             if isinstance(inp, ScanInput):
                 factor = 1.0 if inp.table in FIXED_TABLES else sf_factor
@@ -237,8 +283,11 @@ def scaled(
                 files[idx] += (
                     max(1.0, min(n_files * share, n_splits * share)) if not inp.replicated else n_files
                 )
+                mine = np.zeros(world)
+                mine[idx] = rows * share
+                inputs.append((mine, (mine > 0).astype(float)))
             elif isinstance(inp, ExchangeInput):
-                _deliver(done[inp.stage], in_rows, in_bytes)
+                inputs.append(_deliver(done[inp.stage], in_rows, in_bytes))
         base = sizes.sizes.get(stage.id) or guess_sizes(plan).sizes[stage.id]
         grow = sf_factor ** min(1.0, max(0.0, exponents.get(stage.id, 1.0)))
         rows_out, bytes_out = base.rows_out * grow, base.bytes_out * grow
@@ -257,6 +306,7 @@ def scaled(
         work = StageWork(stage.id, stage_shape(stage), ranks, scan_rows, scan_bytes, in_rows, in_bytes,
                          rows_out, bytes_out, out.kind, senders if out.kind != "result" else (), receivers,
                          max(1, len(stage.columns)), files, splits)  # fmt: skip
+        _outputs(work, stage.sql, inputs, ())
         stages.append(work)
         done[stage.id] = work
     return Workload(world, stages, plan.sql, f"{sizes.source} x SF factor {sf_factor:g}")
