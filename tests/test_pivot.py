@@ -2,7 +2,8 @@
 
 A PIVOT without an IN list reads its ON values with a first query (distributed like any query) and
 is planned with them as its IN list; the notes say so; the values are read again on every run, so a
-rewritten file shows at once.
+rewritten file shows at once. A PIVOT with IN lists runs distributed as a grouped aggregate with one
+FILTER per value column, an UNPIVOT as an unnest; forms not rewritten run on one rank and say so.
 """
 
 from __future__ import annotations
@@ -226,3 +227,17 @@ def test_pivot_and_unpivot_are_distributed(engine, name):
 def test_forms_not_rewritten_run_on_one_rank_and_say_so(engine, name, why):
     notes = engine.plan(QUERIES[name]).notes
     assert any(n.startswith(why) for n in notes), notes
+
+
+def test_dynamic_pivot_without_a_connection_is_refused(data):
+    """``compile_sql`` alone has no platform to read the values with: one line, not a wrong plan."""
+    from squall.driver.catalog import Catalog
+    from squall.driver.compile import compile_sql
+
+    catalog = Catalog()
+    catalog.register_folder(str(data))
+    with pytest.raises(
+        squall.NotSupportedError, match="PIVOT without an IN list of values outside a connection"
+    ):
+        compile_sql(catalog, QUERIES["dynamic"], 2)
+    assert compile_sql(catalog, QUERIES["in_list"], 2).result_names[:3] == ("grp", "true_n", "true_s")
