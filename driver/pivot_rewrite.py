@@ -14,8 +14,8 @@ dropped unless ``INCLUDE NULLS``::
     WHERE value IS NOT NULL
 
 Result names and types come from DuckDB binding the original PIVOT (over empty tables), so they are
-DuckDB's exactly. A form not rewritten here (several value columns, ``COLUMNS(…)`` or expressions in
-an UNPIVOT's ON list, a PIVOT over tuples, aggregates with their own FILTER) stays as it is and runs
+DuckDB's exactly. A form not rewritten here (several value columns or expressions in an UNPIVOT's ON
+list, a PIVOT over tuples, aggregates with their own FILTER) stays as it is and runs
 on one rank (the fallback says so). Each rewrite is said in a plan note.
 """
 
@@ -185,15 +185,24 @@ def _unpivot(
             raise _Keep
         columns = list(fields[0].expressions)
         values = list(pivot.expressions)
-    if len(values) != 1 or not columns or not all(isinstance(c, exp.Column) and not c.table for c in columns):
+    if len(values) != 1 or not columns:
         raise _Keep
     available = _bind(exp.select("*").from_(source.copy()), ctes, binder)
-    by_lower = {n.lower(): n for n in available}
-    picked = [by_lower.get(c.name.lower()) for c in columns]
-    if None in picked or len(set(picked)) != len(picked):
+    if len(columns) == 1 and isinstance(columns[0], (exp.Columns, exp.Star)):
+        # ON COLUMNS(…) / ON *: the source columns DuckDB did not keep, in the source's order
+        kept = set(names[:-2])
+        on = [n for n in available if n not in kept]
+    elif all(isinstance(c, exp.Column) and not c.table for c in columns):
+        by_lower = {n.lower(): n for n in available}
+        picked = [by_lower.get(c.name.lower()) for c in columns]
+        if None in picked or len(set(picked)) != len(picked):
+            raise _Keep
+        on = [str(p) for p in picked]
+    else:
         raise _Keep
-    on = [str(p) for p in picked]
     others = [n for n in available if n not in on]
+    if not on:
+        raise _Keep
     if tuple(others) != names[:-2] or len(names) != len(others) + 2:
         raise _Keep
     name_col, value_col = names[-2], names[-1]

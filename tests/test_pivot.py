@@ -65,6 +65,10 @@ QUERIES = {
     # UNPIVOT
     "unpivot_order_by": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON weight, w2 INTO NAME k VALUE v "
     "ORDER BY cat, k",
+    "unpivot_expression": "UNPIVOT (SELECT cat, weight FROM t3b) ON weight, weight + 1 INTO NAME k VALUE v",
+    "unpivot_columns_exclude": 'UNPIVOT t1 ON COLUMNS(* EXCLUDE (id, grp, d, flag, "MixedCase", name, nothing)) '
+    "INTO NAME k VALUE v",
+    "unpivot_order_of_on_list": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON w2, weight",
     "unpivot_columns": "UNPIVOT (SELECT cat, weight, weight + 1 AS w1 FROM t3b) ON COLUMNS('^w') INTO NAME k VALUE v",
     "unpivot_case": "UNPIVOT (SELECT cat, weight, weight * 2 AS W2 FROM t3b) ON WEIGHT, w2",
     "unpivot": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON weight, w2 INTO NAME k VALUE v",
@@ -202,6 +206,8 @@ DISTRIBUTED = [
     "unpivot",
     "unpivot_include_nulls",
     "unpivot_standard",
+    "unpivot_columns",
+    "unpivot_columns_exclude",
 ]
 
 
@@ -217,7 +223,7 @@ def test_pivot_and_unpivot_are_distributed(engine, name):
 @pytest.mark.parametrize(
     ("name", "why"),
     [
-        ("unpivot_columns", "one rank (PIVOT as a query"),  # COLUMNS(…) in the ON list: kept as it is
+        ("unpivot_expression", "one rank (PIVOT as a query"),  # an expression in the ON list: kept as it is
         (
             "in_list_aggregate_keeping_nulls",
             "one rank (aggregate ARRAYAGG with FILTER",
