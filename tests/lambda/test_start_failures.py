@@ -219,3 +219,26 @@ def test_aws_platform_real_handler_module_init_failure_fails_fast(s3, tmp_path_f
     _aws_query_fails_fast(s3, tmp_path_factory, client,
                           r"^rank 0 failed: cannot start: InvalidLoggerSamplingRateError: Expected a float value "
                           r"ranging 0 to 1, but received abc")  # fmt: skip
+
+
+# --- the real handler module, loaded by the emulator: a bad handler name, a dependency that cannot import
+
+
+def test_lambda_local_real_module_missing_handler_fails_fast(s3, tmp_path_factory):
+    """The emulator imports the real ``squall.functions.worker`` and finds no such function: Lambda's
+    ``Runtime.HandlerNotFound`` with the runtime's own message, at once (no re-invocation)."""
+    client = LocalLambda(handler="squall.functions.worker.no_such_handler", concurrency=3, timeout_s=300)
+    _query_fails_fast(s3, tmp_path_factory, client,
+                      r"^rank 0 failed: cannot start: Runtime.HandlerNotFound: Handler 'no_such_handler' missing "
+                      r"on module 'squall.functions.worker'$")  # fmt: skip
+
+
+def test_aws_platform_real_handler_without_powertools_fails_fast(s3, tmp_path_factory, shim):
+    """The real handler module in an environment where ``aws_lambda_powertools`` cannot be imported (the
+    ``[aws]`` extra missing from the layer), on the ``lambda`` platform's code path: the asynchronous
+    invocations' start errors and the driver's synchronous probe both come from the real handler's error
+    path (``report_start_failure`` / the probe answer), carrying the import's own message."""
+    client = LocalLambda(concurrency=3, timeout_s=300, env={"PYTHONPATH": shim})
+    _aws_query_fails_fast(s3, tmp_path_factory, client,
+                          r"^rank \d failed: cannot start: ModuleNotFoundError: No module named "
+                          r"'aws_lambda_powertools'$")  # fmt: skip
