@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     queries = [int(q) for q in args.queries.split(",")]
     plans = workloads(os.path.join(args.data, "sf1"), queries)
     results: dict[str, Any] = {}
+    started = time.perf_counter()
     for sf in [float(s) for s in args.sf.split(",")]:
         for q, (plan, sizes, exps) in plans.items():
             for w in [int(x) for x in args.workers.split(",")]:
@@ -88,6 +89,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 }  # fmt: skip
                 print(f"SF{sf:g} Q{q} W={w}: {est.time_s:.1f} s ${est.cost_usd:.4f} "
                       f"({time.perf_counter() - t0:.1f} s to simulate)", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"simulated {len(results)} points in {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return results
 
 
