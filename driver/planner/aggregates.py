@@ -14,6 +14,7 @@ the move.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from sqlglot import exp
 
@@ -168,6 +169,27 @@ def _ndv(ctx: Context, below: L.Node, e: exp.Expression, rows: float) -> float:
     return max(rows**0.5, 1.0)
 
 
+def _decimal_scale(ctx: Context, node: L.Aggregate, arg: exp.Expression) -> int:
+    """The scale of ``arg`` when DuckDB types it DECIMAL(p, s), else 0."""
+    types = ctx.logical_types(L.Project(node.input, (("__avg_arg", arg),)))
+    m = re.fullmatch(r"DECIMAL\(\d+,\s*(\d+)\)", types[0]) if types else None
+    return int(m.group(1)) if m else 0
+
+
+def _avg_sql(total: str, count: str, scale: int) -> str:
+    """The final AVG from the summed partial sums and counts, rounded as DuckDB's own AVG.
+
+    For a DECIMAL(p, s) argument DuckDB divides the exact unscaled sum by count * 10^s in extended
+    precision: the double nearest the true quotient. ``CAST(sum AS DOUBLE) / count`` would round the
+    decimal sum first and can land one ulp away, which breaks ties (``RANK() OVER (ORDER BY avg(x))``);
+    the unscaled sum is an integer, exact in a double below 2^53, so one IEEE division rounds as DuckDB.
+    """
+    if scale == 0:
+        return f"CAST({total} AS DOUBLE) / CAST({count} AS DOUBLE)"
+    unit = 10**scale
+    return f"CAST(CAST({total} * {unit} AS HUGEINT) AS DOUBLE) / (CAST({count} AS DOUBLE) * {unit}.0)"
+
+
 def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
     """(partial aggregates, final aggregates over them, output expressions over the finals)."""
     partial: list[tuple[str, L.AggCall]] = []
@@ -206,7 +228,7 @@ def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tupl
             s = add_partial("sum", a.args, f"SUM({arg})")
             c = add_partial("count", a.args, f"COUNT({arg})")
             fs, fc = add_final("sum", f"SUM({q(s)})"), add_final("sum", f"SUM({q(c)})")
-            post.append((name, parse(f"CAST({q(fs)} AS DOUBLE) / CAST({q(fc)} AS DOUBLE)")))
+            post.append((name, parse(_avg_sql(q(fs), q(fc), _decimal_scale(ctx, node, a.args[0])))))
         elif f in _VARIANCE:
             # per partial (count, mean, M2), merged pairwise as DuckDB does (Chan et al.): stable, and
             # exactly 0 for a constant column (a constant partial's mean is the value itself)
