@@ -58,6 +58,20 @@ _FORBIDDEN_FUNCTION = re.compile(
 
 # Functions allowed in expressions even though a table-function namesake exists.
 _SCALAR_OK = {"range", "generate_series", "unnest"}
+# Table functions allowed in FROM: they make rows from their arguments alone (no file, network,
+# setting or database state), so they are as safe as a VALUES list.
+_TABLE_OK = {"range", "generate_series", "unnest"}
+
+
+def _pure_table_function(node: exp.Expression) -> bool:
+    func = node.this if isinstance(node, exp.Table) else node
+    if isinstance(func, exp.Unnest):
+        return True
+    if not isinstance(func, exp.Func):
+        return False
+    name = func.name if isinstance(func, exp.Anonymous) else func.sql_name()
+    return name.lower() in _TABLE_OK
+
 
 # DuckDB's PIVOT / UNPIVOT statements (``PIVOT t ON …``) are read-only queries too
 _STATEMENT_KINDS = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Pivot)
@@ -154,7 +168,7 @@ def check_safe(ast: exp.Expression) -> None:
         if isinstance(node, (exp.Copy, exp.Set, exp.Pragma, exp.Attach, exp.Detach, exp.Use)):
             raise UnsafeQueryError(f"statement not allowed: {_where(node)}")
         if isinstance(node, exp.Table):
-            if not isinstance(node.this, exp.Identifier):
+            if not isinstance(node.this, exp.Identifier) and not _pure_table_function(node):
                 raise UnsafeQueryError(f"table functions and file paths are not allowed: {_where(node)}")
             if node.args.get("db") or node.args.get("catalog"):
                 raise UnsafeQueryError(f"qualified table names are not allowed: {_where(node)}")
@@ -168,6 +182,8 @@ def check_safe(ast: exp.Expression) -> None:
             in_from = isinstance(node.parent, exp.Table) or (
                 isinstance(node.parent, (exp.From, exp.Join, exp.Lateral)) and node.arg_key == "this"
             )
+            if in_from and lower in _TABLE_OK:
+                continue
             if _FORBIDDEN_FUNCTION.match(lower) and (in_from or lower not in _SCALAR_OK):
                 raise UnsafeQueryError(f"function not allowed: {name}")
             if in_from:
@@ -181,6 +197,8 @@ def referenced_tables(ast: exp.Expression) -> list[str]:
     ctes = {cte.alias_or_name.lower() for cte in ast.find_all(exp.CTE)}
     names: dict[str, None] = {}
     for table in ast.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier):  # range(…)/generate_series(…) in FROM
+            continue
         if table.name.lower() not in ctes:
             names[table.name] = None
     return list(names)

@@ -272,6 +272,8 @@ class Translator(SubqueryMixin):
 
     def _source(self, item: exp.Expression, ctes: dict[str, exp.Expression], scope: Scope) -> Source:
         alias = item.alias_or_name
+        if isinstance(item, exp.Table) and not isinstance(item.this, exp.Identifier):
+            raise NotSupportedError(f"table function in FROM: {item.this.sql('duckdb')}")
         if isinstance(item, exp.Table):
             name = item.name
             if name in ctes:

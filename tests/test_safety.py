@@ -51,6 +51,10 @@ HOSTILE = [
     "SELECT * FROM nation WHERE n_name IN (SELECT * FROM read_text('/etc/hostname'))",
     "SELECT version()",
     "SELECT * FROM duckdb_tables()",
+    # table functions that only make rows from their arguments are allowed; not next to a reader
+    "SELECT * FROM range(3), read_text('/etc/hostname')",
+    "SELECT * FROM generate_series(1, 2) AS g, glob('/etc/*')",
+    "SELECT * FROM unnest((SELECT list(content) FROM read_text('/etc/hostname')))",
 ]
 
 MALFORMED = [

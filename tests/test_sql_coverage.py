@@ -219,6 +219,11 @@ QUERIES = {
     "pivot_standard": "SELECT * FROM (SELECT grp, flag, val FROM t1) PIVOT (sum(val) FOR flag IN (true, false))",
     "unpivot": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON weight, w2 INTO NAME k VALUE v",
     "unnest_select_list": "SELECT id, unnest([id, id + 1]) AS u FROM t1 WHERE id < 5",
+    # table functions that make rows from their arguments alone (one rank: the block that holds them)
+    "range_in_from": "SELECT t1.id, t1.grp, r.i FROM range(1, 40, 3) AS r(i) JOIN t1 ON t1.id = r.i",
+    "generate_series_in_from": "SELECT count(*) AS n, sum(generate_series) AS s FROM generate_series(1, 10)",
+    "unnest_in_from": "SELECT id, x FROM t1, unnest([id, id * 2]) AS u(x) WHERE id < 6",
+    "lateral_unnest": "SELECT id, x FROM t1, LATERAL unnest([id, id + 7]) AS u(x) WHERE id < 6",
     "fallback_order_limit": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 40) "
     "SELECT t1.id, t1.grp FROM t1 JOIN r ON t1.id = r.n ORDER BY grp DESC NULLS FIRST, id LIMIT 10 OFFSET 3",
     "fallback_natural_join_and_row_struct": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r "
