@@ -27,6 +27,7 @@ the plan's notes and the filter stage's note; the effect (rows removed) in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -78,8 +79,7 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
             )
     ctx.prebuilt[id(build)] = (b_node, b_dist)
     key_sql = [L.sql_of(k) for k in bkeys]
-    _s, typed = ctx.typecheck(f"SELECT {', '.join(key_sql)} FROM ({render(b_node)}) AS t", leaves(b_node))
-    key_types = tuple(t for _n, t in typed)
+    key_types = _key_types(ctx, b_node, key_sql)
     n_build = max(estimate_rows(build), 1.0)
     kind = "keys" if n_build <= EXACT_KEYS else "bloom"
     bits = 0 if kind == "keys" else _bits(n_build)
@@ -94,16 +94,10 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     )
     stage_id = len(ctx.stages)
     assert stage_id >= first
-    for scan, cols, keep in targets:
-        probe_types = _scan_types(ctx, scan, cols)
-        if not _compatible(key_types, probe_types):
-            ctx.notes.append(f"no join filter on {label_keys} → scan of {scan.table}: key types differ")
-            continue
-        label = (
-            f"{'key set' if kind == 'keys' else 'bloom filter'} on {', '.join(cols)} from stage {stage_id} "
-            f"→ scan of {scan.table}, est. keep {keep * 100:.0f} %"
-        )
-        ctx.notes.append(label)
+    what_kind = "key set" if kind == "keys" else "bloom filter"
+    for scan, cols, keep, label in _targets(
+        ctx, targets, key_types, label_keys, lambda c: f"{what_kind} on {c} from stage {stage_id}"
+    ):
         f = JoinFilter(kind, stage_id, ref.name, cols, key_types, bits, scan.table, keep, label)
         ctx.join_filters.setdefault(id(scan), []).append(f)
     return joins.plan(ctx, node)
@@ -120,22 +114,48 @@ def _plan_local(
     b_node = scans.broadcast(ctx, build)
     ctx.prebuilt[id(build)] = (b_node, REPLICATED)
     key_sql = [L.sql_of(k) for k in bkeys]
-    _s, typed = ctx.typecheck(f"SELECT {', '.join(key_sql)} FROM ({render(b_node)}) AS t", leaves(b_node))
-    key_types = tuple(t for _n, t in typed)
+    key_types = _key_types(ctx, b_node, key_sql)
     keys = build_node("keys", b_node, key_sql, key_types, 0)
     label_keys = ", ".join(key_sql)
+    for scan, cols, keep, label in _targets(
+        ctx,
+        targets,
+        key_types,
+        label_keys,
+        lambda c: (
+            f"key set on {c} from {label_keys} computed on every rank (replicated scan, no extra round)"
+        ),
+    ):
+        f = JoinFilter("local", 0, "", cols, key_types, 0, scan.table, keep, label, source=keys)
+        ctx.join_filters.setdefault(id(scan), []).append(f)
+    return joins.plan(ctx, node)
+
+
+def _key_types(ctx: Context, b_node: L.Node, key_sql: list[str]) -> tuple[str, ...]:
+    """DuckDB's types of the build keys over the planned build side."""
+    _s, typed = ctx.typecheck(f"SELECT {', '.join(key_sql)} FROM ({render(b_node)}) AS t", leaves(b_node))
+    return tuple(t for _n, t in typed)
+
+
+def _targets(
+    ctx: Context,
+    targets: list[tuple[L.Scan, tuple[str, ...], float]],
+    key_types: tuple[str, ...],
+    label_keys: str,
+    source: Callable[[str], str],
+) -> list[tuple[L.Scan, tuple[str, ...], float, str]]:
+    """The probe scans whose key types hash like the build keys, each with its note (also added to the
+    plan's notes); a scan whose types differ gets a note saying so instead. ``source(cols)`` names the
+    filter for the scan's key columns."""
+    out = []
     for scan, cols, keep in targets:
         if not _compatible(key_types, _scan_types(ctx, scan, cols)):
             ctx.notes.append(f"no join filter on {label_keys} → scan of {scan.table}: key types differ")
             continue
-        label = (
-            f"key set on {', '.join(cols)} from {label_keys} computed on every rank (replicated scan, "
-            f"no extra round) → scan of {scan.table}, est. keep {keep * 100:.0f} %"
-        )
+        label = f"{source(', '.join(cols))} → scan of {scan.table}, est. keep {keep * 100:.0f} %"
         ctx.notes.append(label)
-        f = JoinFilter("local", 0, "", cols, key_types, 0, scan.table, keep, label, source=keys)
-        ctx.join_filters.setdefault(id(scan), []).append(f)
-    return joins.plan(ctx, node)
+        out.append((scan, cols, keep, label))
+    return out
 
 
 def _bits(n: float) -> int:
