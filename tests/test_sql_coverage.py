@@ -19,6 +19,7 @@ import pytest
 
 import squall
 from squall.testing import assert_same_result
+from tests.fuzz.dataset import duckdb_reference
 
 QUERIES = {
     # joins
@@ -292,9 +293,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(data):
-    con = duckdb.connect()
-    for f in data.glob("*.parquet"):
-        con.execute(f"CREATE VIEW {f.stem} AS SELECT * FROM read_parquet('{f}')")
+    con = duckdb_reference(data)
     yield con
     con.close()
 
