@@ -273,13 +273,22 @@ def _min_rounds_time(rounds: int, lo: float = 0.02, hi: float = 1.0) -> float:
 
 
 def test_polling_is_bounded_when_a_sender_is_late(s3):
-    world, late = 4, 1.5
+    world = 4
     factory = _factory(s3, levels=1)
     config = factory.prepare(_qid(), world)
+    exchanges: dict[int, Any] = {}
+
+    def listed_once(rank: int) -> bool:
+        per = exchanges[rank].stats().to_dict()["per_exchange"] if rank in exchanges else []
+        return bool(per) and per[0]["list"] >= 1
 
     def fn(exchange, rank, world):
-        if rank == world - 1:
-            time.sleep(late)
+        exchanges[rank] = exchange
+        if rank == world - 1:  # late: send only after every other rank has polled once and found it missing
+            deadline = time.monotonic() + 60
+            while not all(listed_once(r) for r in range(world - 1)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)
         t0 = time.monotonic()
         got = _all_to_all(3)(exchange, rank, world)
         return got, time.monotonic() - t0
