@@ -5,7 +5,7 @@
 The machine is shared: a CPU probe before and after each query measures the other programs' runnable
 threads (``background_load``), which the ``emulator-here`` profile's processor-sharing CPU takes as input.
 For each W: start moto's S3 server (tests/s3server.py), connect with ``platform="lambda-local"`` and
-``exchange="s3://…"``, run one warm-up query (the emulator's processes then stay warm, as the
+``exchange="s3://…"``, run two warm-up queries (the emulator's processes then stay warm, as the
 ``emulator-here`` profile assumes), then each query once. For each run the model gets the real plan and
 the measured stage output sizes (``Result.stats["stages"]``) and predicts with the ``emulator-here``
 profile and the exchange version the exchange runs (``s3-v2``). Printed, with the CPU probe's
@@ -62,7 +62,11 @@ def measure(
                                  exchange=f"s3://{BUCKET}/exchange",
                                  platform_options={"settings": settings})  # fmt: skip
             try:
-                con.sql(tpch.query(6))  # warm-up: start the emulator's processes
+                # warm-up: start the emulator's processes. Twice: the first query after one warm-up
+                # still found some processes busy finishing it and cold-started others (startup 0.7-1.8 s
+                # median vs 0.07-0.5 s after)
+                for _ in range(2):
+                    con.sql(tpch.query(6))
                 for q in queries:
                     sql = tpch.query(q)
                     before = background_load()
