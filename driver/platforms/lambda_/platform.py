@@ -293,15 +293,17 @@ class LambdaPlatform(Platform):
         they write. (The local emulator knows when they end and cleans up after them.)"""
 
     def _drain(self, run: Run, config: dict[str, Any]) -> None:
-        """After an abort: wait up to ``drain_s`` for the attempts to stop, so clean-up is complete."""
+        """After an abort: wait up to ``drain_s`` for the attempts that started to stop, so clean-up is
+        complete. An attempt not started yet finds the abort marker when it starts and writes nothing (a
+        worker that cannot start never does: no wait for it)."""
         until = time.monotonic() + float(self.settings["drain_s"])
-        while time.monotonic() < until:
-            if not run.unfinished():
-                return
+        while True:
             try:
                 poll(run, self.s3, config, time.monotonic())
             except SquallError:
                 pass  # the errors of the other ranks (aborted) are expected now
+            if not any(a.started_ms is not None for a in run.unfinished()) or time.monotonic() >= until:
+                return
             time.sleep(0.2)
 
     def _result(self, run: Run, config: dict[str, Any], ranks: tuple[int, ...] = (0,)) -> pa.Table:
