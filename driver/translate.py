@@ -125,6 +125,10 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
     return derived
 
 
+#: a join whose estimated output exceeds this many times its larger input is many-to-many (see _expands)
+EXPANDING = 4.0
+
+
 class Translator(SubqueryMixin):
     """Turns one bound query into a logical plan (see module doc)."""
 
@@ -423,6 +427,9 @@ class Translator(SubqueryMixin):
             connected = [
                 s for s in remaining.values() if any(_equi_between(p, have, s.alias) for p in pending)
             ]
+            if len(connected) > 1:  # a many-to-many join waits while a key join is possible (TPC-H Q5)
+                keyed = [s for s in connected if not self._expands(rows, s, pending, have, by_alias)]
+                connected = keyed or connected
             pool = connected or list(remaining.values())
             nxt = min(pool, key=lambda s: (s.rows * s.width, s.alias))
             del remaining[nxt.alias]
@@ -446,6 +453,42 @@ class Translator(SubqueryMixin):
         if leftover:
             current = L.Filter(current, conjunction(leftover))
         return current
+
+    def _expands(
+        self,
+        rows: float,
+        nxt: Source,
+        preds: list[exp.Expression],
+        have: set[str],
+        by_alias: dict[str, Source],
+    ) -> bool:
+        """Whether joining ``nxt`` on its equality keys with what is joined so far (``rows``) is many-to-many:
+        estimated output (textbook: product of the inputs over the larger key NDV of each key pair, NDVs
+        from the catalog's samples) above ``EXPANDING`` times the larger input. No NDV known: not."""
+        sel, known = 1.0, False
+        for p in preds:
+            pair = _equi_between(p, have, nxt.alias)
+            if pair is None:
+                continue
+            ndv_have, ndv_nxt = self._column_ndv(pair[0], by_alias), self._column_ndv(pair[1], by_alias)
+            if ndv_have is None and ndv_nxt is None:
+                continue
+            known = True
+            # an unknown NDV is taken as a key's (one distinct value per row)
+            sel /= max(min(ndv_have or rows, rows), min(ndv_nxt or nxt.rows, nxt.rows), 1.0)
+        return known and rows * nxt.rows * sel > EXPANDING * max(rows, nxt.rows)
+
+    def _column_ndv(self, e: exp.Expression, by_alias: dict[str, Source]) -> float | None:
+        """NDV of a plain column of a table source (None for anything else)."""
+        if not isinstance(e, exp.Column) or e.table not in by_alias:
+            return None
+        node = by_alias[e.table].node
+        while isinstance(node, L.Filter):
+            node = node.input
+        if not isinstance(node, L.Scan):
+            return None
+        name = next((src for src, _ in node.columns if src.lower() == e.name.lower()), None)
+        return None if name is None else float(self.catalog.ndv(node.table, name))
 
     def _ordered_joins(
         self, sources: list[Source], specs: list[exp.Join], where: list[exp.Expression], scope: Scope

@@ -94,3 +94,17 @@ def test_result_types_match_duckdb(tmp_path):
         assert [str(t) for t in result.plan.result_types] == ["BIGINT", "HUGEINT", "DOUBLE", "BIGINT"]
         assert result.to_arrow().schema.field("n").type == pa.int64()
         assert result.to_arrow().to_pydict()["a"] == [1.0, 2.5]
+
+
+def test_many_to_many_join_waits_for_a_key_join(sf1):
+    """Q5 planned as at SF1000 (nothing broadcast): customer joins on (c_custkey, c_nationkey) after orders,
+    not on c_nationkey alone after supplier (25 distinct values: ~36 G rows at SF1, the query never ended)."""
+    from squall.driver.scale.calibrate import large_sf_options
+
+    con = squall.Connection(data=str(sf1), workers=4, planner_options=large_sf_options(1.0))
+    try:
+        sql = "\n".join(s.sql for s in con.plan(tpch.query(5)).stages)
+    finally:
+        con.close()
+    assert 'ON "s_nationkey" = "c_nationkey"' not in sql
+    assert '"o_custkey" = "c_custkey" AND "s_nationkey" = "c_nationkey"' in sql
