@@ -53,7 +53,12 @@ def max_rounds(waited_s: float, levels: int) -> int:
     return levels * rounds
 
 
-def run_exchange(s3: Any, world: int) -> tuple[dict[int, pa.Table], dict[int, dict], dict[int, float]]:
+def run_exchange(
+    s3: Any, world: int, rows: Any = None
+) -> tuple[dict[int, pa.Table], dict[int, dict], dict[int, float]]:
+    """``rows(sender, receiver)``: rows of that piece (default 2 for every pair)."""
+    rows = rows or (lambda _s, _r: 2)
+
     factory = exchange_factory("s3", bucket_url=f"s3://{BUCKET}/x", endpoint_url=s3.endpoint_url,
                                timeout_s=300, threads=4, max_pool_connections=8)  # fmt: skip
     config = factory.prepare(f"q{uuid.uuid4().hex[:10]}", world)
@@ -65,7 +70,9 @@ def run_exchange(s3: Any, world: int) -> tuple[dict[int, pa.Table], dict[int, di
             spec = ExchangeSpec(config["query_id"], 1, tuple(range(world)), tuple(range(world)))
             start.wait()
             time.sleep(rank * LATE_S)
-            exchange.send(spec, {r: pa.table({"src": [rank] * 2, "dst": [r] * 2}) for r in range(world)})
+            pieces = {r: pa.table({"src": pa.array([rank] * rows(rank, r), pa.int64()),
+                                   "dst": pa.array([r] * rows(rank, r), pa.int64())}) for r in range(world)}  # fmt: skip
+            exchange.send(spec, pieces)
             t0 = time.monotonic()
             got = exchange.receive(spec)
             return got, exchange.stats().to_dict(), time.monotonic() - t0
@@ -113,3 +120,24 @@ def test_measured_requests_within_the_v2_formula_polling_included(s3, world):
     for r, e in per_rank.items():
         assert levels <= e["poll_rounds"] <= max_rounds(waited[r], levels), (r, e, waited[r])
         assert e["head"] <= waited[r] / 1.0 + 1
+
+
+@pytest.mark.parametrize("world", [8, 16])
+def test_empty_pairs_cost_no_data_get(s3, world):
+    """The model's emptiness (issue 15): senders that scanned nothing (the last two) and receivers no key
+    hashes to (2 and 5) — every sender still PUTs and every reader LISTs, but only pairs with rows cost a
+    data GET: exactly :func:`exchange_counts` with ``sender_hit`` / ``receiver_hit`` (0/1, as measured)."""
+    x = tuple(0.0 if s >= world - 2 else 1.0 for s in range(world))
+    m = tuple(0.0 if q in (2, 5) else 1.0 for q in range(world))
+    tables, stats, _waited = run_exchange(s3, world, lambda s, q: 2 * int(x[s] * m[q]))
+    for r, table in tables.items():
+        assert table.num_rows == 2 * int(m[r] * sum(x)), r
+    per_rank = [next(e for e in st["per_exchange"] if e["exchange_id"] == 1) for st in stats.values()]
+    shape = ExchangeShape(
+        "hash", tuple(range(world)), tuple(range(world)), 500.0, sender_hit=x, receiver_hit=m
+    )
+    formula = exchange_counts(shape, "s3-v2")
+    measured = tuple(sum(e[f] for e in per_rank) for f in ("put", "get_data", "get_index", "get_miss"))
+    assert measured == (formula.put, formula.get_data, 0, 0)
+    full = exchange_counts(ExchangeShape("hash", tuple(range(world)), tuple(range(world)), 500.0), "s3-v2")
+    assert formula.get_data < full.get_data
