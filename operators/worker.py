@@ -170,7 +170,7 @@ class Worker:
         }
         probes = {view_name(name): probe for name, probe in self._probes.items()}
         with Sandbox(
-            parquet={**views, **probes}, files=files, threads=self.threads, **self.sandbox_options
+            parquet={**views, **probes}, files=files, threads=self.threads, reuse=True, **self.sandbox_options
         ) as db:
             self._run_stages(db, views, received, report)
             result = self._result

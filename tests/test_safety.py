@@ -113,3 +113,42 @@ def test_sandbox_blocks_files_even_if_sql_reaches_duckdb():
             db.query(f"SELECT * FROM read_text('{SECRET}')")
         with pytest.raises(duckdb.Error, match="locked"):
             db.query("SET enable_external_access = true")
+
+
+def test_reused_sandbox_is_as_locked_and_keeps_nothing_between_sessions(tmp_path):
+    """Workers reuse a locked DuckDB instance for the next query over the same files (``reuse=True``): each
+    session is a new connection that sees only its own views and inputs, the allowed files and nothing
+    else; a file rewritten between sessions is read afresh; other files get another instance."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from squall.operators import duck
+    from squall.operators.duck import ParquetView, Sandbox
+
+    path, other = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    pq.write_table(pa.table({"x": [1, 2, 3]}), path)
+    pq.write_table(pa.table({"x": [9]}), other)
+    view = {"v": ParquetView((("x", "x"),), ((path, ()),))}
+    with Sandbox(parquet=view, threads=1, reuse=True) as db:
+        db.register("arrow_in", pa.table({"y": [1]}))
+        assert db.query("SELECT sum(x) AS s FROM v")["s"].to_pylist() == [6]
+    pq.write_table(pa.table({"x": [10, 20]}), path)  # same path, new contents
+    with Sandbox(parquet=view, threads=1, reuse=True) as db:
+        assert db.query("SELECT sum(x) AS s FROM v")["s"].to_pylist() == [30]
+        with pytest.raises(duckdb.Error, match="arrow_in"):
+            db.query("SELECT * FROM arrow_in")  # the last session's input went with it
+        for sql in (f"SELECT * FROM read_parquet('{other}')", f"SELECT * FROM read_text('{SECRET}')"):
+            with pytest.raises(duckdb.Error, match=r"Permission|disabled"):
+                db.query(sql)
+        with pytest.raises(duckdb.Error, match="locked"):
+            db.query("SET enable_external_access = true")
+        with pytest.raises(duckdb.Error, match="locked"):
+            db.query(f"SET allowed_paths = ['{other}']")
+    assert len(duck._INSTANCES) <= duck.INSTANCES_KEPT
+    with Sandbox(parquet={"w": ParquetView((("x", "x"),), ((other, ()),))}, threads=1, reuse=True) as db:
+        assert db.query("SELECT x FROM w")["x"].to_pylist() == [9]
+        with pytest.raises(duckdb.Error, match="does not exist"):
+            db.query("SELECT * FROM v")  # the other session's view is not here
+        with pytest.raises(duckdb.Error, match="Permission"):
+            db.query(f"SELECT * FROM read_parquet('{path}')")  # nor are its files
