@@ -12,7 +12,7 @@ CDK_ARGS ?=
 CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
 CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test check-arch bench bench-tpcds venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
+.PHONY: run test check-arch bench bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
 # `make run` needs only the engine: .stamp installs the core dependencies. Everything else (test tools,
 # pandas, the CDK and Powertools) goes on top in .stamp-dev, for test/lint/fmt and the deploy targets.
@@ -56,6 +56,15 @@ bench: data
 # TPC-DS: data/tpcds-sf$(SF) is generated on first use (its own venv build/tpcds-venv, from PyPI)
 bench-tpcds: venv
 	$(PY) benchmarks/tpcds.py --sf $(SF) --workers $(if $(WORKERS),$(WORKERS),3)
+
+# the scale model (issue 15): validated against real lambda-local + moto runs here (SF0.1), then the TPC-H
+# sweep SF100/1000/10000 x W=16..4096 (tables and charts in benchmarks/scale-out/)
+bench-scale: venv-dev
+	test -f data/sf0.1/lineitem.parquet || $(VENV)/bin/squall gen-tpch --sf 0.1 --out data/sf0.1
+	test -f data/sf1/lineitem.parquet || $(VENV)/bin/squall gen-tpch --sf 1 --out data/sf1
+	$(PY) benchmarks/scale_validate.py --workers 4,8,16 --queries 1,3,6,12 --sf 0.1 --data data \
+		--json benchmarks/scale-out/validation-runs.json | tee benchmarks/scale-out/validation.txt
+	$(PY) benchmarks/scale.py --data data
 
 lint: venv-dev
 	$(VENV)/bin/ruff check .

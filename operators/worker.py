@@ -127,6 +127,9 @@ class Worker:
         self.storage_options = storage_options or {}
         self.on_stage = on_stage
         self.sandbox_options = sandbox_options or {}  # memory_limit, temp_directory (Lambda: under /tmp)
+        # the next query over the same files reuses this process's locked DuckDB instance; not with a
+        # temp directory of this query's own (Lambda: removed after the query, the instance would outlive it)
+        self.reuse_sandbox = "temp_directory" not in self.sandbox_options
         self.native_scans = bool(self.storage_options.get("native_scans", True))
         self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
@@ -170,7 +173,11 @@ class Worker:
         }
         probes = {view_name(name): probe for name, probe in self._probes.items()}
         with Sandbox(
-            parquet={**views, **probes}, files=files, threads=self.threads, reuse=True, **self.sandbox_options
+            parquet={**views, **probes},
+            files=files,
+            threads=self.threads,
+            reuse=self.reuse_sandbox,
+            **self.sandbox_options,
         ) as db:
             self._run_stages(db, views, received, report)
             result = self._result
