@@ -26,7 +26,9 @@ def site(tmp_path_factory):
 
 def test_faults_crash_delay_s3_errors(site, sf01, monkeypatch):
     """A rank crashes, another straggles, S3 fails 5 % of requests: same answers, retries in the stats."""
-    monkeypatch.setenv("SQUALL_FAULTS", "crash:rank=3:stage=1,delay:rank=2:seconds=8,s3_error:rate=0.05")
+    monkeypatch.setenv(
+        "SQUALL_FAULTS", "crash:rank=3:stage=1,delay:rank=2:seconds=30:stage=1,s3_error:rate=0.05"
+    )
     con = site.connect(sf01, 16, platform_options={"concurrency": 20})
     reference = duckdb_over(sf01)
     try:
