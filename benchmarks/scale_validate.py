@@ -6,8 +6,9 @@ The machine is shared: a CPU probe before and after each query measures the othe
 threads (``background_load``), which the ``emulator-here`` profile's processor-sharing CPU takes as input.
 For each W: start moto's S3 server (tests/s3server.py), connect with ``platform="lambda-local"`` and
 ``exchange="s3://…"``, run two warm-up queries (the emulator's processes then stay warm, as the
-``emulator-here`` profile assumes), then each query once. For each run the model gets the real plan and
-the measured stage output sizes (``Result.stats["stages"]``) and predicts with the ``emulator-here``
+``emulator-here`` profile assumes), then each query ``--repeat`` times (3): run to run, the same
+query's time varies by up to ±30 % here, so the run with the median time stands for it. For each the
+model gets the real plan and the measured stage output sizes (``Result.stats["stages"]``) and predicts with the ``emulator-here``
 profile and the exchange version the exchange runs (``s3-v2``). Printed, with the CPU probe's
 background load and the 1-minute load average of each run: measured vs predicted execution time (goal
 ±25 %) and, per exchange, PUT / index GET / data GET counts (goal: exact) plus the timing-dependent
@@ -44,9 +45,10 @@ def background_load(seconds: float = 0.4) -> float:
 
 
 def measure(
-    workers: list[int], queries: list[int], sf: str, data_root: str, save: str = ""
+    workers: list[int], queries: list[int], sf: str, data_root: str, save: str = "", repeat: int = 1
 ) -> list[dict[str, Any]]:
-    """Real lambda-local runs; one record per (W, query) with the plan JSON and stats (saved as they come)."""
+    """Real lambda-local runs; one record per (W, query) with the plan JSON and stats (saved as they come):
+    of ``repeat`` runs, the one with the median time (all times in ``times_s``)."""
     import squall
     from squall import tpch
     from tests.s3server import moto_s3
@@ -69,26 +71,36 @@ def measure(
                     con.sql(tpch.query(6))
                 for q in queries:
                     sql = tpch.query(q)
-                    before = background_load()
-                    t0 = time.perf_counter()
-                    try:
-                        res = con.sql(sql)
-                    except Exception as exc:  # an overloaded box can lose a rank: report, go on
-                        print(f"W={w} Q{q} failed: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
+                    tries = []
+                    for _ in range(repeat):
+                        before = background_load()
+                        t0 = time.perf_counter()
+                        try:
+                            res = con.sql(sql)
+                        except Exception as exc:  # an overloaded box can lose a rank: report, go on
+                            print(
+                                f"W={w} Q{q} failed: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True
+                            )
+                            continue
+                        wall = time.perf_counter() - t0
+                        load = (before + background_load()) / 2
+                        stats = res.stats
+                        tries.append({"workers": w, "query": q, "wall_s": wall, "plan": res_plan(con, res, sql),
+                                      "background_load": load, "loadavg": round(os.getloadavg()[0], 1),
+                                      "stats": {k: stats[k] for k in ("execution_s", "stages", "exchanges",
+                                                                      "exchange_requests", "lambda", "cost_usd")
+                                                if k in stats}})  # fmt: skip
+                    if not tries:
                         continue
-                    wall = time.perf_counter() - t0
-                    load = (before + background_load()) / 2
-                    loadavg = round(os.getloadavg()[0], 1)
-                    stats = res.stats
-                    runs.append({"workers": w, "query": q, "wall_s": wall, "plan": res_plan(con, res, sql),
-                                 "background_load": load, "loadavg": loadavg,
-                                 "stats": {k: stats[k] for k in ("execution_s", "stages", "exchanges",
-                                                                 "exchange_requests", "lambda", "cost_usd")
-                                           if k in stats}})  # fmt: skip
+                    # the run with the median time stands for the query; every time is kept beside it
+                    tries.sort(key=lambda t: t["stats"]["execution_s"])
+                    run = tries[(len(tries) - 1) // 2]
+                    run["times_s"] = [round(t["stats"]["execution_s"], 3) for t in tries]
+                    runs.append(run)
                     if save:
                         Path(save).write_text(json.dumps(runs))
-                    print(f"measured W={w} Q{q}: {stats['execution_s']:.2f} s (background load {load:.1f})",
-                          file=sys.stderr, flush=True)  # fmt: skip
+                    print(f"measured W={w} Q{q}: {run['stats']['execution_s']:.2f} s (median of {run['times_s']}, "
+                          f"background load {run['background_load']:.1f})", file=sys.stderr, flush=True)  # fmt: skip
             finally:
                 con.close()
     return runs
@@ -165,13 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sf", default="0.1")
     ap.add_argument("--data", default=os.environ.get("SQUALL_TPCH_CACHE", "/work/tpch-cache"))
     ap.add_argument("--json", default="", help="save measurements here")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per query; the median one is compared")
     ap.add_argument("--from-json", default="", help="predict from saved measurements (no runs)")
     args = ap.parse_args(argv)
     if args.from_json:
         runs = json.loads(Path(args.from_json).read_text())
     else:
         runs = measure([int(w) for w in args.workers.split(",")], [int(q) for q in args.queries.split(",")],
-                       args.sf, args.data, args.json)  # fmt: skip
+                       args.sf, args.data, args.json, args.repeat)  # fmt: skip
     report(predict(runs))
 
 
