@@ -91,7 +91,9 @@ def _shared_instance(
 ) -> duckdb.DuckDBPyConnection:
     """A kept locked instance for exactly this configuration and these allowed paths (new if none)."""
     with _INSTANCES_LOCK:
-        con = _INSTANCES.pop(key, None) or _locked_instance(config, paths)
+        con = _INSTANCES.pop(key, None)
+        if con is None:
+            con = _locked_instance(config, paths)
         _INSTANCES[key] = con
         while len(_INSTANCES) > INSTANCES_KEPT:
             _INSTANCES.popitem(last=False)[1].close()
@@ -133,7 +135,6 @@ class Sandbox:
             config["home_directory"] = temp_directory
         views = parquet or {}
         paths: Sequence[str] = sorted({p for v in views.values() for p, _r in v.parts} | set(files))
-        # allowed_paths keeps these files readable once external access is off
         self._key = _instance_key(config, paths) if reuse else None
         root = _shared_instance(self._key, config, paths) if self._key else _locked_instance(config, paths)
         self.con = root.cursor() if reuse else root
