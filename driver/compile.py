@@ -1,5 +1,6 @@
 """SQL text → distributed plan: bind, translate, prune, plan (the whole query on one rank, said
-in the plan's notes, when a part has no distributed plan and the translator could not isolate it)."""
+in the plan's notes, when a part has no distributed plan and the translator could not isolate it,
+and for one worker, where DuckDB plans the query as written: ``PlannerOptions.whole_query_at_w1``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import time
 
 import duckdb
 
+from squall.driver import logical as L
 from squall.driver.boundary import Boundary
 from squall.driver.catalog import Catalog
 from squall.driver.fallback import one_rank
-from squall.driver.frontend import Binder
+from squall.driver.frontend import Binder, BoundQuery
 from squall.driver.pivot_rewrite import plain_pivots
 from squall.driver.planner import Planner, PlannerOptions
 from squall.driver.prune import prune
@@ -71,6 +73,9 @@ def _compile(
     bound = binder.bind(pivots.sql)
     t1 = time.perf_counter()
     spent["bind_s"] = t1 - t0
+    if world_size == 1 and (options or PlannerOptions()).whole_query_at_w1:
+        boundary.step, boundary.locate = "planning", None
+        return _on_one_rank(catalog, bound, L.WHOLE_QUERY_AT_W1, world_size, options, db, spent, pivots.notes)
     translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
     try:
         boundary.step, boundary.locate = "translating", translator.position
@@ -91,12 +96,28 @@ def _compile(
         # DuckDB bound the query, so this is Squall's limit, not the user's error: run it on one rank
         reason = str(err).removeprefix("not supported: ")
     boundary.step, boundary.locate = "planning the one-rank fallback", None
+    spent["translate_s"] = time.perf_counter() - t1
+    return _on_one_rank(catalog, bound, reason, world_size, options, db, spent, pivots.notes)
+
+
+def _on_one_rank(
+    catalog: Catalog,
+    bound: BoundQuery,
+    reason: str,
+    world_size: int,
+    options: PlannerOptions | None,
+    db: Sandbox | None,
+    spent: dict[str, float],
+    notes: tuple[str, ...],
+) -> Plan:
+    """The whole query as one :class:`~squall.driver.logical.OneRank` part (its tables scanned by Squall)."""
+    t0 = time.perf_counter()
     names = Names()
     node, outputs = one_rank(catalog, bound, names.fresh, reason)
-    t2 = time.perf_counter()
-    spent["translate_s"] = t2 - t1
+    t1 = time.perf_counter()
+    spent["translate_s"] = spent.get("translate_s", 0.0) + t1 - t0
     plan = Planner(catalog, world_size, options, db).plan(bound, Planned(node, outputs), names)
-    if pivots.notes:
-        plan = dataclasses.replace(plan, notes=(*pivots.notes, *plan.notes))
-    spent["plan_s"] = time.perf_counter() - t2
+    if notes:
+        plan = dataclasses.replace(plan, notes=(*notes, *plan.notes))
+    spent["plan_s"] = time.perf_counter() - t1
     return plan

@@ -259,6 +259,11 @@ class Window(Node):
         return self.input.names + tuple(n for n, _ in self.exprs)
 
 
+#: the :class:`OneRank` reason of a query planned whole for one worker: with W=1 there is nothing to
+#: distribute, so DuckDB plans the query as written (its own join order, decorrelation, CTEs)
+WHOLE_QUERY_AT_W1 = "W=1, so DuckDB plans the whole query as written"
+
+
 @dataclass(frozen=True)
 class OneRank(Node):
     """A part with no distributed plan: DuckDB runs ``sql`` (self-contained SQL text) on one rank.

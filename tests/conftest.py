@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import squall
 import squall.connection
+from squall.driver.planner import PlannerOptions
 from squall.plan import Plan
 
 from .tpch_data import duckdb_over, tpch_dataset
@@ -83,3 +86,13 @@ def every_plan_round_trips_json():
     patch.setattr(squall.connection, "compile_sql", checked)
     yield
     patch.undo()
+
+
+@pytest.fixture
+def stage_plans(engine):
+    """The module's ``engine`` connection planning Squall's own stages at every W — at W=1 too, where by
+    default DuckDB plans the whole query (``PlannerOptions.whole_query_at_w1``): for tests of plan shapes."""
+    saved = engine.planner_options
+    engine.planner_options = dataclasses.replace(saved or PlannerOptions(), whole_query_at_w1=False)
+    yield engine
+    engine.planner_options = saved

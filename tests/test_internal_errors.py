@@ -67,7 +67,7 @@ def test_translator_bug_names_the_position(data, log_dir, monkeypatch):
         raise ValueError("injected translator bug")
 
     monkeypatch.setattr(Translator, "_aggregate", broken)
-    con = squall.connect(data=str(data), workers=1)
+    con = squall.connect(data=str(data), workers=2)
     try:
         with pytest.raises(squall.InternalError) as got:
             con.plan(sql)
@@ -81,7 +81,7 @@ def test_translator_bug_names_the_position(data, log_dir, monkeypatch):
 def test_cli_prints_one_line_and_exits_2(data, log_dir, monkeypatch, capsys):
     _planner_bug(monkeypatch)
     monkeypatch.delenv("SQUALL_DEBUG", raising=False)
-    code = cli.main(["query", GROUPED, "--data", str(data), "--workers", "1"])
+    code = cli.main(["query", GROUPED, "--data", str(data), "--workers", "2"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: internal error while planning (bug): KeyError")
@@ -110,7 +110,7 @@ def test_rest_api_answers_500_with_one_line(data, log_dir, monkeypatch, tmp_path
     from squall.service.service import Service
     from squall.service.state import state_store
 
-    backend = LocalBackend(str(data), workers=1)
+    backend = LocalBackend(str(data), workers=2)
     service = Service(state_store(str(tmp_path / "state")), backend)
     server = ApiServer(("127.0.0.1", 0), serialized(make_handler(service)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -135,7 +135,7 @@ def test_dbapi_maps_it_to_pep249_internal_error(data, log_dir, monkeypatch):
     from squall import dbapi
 
     _planner_bug(monkeypatch)
-    con = dbapi.connect(data=str(data), workers=1)
+    con = dbapi.connect(data=str(data), workers=2)
     try:
         with pytest.raises(dbapi.InternalError) as got:
             con.cursor().execute(GROUPED)

@@ -229,8 +229,8 @@ def test_pivot_and_unpivot_are_distributed(engine, name):
         ),  # list() keeps NULLs: FILTER on one rank
     ],
 )
-def test_forms_not_rewritten_run_on_one_rank_and_say_so(engine, name, why):
-    notes = engine.plan(QUERIES[name]).notes
+def test_forms_not_rewritten_run_on_one_rank_and_say_so(stage_plans, name, why):
+    notes = stage_plans.plan(QUERIES[name]).notes
     assert any(n.startswith(why) for n in notes), notes
 
 

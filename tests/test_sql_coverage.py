@@ -318,15 +318,15 @@ def test_sql_matches_duckdb(engine, reference, name):
     assert result.to_arrow().column_names == expected.column_names
 
 
-def test_one_rank_fallback_is_said(engine):
+def test_one_rank_fallback_is_said(stage_plans):
     """A part with no distributed plan runs on one rank, and explain and stats say which and why."""
     sql = QUERIES["lateral_join"]
-    text = engine.explain(sql)
+    text = stage_plans.explain(sql)
     assert "note: one rank (LATERAL" in text
-    result = engine.sql(sql)
+    result = stage_plans.sql(sql)
     assert any(n.startswith("one rank (LATERAL") for n in result.stats["notes"])
     assert any("on rank 0 only: LATERAL" in s["note"] for s in result.stats["stages"])
-    assert engine.sql(QUERIES["window_over_aggregate"]).stats["notes"] == []
+    assert stage_plans.sql(QUERIES["window_over_aggregate"]).stats["notes"] == []
 
 
 def test_variance_of_a_constant_is_exactly_zero(engine):
@@ -370,13 +370,13 @@ DELIM_JOINS = (
         "correlation_two_levels_in",
     ),
 )
-def test_correlated_scalar_subqueries_are_distributed(engine, name):
+def test_correlated_scalar_subqueries_are_distributed(stage_plans, name):
     """Non-equality correlation (a dependent join over the distinct outer values), COUNT in a
     correlated scalar subquery and FILTER (WHERE) on NULL-skipping aggregates (a CASE inside the
     aggregate) plan without a one-rank part."""
-    plan = engine.plan(QUERIES[name])
+    plan = stage_plans.plan(QUERIES[name])
     assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
-    text = engine.explain(QUERIES[name])
+    text = stage_plans.explain(QUERIES[name])
     assert ("delim_" in text) == (name in DELIM_JOINS)
     said = [n for n in plan.notes if n.startswith(("dependent join: ", "two-level correlation: "))]
     assert said == [n for n in plan.notes if not n.startswith("one rank")]
@@ -384,8 +384,8 @@ def test_correlated_scalar_subqueries_are_distributed(engine, name):
     assert any(n.startswith("two-level correlation: ") for n in said) == name.startswith("correlation_two")
 
 
-def test_null_accepting_correlation_runs_on_one_rank(engine):
+def test_null_accepting_correlation_runs_on_one_rank(stage_plans):
     """A correlated predicate that may hold for a NULL outer value (here through COALESCE) would
     need a NULL-safe join on the delim columns: it keeps the one-rank part, and says why."""
-    notes = engine.plan(QUERIES["scalar_null_accepting_correlation"]).notes
+    notes = stage_plans.plan(QUERIES["scalar_null_accepting_correlation"]).notes
     assert any("may hold for a NULL" in n for n in notes), notes

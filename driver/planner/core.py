@@ -67,6 +67,10 @@ class PlannerOptions:
     skew_min_bytes: float = 64e6
     #: … with this many radix partitions per rank
     skew_partitions_per_rank: int = 32
+    #: with one worker, run the query as written in one DuckDB stage over Squall's scans (DuckDB plans
+    #: the joins, subqueries and CTEs itself; the scans still prune, probe the predicate cache and
+    #: count); off: Squall's own stage plan at W=1 too
+    whole_query_at_w1: bool = True
     #: join filters (Bloom filter / key set of the build keys applied at the probe side's scans)
     join_filters: bool = True
     #: … only when the build side keeps at most this share of the probe rows (estimated)
@@ -376,4 +380,9 @@ def _one_rank_note(node: L.Node) -> str:
             walk(c)
 
     walk(node)
-    return "".join(f"; on rank 0 only: {reason} (no distributed plan)" for reason in found)
+    return "".join(
+        f"; {reason}"
+        if reason == L.WHOLE_QUERY_AT_W1
+        else f"; on rank 0 only: {reason} (no distributed plan)"
+        for reason in found
+    )

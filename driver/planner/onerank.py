@@ -18,6 +18,10 @@ def plan(ctx: Context, node: L.OneRank) -> tuple[L.Node, Dist]:
         if ctx.world > 1 and dist.kind != "single":
             built = ctx.gather(built, dist, f"{what}: {table} to rank 0")
         inputs.append(built)
-    reads = f", over {', '.join(node.tables)} gathered there" if node.tables else " (it reads no table)"
-    ctx.notes.append(f"{what}: DuckDB runs this part on rank 0 only{reads}")
+    if node.reason == L.WHOLE_QUERY_AT_W1:
+        reads = f" over Squall's scans of {', '.join(node.tables)}" if node.tables else ""
+        ctx.notes.append(f"{node.reason}: one stage{reads} (PlannerOptions.whole_query_at_w1)")
+    else:
+        reads = f", over {', '.join(node.tables)} gathered there" if node.tables else " (it reads no table)"
+        ctx.notes.append(f"{what}: DuckDB runs this part on rank 0 only{reads}")
     return L.OneRank(node.sql, node.tables, node.columns, tuple(inputs), node.out, node.reason), SINGLE
