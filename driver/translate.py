@@ -96,6 +96,16 @@ def tables_of(e: exp.Expression) -> set[str]:
     return {c.table for c in e.find_all(exp.Column) if c.table}
 
 
+def _is_semi(conj: exp.Expression) -> bool:
+    """A conjunct that is a plain ``EXISTS (…)`` or ``x IN (SELECT …)``: a semi join, which only drops
+    rows, so it is applied before the other subquery conjuncts (the rows a later decorrelated scalar
+    subquery joins with are fewer, and join filters can follow its keys: TPC-H Q20)."""
+    c = conj
+    while isinstance(c, exp.Paren):
+        c = c.this
+    return isinstance(c, exp.Exists) or (isinstance(c, exp.In) and c.args.get("query") is not None)
+
+
 def _has_subquery(e: exp.Expression) -> bool:
     return any(isinstance(n, (exp.Subquery, exp.Exists, exp.Select)) for n in e.walk())
 
@@ -362,7 +372,9 @@ class Translator(SubqueryMixin):
             node = self._inner_join_tree(sources, on + plain, scope)
         else:
             node = self._ordered_joins(sources, specs, plain, scope)
-        for c in with_subquery:
+        for c in sorted(
+            with_subquery, key=lambda c: not _is_semi(c)
+        ):  # semi joins first: they only drop rows
             node = self.apply_subquery_conjunct(node, c, scope, ctes)
         return self._select_rest(sel, node, scope, ctes)
 

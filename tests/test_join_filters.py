@@ -3,6 +3,7 @@ rate, and end to end: rows removed and bytes saved show in stats while answers s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,3 +236,48 @@ def test_sql_coverage_with_forced_filters(coverage_pair, name: str) -> None:
     sql = COVERAGE[name]
     expected = ref.sql(sql).to_arrow_table()
     assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+
+
+# --- a LEFT JOIN's right side cut by the keys of a replicated scan that holds every left key ---------------------
+
+#: SF0.01: part (2,000 rows) is read whole by every rank, lineitem (60k) and partsupp (8k) are split
+LEFT_OPTIONS = PlannerOptions(replicated_scan_rows=5000, join_filter_max_keep=1.0)
+
+LEFT_QUERIES = {
+    "q17": tpch.query(17, sf=0.01),
+    "q20": tpch.query(20, sf=0.01),
+    "q02": tpch.query(2, sf=0.01),
+    "user_left_join": "SELECT p_partkey, count(l_orderkey) AS n, sum(l_quantity) AS q FROM part "
+    "LEFT JOIN lineitem ON l_partkey = p_partkey WHERE p_size < 4 GROUP BY p_partkey ORDER BY p_partkey",
+    "grouped_right_side_with_having": "SELECT p_partkey, x.s FROM part LEFT JOIN (SELECT l_partkey, "
+    "sum(l_quantity) AS s FROM lineitem GROUP BY l_partkey HAVING sum(l_quantity) > 50) AS x "
+    "ON x.l_partkey = p_partkey WHERE p_size = 7 ORDER BY 1",
+    "correlated_count_is_0_for_no_rows": "SELECT p_partkey, (SELECT count(*) FROM lineitem "
+    "WHERE l_partkey = p_partkey AND l_quantity > 45) AS n FROM part WHERE p_size = 3 ORDER BY 1",
+}
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("name", sorted(LEFT_QUERIES))
+def test_left_join_right_side_cut_by_a_replicated_key_source(
+    sf001: Path, duck, workers: int, name: str
+) -> None:
+    sql = LEFT_QUERIES[name]
+    on = squall.connect(str(sf001), workers=workers, planner_options=LEFT_OPTIONS)
+    off = squall.connect(
+        str(sf001), workers=workers, planner_options=dataclasses.replace(LEFT_OPTIONS, join_filters=False)
+    )
+    try:
+        expected = duck.sql(sql).to_arrow_table()
+        with_filters, without = on.sql(sql), off.sql(sql)
+        assert_same_result(with_filters.arrow(), expected, sql)
+        assert_same_result(without.arrow(), expected, sql)
+        text = on.explain(sql)
+        left = [f for f in with_filters.stats["join_filters"] if "computed on every rank" in f["filter"]]
+        table = "partsupp" if name == "q02" else "lineitem"
+        assert left and f"scan of {table}" in left[0]["filter"], text
+        assert sum(f["rows_removed"] for f in left) > 0
+        assert _exchanged(with_filters.stats) < _exchanged(without.stats)
+    finally:
+        on.close()
+        off.close()

@@ -55,7 +55,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         return joins.plan(ctx, node)
     build, bkeys, _pkeys, targets, broadcast = decision
     if broadcast and _replicated(ctx, build):
-        return _plan_local(ctx, node, build, bkeys, targets)
+        whole = build is node.left or build is node.right  # else a key source inside a side
+        return _plan_local(ctx, node, build, bkeys, targets, whole)
     if broadcast:
         b_node: L.Node = scans.broadcast(ctx, build)
         b_dist = REPLICATED
@@ -109,10 +110,13 @@ def _plan_local(
     build: L.Node,
     bkeys: tuple[exp.Expression, ...],
     targets: list[tuple[L.Scan, tuple[str, ...], float]],
+    whole: bool = True,
 ) -> tuple[L.Node, Dist]:
-    """Filters whose build side every rank reads whole: exact keys computed in the probe's own stage."""
+    """Filters whose build side every rank reads whole: exact keys computed in the probe's own stage.
+    ``whole``: ``build`` is a join side (planned as this replicated scan); else a key source inside one."""
     b_node = scans.broadcast(ctx, build)
-    ctx.prebuilt[id(build)] = (b_node, REPLICATED)
+    if whole:
+        ctx.prebuilt[id(build)] = (b_node, REPLICATED)
     key_sql = [L.sql_of(k) for k in bkeys]
     key_types = _key_types(ctx, b_node, key_sql)
     keys = build_node("keys", b_node, key_sql, key_types, 0)
@@ -163,28 +167,30 @@ def _bits(n: float) -> int:
     return 1 << math.ceil(math.log2(want))
 
 
-def _decide(
-    ctx: Context, node: L.Join
-) -> (
-    tuple[
-        L.Node,
-        tuple[exp.Expression, ...],
-        tuple[exp.Expression, ...],
-        list[tuple[L.Scan, tuple[str, ...], float]],
-        bool,
-    ]
-    | None
-):
+#: a filter decision: (build side or key source, its keys, probe keys, [(scan, its key columns, est. keep)],
+#: broadcast?)
+Decision = tuple[
+    L.Node,
+    tuple[exp.Expression, ...],
+    tuple[exp.Expression, ...],
+    list[tuple[L.Scan, tuple[str, ...], float]],
+    bool,
+]
+
+
+def _decide(ctx: Context, node: L.Join) -> Decision | None:
     """(build side, its keys, probe keys, [(scan, its key columns, est. keep)], broadcast?) or None."""
     if (
         not ctx.options.join_filters
         or ctx.world == 1
         or ctx.replicate
-        or node.kind not in ("inner", "semi")
+        or node.kind not in ("inner", "semi", "left")
         or node.null_aware
         or not node.left_keys
     ):
         return None
+    if node.kind == "left":
+        return _decide_left(ctx, node)
     choice = joins._broadcast_choice(ctx, node)
     if choice == "left":
         build_left = True
@@ -208,6 +214,14 @@ def _decide(
     cost = filter_bytes * senders * ctx.world + ctx.options.join_filter_round_bytes
     if broadcast and _replicated(ctx, build):
         cost = 0.0  # computed where the probe is scanned: no round, no bytes
+    targets = _probe_targets(ctx, probe, pkeys, distinct, cost)
+    return (build, bkeys, pkeys, targets, broadcast) if targets else None
+
+
+def _probe_targets(
+    ctx: Context, probe: L.Node, pkeys: tuple[exp.Expression, ...], distinct: float, cost: float
+) -> list[tuple[L.Scan, tuple[str, ...], float]]:
+    """The probe side's scans worth filtering by ``distinct`` build keys, with their estimated keep."""
     targets = []
     for scan, cols in _trace(probe, tuple(k.name for k in pkeys)):
         rows = float(ctx.catalog.table(scan.table).num_rows)
@@ -217,9 +231,60 @@ def _decide(
         saved = (1.0 - keep) * scan.est_rows * max(scan.row_width, 1.0)
         if saved > cost and keep <= ctx.options.join_filter_max_keep:
             targets.append((scan, cols, keep))
-    if not targets:
+    return targets
+
+
+def _decide_left(ctx: Context, node: L.Join) -> Decision | None:
+    """A left join's right rows whose keys no left row holds add nothing: filter the right side's scans
+    by the keys of a replicated scan that holds every left key value (through inner joins' key
+    equalities), e.g. the filtered ``part`` of TPC-H Q17 and Q20 for a decorrelated aggregate over
+    ``lineitem`` — the semi-join reduction DuckDB's delim join gives a correlated subquery.
+    Only with such a key source: no extra round."""
+    # (the right side always crosses an exchange: broadcast, or partitioned by key with the left side)
+    if not all(isinstance(k, exp.Column) for k in (*node.left_keys, *node.right_keys)):
         return None
-    return build, bkeys, pkeys, targets, broadcast
+    pairs = list(zip(node.left_keys, node.right_keys))
+    for keys in (pairs, *([p] for p in pairs if len(pairs) > 1)):  # all keys, else one of them
+        found = _key_source(ctx, node.left, tuple(lk.name for lk, _rk in keys))
+        if found is not None:
+            break
+    if found is None:
+        return None
+    source, cols = found
+    skeys = tuple(exp.column(c) for c in cols)
+    pkeys = tuple(rk for _lk, rk in keys)
+    distinct = _distinct_build(ctx, source, skeys)
+    if distinct is None:
+        return None
+    targets = _probe_targets(ctx, node.right, pkeys, distinct, 0.0)  # computed in place: costs nothing
+    return (source, skeys, pkeys, targets, True) if targets else None
+
+
+def _key_source(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> tuple[L.Node, tuple[str, ...]] | None:
+    """A subtree every rank reads whole (a replicated scan) whose ``cols`` hold every non-NULL value
+    of ``node``'s ``cols``, following filters, plain renames and inner/semi joins (across their key
+    equalities); None if there is none."""
+    if not all(c in node.names for c in cols):
+        return None
+    if _replicated(ctx, node):
+        return node, cols
+    if isinstance(node, (L.Filter, L.Project)):
+        src = cols if isinstance(node, L.Filter) else _renamed(dict(node.exprs), cols)
+        return _key_source(ctx, node.input, src) if src is not None else None
+    if isinstance(node, L.Join) and node.kind in ("inner", "semi"):
+        sides = [(node.left, node.left_keys, node.right_keys), (node.right, node.right_keys, node.left_keys)]
+        if node.kind == "semi":
+            sides = sides[
+                :1
+            ]  # a semi join's output has only its left side's columns (its keys ⊆ the right's)
+        for own, own_keys, other_keys in sides:
+            if all(c in own.names for c in cols):
+                found = _key_source(ctx, own, cols)
+                other = _across(cols, own_keys, other_keys)
+                if found is None and other is not None:
+                    found = _key_source(ctx, node.right if own is node.left else node.left, other)
+                return found
+    return None
 
 
 def _moves(ctx: Context, node: L.Node) -> bool:
