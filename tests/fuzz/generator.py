@@ -180,6 +180,9 @@ _TABLES: dict[str, tuple[int, tuple[str, ...], list[tuple[str, str, str | None, 
     ),
 }
 
+#: window functions whose value depends on row positions among tied rows
+_POSITIONAL = re.compile(r"^(row_number|lag|lead|first_value|ntile)\(|ROWS BETWEEN")
+
 # unique key column per domain and table (a join on it cannot multiply rows)
 _UNIQUE = {
     ("region", "r_regionkey"),
@@ -766,9 +769,15 @@ class QueryGenerator:
         return f"{r.choice(['sum', 'avg', 'count'])}(DISTINCT {x})", "num"
 
     def _window(
-        self, scope: Scope, agg_items: list[tuple[str, str]] | None, keys: list[str]
+        self, scope: Scope, agg_items: list[tuple[str, str]] | None, keys: list[str], positional: bool = True
     ) -> tuple[str, str]:
-        """A window function; over aggregates when ``agg_items`` is given (aggregate query)."""
+        """A window function; over aggregates when ``agg_items`` is given (aggregate query).
+
+        ``positional``: it may depend on row positions (row_number, lag, lead, first_value, ntile, a ROWS
+        frame). Only one such window per SELECT: rows tied on the whole order are identical, so one
+        positional window gives the same multiset in any order, but two pair their values up by an order
+        nobody fixed (``row_number()`` and ``lead()`` over identical rows).
+        """
         r = self.r
         if agg_items is not None:  # window over an aggregate query: operands are keys or aggregates
             agg, typ = r.choice(agg_items)
@@ -786,7 +795,9 @@ class QueryGenerator:
         # a total order: the primary keys of every joined table, else every column of the scope (rows tied
         # on all of them are identical, so any order among them gives the same multiset of output rows)
         total = scope.total_key or [c.ref for c in scope.cols]
-        kind = r.choices(["rank", "agg_part", "agg_running", "total"], [25, 25, 20, 30])[0]
+        kind = r.choices(["rank", "agg_part", "agg_running", "total"], [25, 25, 20, 30 if positional else 0])[
+            0
+        ]
         nulls = r.choice(["", " NULLS FIRST", " DESC NULLS LAST", " DESC"])
         if kind == "rank":
             fn = r.choice(["rank()", "dense_rank()", "percent_rank()", "cume_dist()"])
@@ -876,6 +887,7 @@ class QueryGenerator:
                 items = [(self._expr(scope, t, 1 if r.random() < 0.5 else 2), t, None) for t in types]
             else:
                 n = r.choices([1, 2, 3, 4, 5], [15, 30, 25, 18, 12])[0]
+                positional = True  # no positional window in this SELECT yet
                 for _ in range(n):
                     roll = r.random()
                     if roll < 0.5:
@@ -885,7 +897,9 @@ class QueryGenerator:
                         typ, _ = self._comparable(scope)
                         items.append((self._expr(scope, typ, 0), typ, None))
                     elif roll < 0.93 and not keyed:
-                        items.append((*self._window(scope, None, []), None))
+                        w, t = self._window(scope, None, [], positional)
+                        positional = positional and not _POSITIONAL.search(w)
+                        items.append((w, t, None))
                     else:
                         items.append((self._scalar_select_item(scope), "num", None))
         # names: bare column names when unique, else aliases
