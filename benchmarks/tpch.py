@@ -22,6 +22,7 @@ and bytes on an indented line, then the totals and geomeans of both.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile", action="store_true", help="print where the time goes, per query and per stage"
     )
     parser.add_argument("--no-join-filters", action="store_true", help="plan without join filters")
+    parser.add_argument(
+        "--stage-plans-at-w1",
+        action="store_true",
+        help="at W=1 plan Squall's own stages instead of DuckDB planning the whole query (whole_query_at_w1)",
+    )
     parser.add_argument(
         "--before-after",
         action="store_true",
@@ -175,12 +181,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         connect_kwargs["workers"] = args.workers
     from squall.driver.planner import PlannerOptions
 
-    if args.no_join_filters:
-        connect_kwargs["planner_options"] = PlannerOptions(join_filters=False)
+    options = PlannerOptions(
+        join_filters=not args.no_join_filters, whole_query_at_w1=not args.stage_plans_at_w1
+    )
     try:
-        con = squall.connect(**connect_kwargs)
+        con = squall.connect(**connect_kwargs, planner_options=options)
         base = (
-            squall.connect(**connect_kwargs, planner_options=PlannerOptions(join_filters=False))
+            squall.connect(**connect_kwargs, planner_options=dataclasses.replace(options, join_filters=False))
             if args.before_after
             else None
         )
