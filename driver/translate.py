@@ -372,9 +372,8 @@ class Translator(SubqueryMixin):
             node = self._inner_join_tree(sources, on + plain, scope)
         else:
             node = self._ordered_joins(sources, specs, plain, scope)
-        for c in sorted(
-            with_subquery, key=lambda c: not _is_semi(c)
-        ):  # semi joins first: they only drop rows
+        semi_first = sorted(with_subquery, key=lambda c: not _is_semi(c))  # they only drop rows
+        for c in semi_first:
             node = self.apply_subquery_conjunct(node, c, scope, ctes)
         return self._select_rest(sel, node, scope, ctes)
 

@@ -273,10 +273,8 @@ def _key_source(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> tuple[L.No
         return _key_source(ctx, node.input, src) if src is not None else None
     if isinstance(node, L.Join) and node.kind in ("inner", "semi"):
         sides = [(node.left, node.left_keys, node.right_keys), (node.right, node.right_keys, node.left_keys)]
-        if node.kind == "semi":
-            sides = sides[
-                :1
-            ]  # a semi join's output has only its left side's columns (its keys ⊆ the right's)
+        if node.kind == "semi":  # its output has only its left side's columns (their keys ⊆ the right's)
+            sides = sides[:1]
         for own, own_keys, other_keys in sides:
             if all(c in own.names for c in cols):
                 found = _key_source(ctx, own, cols)
