@@ -184,10 +184,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     options = PlannerOptions(
         join_filters=not args.no_join_filters, whole_query_at_w1=not args.stage_plans_at_w1
     )
+    if options != PlannerOptions():
+        connect_kwargs["planner_options"] = options
     try:
-        con = squall.connect(**connect_kwargs, planner_options=options)
+        con = squall.connect(**connect_kwargs)
         base = (
-            squall.connect(**connect_kwargs, planner_options=dataclasses.replace(options, join_filters=False))
+            squall.connect(
+                **{**connect_kwargs, "planner_options": dataclasses.replace(options, join_filters=False)}
+            )
             if args.before_after
             else None
         )

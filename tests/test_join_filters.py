@@ -238,7 +238,7 @@ def test_sql_coverage_with_forced_filters(coverage_pair, name: str) -> None:
     assert_same_result(con.sql(sql).to_arrow(), expected, sql)
 
 
-# --- a LEFT JOIN's right side cut by the keys of a replicated scan that holds every left key ---------------------
+# --- a LEFT/semi/anti join's right side cut by the keys of a replicated scan that holds every left key ----------
 
 #: SF0.01: part (2,000 rows) is read whole by every rank, lineitem (60k) and partsupp (8k) are split
 LEFT_OPTIONS = PlannerOptions(replicated_scan_rows=5000, join_filter_max_keep=1.0)
@@ -252,6 +252,10 @@ LEFT_QUERIES = {
     "grouped_right_side_with_having": "SELECT p_partkey, x.s FROM part LEFT JOIN (SELECT l_partkey, "
     "sum(l_quantity) AS s FROM lineitem GROUP BY l_partkey HAVING sum(l_quantity) > 50) AS x "
     "ON x.l_partkey = p_partkey WHERE p_size = 7 ORDER BY 1",
+    "not_exists_anti_join": "SELECT p_partkey FROM part WHERE p_size < 3 AND NOT EXISTS "
+    "(SELECT * FROM lineitem WHERE l_partkey = p_partkey AND l_quantity > 45) ORDER BY 1",
+    "exists_semi_join_reversed": "SELECT p_partkey, p_size FROM part WHERE p_size < 3 AND EXISTS "
+    "(SELECT * FROM lineitem WHERE l_partkey = p_partkey AND l_quantity > 45) ORDER BY 1",
     "correlated_count_is_0_for_no_rows": "SELECT p_partkey, (SELECT count(*) FROM lineitem "
     "WHERE l_partkey = p_partkey AND l_quantity > 45) AS n FROM part WHERE p_size = 3 ORDER BY 1",
 }
@@ -259,9 +263,7 @@ LEFT_QUERIES = {
 
 @pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("name", sorted(LEFT_QUERIES))
-def test_left_join_right_side_cut_by_a_replicated_key_source(
-    sf001: Path, duck, workers: int, name: str
-) -> None:
+def test_right_side_cut_by_a_replicated_key_source(sf001: Path, duck, workers: int, name: str) -> None:
     sql = LEFT_QUERIES[name]
     on = squall.connect(str(sf001), workers=workers, planner_options=LEFT_OPTIONS)
     off = squall.connect(

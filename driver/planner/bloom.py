@@ -55,7 +55,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         return joins.plan(ctx, node)
     build, bkeys, _pkeys, targets, broadcast = decision
     if broadcast and _replicated(ctx, build):
-        whole = build is node.left or build is node.right  # else a key source inside a side
+        # the side joins.plan broadcasts; else a key source on a left/semi/anti join's left (not replicated)
+        whole = build is node.right or (build is node.left and node.kind == "inner")
         return _plan_local(ctx, node, build, bkeys, targets, whole)
     if broadcast:
         b_node: L.Node = scans.broadcast(ctx, build)
@@ -184,13 +185,22 @@ def _decide(ctx: Context, node: L.Join) -> Decision | None:
         not ctx.options.join_filters
         or ctx.world == 1
         or ctx.replicate
-        or node.kind not in ("inner", "semi", "left")
+        or node.kind not in ("inner", "semi", "left", "anti")
         or node.null_aware
         or not node.left_keys
     ):
         return None
-    if node.kind == "left":
-        return _decide_left(ctx, node)
+    if node.kind in ("left", "anti"):
+        return _decide_from_left(ctx, node)
+    decision = _decide_build(ctx, node)
+    if decision is None and node.kind == "semi":
+        return _decide_from_left(ctx, node)
+    return decision
+
+
+def _decide_build(ctx: Context, node: L.Join) -> Decision | None:
+    """An inner or semi join's filter from its build side (a semi join's right side; the broadcast side;
+    else the smaller side) to the other side's scans."""
     choice = joins._broadcast_choice(ctx, node)
     if choice == "left":
         build_left = True
@@ -234,12 +244,12 @@ def _probe_targets(
     return targets
 
 
-def _decide_left(ctx: Context, node: L.Join) -> Decision | None:
-    """A left join's right rows whose keys no left row holds add nothing: filter the right side's scans
-    by the keys of a replicated scan that holds every left key value (through inner joins' key
+def _decide_from_left(ctx: Context, node: L.Join) -> Decision | None:
+    """A left, semi or anti join's right rows whose keys no left row holds change nothing: filter the right
+    side's scans by the keys of a replicated scan that holds every left key value (through inner joins' key
     equalities), e.g. the filtered ``part`` of TPC-H Q17 and Q20 for a decorrelated aggregate over
-    ``lineitem`` — the semi-join reduction DuckDB's delim join gives a correlated subquery.
-    Only with such a key source: no extra round."""
+    ``lineitem`` — the semi-join reduction DuckDB's delim join gives a correlated subquery —, or Q22's
+    filtered ``customer`` for the ``orders`` of its NOT EXISTS. Only with such a key source: no extra round."""
     # (the right side always crosses an exchange: broadcast, or partitioned by key with the left side)
     if not all(isinstance(k, exp.Column) for k in (*node.left_keys, *node.right_keys)):
         return None
