@@ -15,6 +15,11 @@ When the build side is a replicated scan (every rank reads it whole, see :func:`
 there is no filter stage: each rank computes the exact build keys inside the probe side's stage
 (``local`` kind), which costs no round and no bytes.
 
+A left, anti or semi join's right rows whose key no left row holds change nothing, so when a replicated
+scan holds every left key value (:func:`_key_source`: through filters, renames and inner/semi joins' key
+equalities), its keys cut the right side's scans the same way (``local`` kind): the reduction a delim
+join gives a decorrelated subquery (TPC-H Q2, Q17, Q20).
+
 It pays when the build key is (nearly) unique in its table (``join_filter_min_key_share``) or a GROUP
 BY key, and when ``(1 - keep) * probe scan bytes`` exceeds the filter's bytes times
 its receivers plus ``join_filter_round_bytes`` for the extra round; ``keep`` is the
