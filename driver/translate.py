@@ -26,7 +26,7 @@ from squall.driver.estimate import selectivity
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import BoundQuery
 from squall.driver.scope import Scope, conjuncts
-from squall.driver.subqueries import INTERNAL, SubqueryMixin
+from squall.driver.subqueries import INTERNAL, SubqueryMixin, _unwrap
 from squall.errors import BindError, NotSupportedError, UserError
 
 DIALECT = "duckdb"
@@ -100,9 +100,7 @@ def _is_semi(conj: exp.Expression) -> bool:
     """A conjunct that is a plain ``EXISTS (…)`` or ``x IN (SELECT …)``: a semi join, which only drops
     rows, so it is applied before the other subquery conjuncts (the rows a later decorrelated scalar
     subquery joins with are fewer, and join filters can follow its keys: TPC-H Q20)."""
-    c = conj
-    while isinstance(c, exp.Paren):
-        c = c.this
+    c = _unwrap(conj)
     return isinstance(c, exp.Exists) or (isinstance(c, exp.In) and c.args.get("query") is not None)
 
 

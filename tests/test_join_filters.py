@@ -21,6 +21,7 @@ from squall.driver.planner.bloom import _bits
 from squall.driver.planner.joinfilter import JoinFilter, build_sql, probe_sql
 from squall.plan import Plan
 from squall.testing import assert_same_result
+from tests.fuzz.dataset import duckdb_reference
 from tests.test_sql_coverage import NOT_SUPPORTED, _random_tables
 from tests.test_sql_coverage import QUERIES as COVERAGE
 from tests.tpch_data import duckdb_over, tpch_dataset
@@ -222,9 +223,7 @@ def coverage_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def coverage_pair(coverage_data: Path) -> Iterator[tuple[squall.Connection, duckdb.DuckDBPyConnection]]:
     con = squall.connect(str(coverage_data), workers=3, planner_options=FORCED)
-    ref = duckdb.connect()
-    for f in coverage_data.glob("*.parquet"):
-        ref.execute(f"CREATE VIEW {f.stem} AS SELECT * FROM read_parquet('{f}')")
+    ref = duckdb_reference(coverage_data)
     yield con, ref
     con.close()
     ref.close()

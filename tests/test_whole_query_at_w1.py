@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +14,7 @@ import squall
 from squall.driver.logical import WHOLE_QUERY_AT_W1
 from squall.driver.planner import PlannerOptions
 from squall.testing import assert_same_result
+from tests.fuzz.dataset import duckdb_reference
 
 SAID = WHOLE_QUERY_AT_W1
 
@@ -31,9 +31,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _duckdb(data: Path, sql: str) -> pa.Table:
-    con = duckdb.connect()
-    for f in data.glob("*.parquet"):
-        con.sql(f"CREATE VIEW {f.stem} AS SELECT * FROM read_parquet('{f}')")
+    con = duckdb_reference(data)
     try:
         return con.sql(sql).to_arrow_table()
     finally:

@@ -287,15 +287,18 @@ def _key_source(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> tuple[L.No
         src = cols if isinstance(node, L.Filter) else _renamed(dict(node.exprs), cols)
         return _key_source(ctx, node.input, src) if src is not None else None
     if isinstance(node, L.Join) and node.kind in ("inner", "semi"):
-        sides = [(node.left, node.left_keys, node.right_keys), (node.right, node.right_keys, node.left_keys)]
+        sides = [
+            (node.left, node.left_keys, node.right, node.right_keys),
+            (node.right, node.right_keys, node.left, node.left_keys),
+        ]
         if node.kind == "semi":  # its output has only its left side's columns (their keys ⊆ the right's)
             sides = sides[:1]
-        for own, own_keys, other_keys in sides:
+        for own, own_keys, other, other_keys in sides:
             if all(c in own.names for c in cols):
                 found = _key_source(ctx, own, cols)
-                other = _across(cols, own_keys, other_keys)
-                if found is None and other is not None:
-                    found = _key_source(ctx, node.right if own is node.left else node.left, other)
+                across = _across(cols, own_keys, other_keys)
+                if found is None and across is not None:
+                    found = _key_source(ctx, other, across)
                 return found
     return None
 
