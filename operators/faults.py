@@ -3,7 +3,8 @@
 Comma-separated rules, each ``kind:key=value:…``:
 
 - ``crash:rank=R:stage=S`` — the worker process of rank R exits abruptly when stage S starts;
-- ``delay:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before stage S (or every stage);
+- ``delay:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before stage S (or every stage), waking
+  early when the query is aborted or finished (the losing copy of a straggler's duplicate stops then);
 - ``slow_scan:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before each row group it scans
   (in stage S, or every stage): a slow or overloaded worker, what work stealing is for;
 - ``s3_error:rate=P`` — every S3 request of the process fails with probability P with a retryable
@@ -70,8 +71,10 @@ def faults_from_env() -> tuple[Fault, ...]:
     return parse_faults(os.environ.get("SQUALL_FAULTS"))
 
 
-def before_stage(faults: tuple[Fault, ...], rank: int, stage: int) -> None:
-    """Apply the rules matching (rank, stage)."""
+def before_stage(
+    faults: tuple[Fault, ...], rank: int, stage: int, stop: Callable[[], bool] = lambda: False
+) -> None:
+    """Apply the rules matching (rank, stage); a delay ends early once ``stop()`` (checked each second) is true."""
     for f in faults:
         if f.rank is not None and f.rank != rank:
             continue
@@ -80,7 +83,9 @@ def before_stage(faults: tuple[Fault, ...], rank: int, stage: int) -> None:
         if f.kind in ("s3_error", "slow_scan"):
             continue
         if f.kind == "delay":
-            time.sleep(f.seconds)
+            until = time.monotonic() + f.seconds
+            while (left := until - time.monotonic()) > 0 and not stop():
+                time.sleep(min(1.0, left))
         elif f.kind == "crash":
             os._exit(17)
 

@@ -205,7 +205,7 @@ class Worker:
             sr = reports[stage.id] = StageReport(stage.id)
             report.stages.append(sr)
             if self.faults:
-                before_stage(self.faults, self.rank, stage.id)
+                before_stage(self.faults, self.rank, stage.id, stop=self.exchange.aborted)
             if self.exchange.aborted():  # cancelled or another rank failed: stop between stages
                 raise ExchangeAborted(f"query aborted before stage {stage.id}")
             if self.rank in stage.ranks:

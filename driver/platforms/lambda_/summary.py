@@ -61,7 +61,9 @@ def details(
         },
         "retries": len(run.retries),
         "duplicates": len(run.duplicates),
-        "relaunched": run.retries + run.duplicates,
+        # a duplicate "won" when the rank's answer came from it, not from the straggler it copied
+        "relaunched": run.retries
+        + [{**d, "won": run.done.get(d["rank"], {}).get("attempt") == d["attempt"]} for d in run.duplicates],
         "driver_requests": dict(run.requests),
         "memory_mb": settings["memory_mb"],
     }
