@@ -12,7 +12,7 @@ CDK_ARGS ?=
 CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
 CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test check-arch bench bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
+.PHONY: run test check-arch bench bench-peers bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
 # `make run` needs only the engine: .stamp installs the core dependencies. Everything else (test tools,
 # pandas, the CDK and Powertools) goes on top in .stamp-dev, for test/lint/fmt and the deploy targets.
@@ -52,6 +52,15 @@ check-arch: venv
 
 bench: data
 	$(PY) benchmarks/tpch.py --sf $(SF) --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
+
+# TPC-H on Squall and the engines a user would pick instead (DuckDB, Polars, DataFusion, Sail, chDB), every
+# answer checked against DuckDB; the peers extra goes into the venv on first use. WORKERS=1,2 gives a column each.
+$(VENV)/.stamp-peers: $(VENV)/.stamp
+	$(PY) -m pip install -q -e '.[peers]'
+	touch $@
+
+bench-peers: data $(VENV)/.stamp-peers
+	$(PY) benchmarks/peers.py --sf $(SF) --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
 
 # TPC-DS: data/tpcds-sf$(SF) is generated on first use (its own venv build/tpcds-venv, from PyPI)
 bench-tpcds: venv

@@ -137,10 +137,50 @@ def _fraction(op: str, value: Any, lo: Any, hi: Any) -> float | None:
     return None
 
 
+def conjunction_selectivity(
+    preds: Iterable[exp.Expression], column_range: Callable[[str], tuple[Any, Any] | None]
+) -> float:
+    """A rough fraction of rows passing all of ``preds``. Range bounds on one column combine into one
+    interval (``d >= '1993-07-01' AND d < '1993-10-01'`` is a quarter of the dates, not the product of
+    "after July 1993" and "before October 1993"); everything else multiplies as if independent."""
+    conjuncts: list[exp.Expression] = []
+    for p in preds:
+        conjuncts += (
+            [c for c in p.flatten() if isinstance(c, exp.Expression)] if isinstance(p, exp.And) else [p]
+        )
+    bounds: dict[str, list[Any]] = {}  # column -> [lower, upper] (None: the column's own min/max)
+    sel = 1.0
+    for pred in conjuncts:
+        c = column_constraint(pred)
+        rng = column_range(c[0]) if c is not None and c[1] in _RANGE_OPS else None
+        if c is None or rng is None or _fraction("between", (rng[0], rng[1]), rng[0], rng[1]) is None:
+            sel *= selectivity(pred, column_range)
+            continue
+        name, op, value = c
+        lo, hi = value if op == "between" else (value, None) if op in ("gt", "gte") else (None, value)
+        cur = bounds.setdefault(name, [None, None])
+        try:
+            if lo is not None and (cur[0] is None or lo > cur[0]):
+                cur[0] = lo
+            if hi is not None and (cur[1] is None or hi < cur[1]):
+                cur[1] = hi
+        except TypeError:  # bounds of different types: estimate this one on its own
+            sel *= selectivity(pred, column_range)
+    for name, (lo, hi) in bounds.items():
+        rng = column_range(name)
+        assert rng is not None
+        frac = _fraction("between", (rng[0] if lo is None else lo, rng[1] if hi is None else hi), *rng)
+        sel *= 0.3 if frac is None else max(frac, 0.001)
+    return sel
+
+
+_RANGE_OPS = ("lt", "lte", "gt", "gte", "between")
+
+
 def selectivity(pred: exp.Expression, column_range: Callable[[str], tuple[Any, Any] | None]) -> float:
     """A rough fraction of rows passing ``pred``; ``column_range`` gives min/max of a column."""
     if isinstance(pred, exp.And):
-        return selectivity(pred.this, column_range) * selectivity(pred.expression, column_range)
+        return conjunction_selectivity([pred], column_range)
     if isinstance(pred, exp.Or):
         a, b = selectivity(pred.this, column_range), selectivity(pred.expression, column_range)
         return min(a + b - a * b, 1.0)

@@ -128,6 +128,8 @@ class Join(Node):
     right_keys: tuple[exp.Expression, ...] = ()
     residual: exp.Expression | None = None
     null_aware: bool = False
+    #: the translator's estimate of output rows (from key NDVs), None for the generic rule
+    est_rows: float | None = None
 
     @property
     def children(self) -> tuple[Node, ...]:

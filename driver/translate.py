@@ -22,7 +22,7 @@ from sqlglot.optimizer.simplify import simplify
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
-from squall.driver.estimate import selectivity
+from squall.driver.estimate import conjunction_selectivity
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import BoundQuery
 from squall.driver.scope import Scope, conjuncts
@@ -135,6 +135,8 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
 
 #: a join whose estimated output exceeds this many times its larger input is many-to-many (see _expands)
 EXPANDING = 4.0
+#: join keys whose NDVs cover this share of a table's rows are a key of that table
+KEY_SHARE = 0.9
 
 
 class Translator(SubqueryMixin):
@@ -389,16 +391,12 @@ class Translator(SubqueryMixin):
             def rng(name: str):
                 return info.column_range(source_of[name]) if name in source_of else None
 
-            sel = 1.0
-            for p in converted:
-                sel *= selectivity(p, rng)
+            sel = conjunction_selectivity(converted, rng)
             scan = L.Scan(
                 node.table, node.columns, node.filters + tuple(converted), node.est_rows * sel, node.row_width
             )
             return Source(src.alias, scan, src.rows * sel, src.width)
-        sel = 1.0
-        for p in converted:
-            sel *= selectivity(p, lambda _n: None)
+        sel = conjunction_selectivity(converted, lambda _n: None)
         return Source(src.alias, L.Filter(node, conjunction(converted)), src.rows * sel, src.width)
 
     def _inner_join_tree(self, sources: list[Source], preds: list[exp.Expression], scope: Scope) -> L.Node:
@@ -455,8 +453,14 @@ class Translator(SubqueryMixin):
             kind = "inner" if lkeys else "cross"
             if kind == "cross" and residual:
                 kind = "inner"
-            current = L.Join(current, nxt.node, kind, tuple(lkeys), tuple(rkeys), and_all(residual))
-            rows = max(rows, nxt.rows) if lkeys else rows * nxt.rows
+            if lkeys:
+                est = self._join_rows(rows, nxt, usable, have, by_alias)
+                rows = max(rows, nxt.rows) if est is None else max(est, 1.0)
+            else:
+                rows = rows * nxt.rows
+            current = L.Join(
+                current, nxt.node, kind, tuple(lkeys), tuple(rkeys), and_all(residual), est_rows=rows
+            )
             have.add(nxt.alias)
         leftover = [self.convert(p, scope) for p in pending + constant]
         if leftover:
@@ -472,9 +476,25 @@ class Translator(SubqueryMixin):
         by_alias: dict[str, Source],
     ) -> bool:
         """Whether joining ``nxt`` on its equality keys with what is joined so far (``rows``) is many-to-many:
-        estimated output (textbook: product of the inputs over the larger key NDV of each key pair, NDVs
-        from the catalog's samples) above ``EXPANDING`` times the larger input. No NDV known: not."""
+        :meth:`_join_rows` above ``EXPANDING`` times the larger input. No NDV known: not."""
+        est = self._join_rows(rows, nxt, preds, have, by_alias)
+        return est is not None and est > EXPANDING * max(rows, nxt.rows)
+
+    def _join_rows(
+        self,
+        rows: float,
+        nxt: Source,
+        preds: list[exp.Expression],
+        have: set[str],
+        by_alias: dict[str, Source],
+    ) -> float | None:
+        """Estimated rows of joining ``nxt`` on its equality keys with what is joined so far (``rows``);
+        None when no NDV is known (NDVs from the catalog's samples). When the keys are a key of one side's
+        table (their NDVs cover its rows: ``customer``'s c_custkey, ``partsupp``'s (partkey, suppkey)), each
+        row of the other side meets at most one row, and a filtered keyed side keeps its share of them;
+        else textbook: the product of the inputs over the larger key NDV of each key pair."""
         sel, known = 1.0, False
+        raw_have, raw_nxt = 1.0, 1.0
         for p in preds:
             pair = _equi_between(p, have, nxt.alias)
             if pair is None:
@@ -483,9 +503,30 @@ class Translator(SubqueryMixin):
             if ndv_have is None and ndv_nxt is None:
                 continue
             known = True
+            raw_have *= ndv_have or 0.0
+            raw_nxt *= ndv_nxt or 0.0
             # an unknown NDV is taken as a key's (one distinct value per row)
             sel /= max(min(ndv_have or rows, rows), min(ndv_nxt or nxt.rows, nxt.rows), 1.0)
-        return known and rows * nxt.rows * sel > EXPANDING * max(rows, nxt.rows)
+        if not known:
+            return None
+        # (rows of the keyed side's table, the estimate): when both sides look keyed (a composite key's NDVs
+        # multiply past any table's rows), the smaller table is the one the key belongs to
+        keyed = []
+        sides = [(raw_nxt, nxt.rows, rows, nxt.alias)]
+        if len(have) == 1:
+            sides.append((raw_have, rows, nxt.rows, next(iter(have))))
+        for raw, side_rows, other_rows, alias in sides:
+            table_rows = self._table_rows(alias, by_alias)
+            if table_rows and raw >= KEY_SHARE * table_rows:
+                keyed.append((table_rows, other_rows * min(side_rows / table_rows, 1.0)))
+        return min(keyed)[1] if keyed else rows * nxt.rows * sel
+
+    def _table_rows(self, alias: str, by_alias: dict[str, Source]) -> float | None:
+        """Rows of the table under a table source (None for anything else)."""
+        node = by_alias[alias].node
+        while isinstance(node, L.Filter):
+            node = node.input
+        return float(self.catalog.table(node.table).num_rows) if isinstance(node, L.Scan) else None
 
     def _column_ndv(self, e: exp.Expression, by_alias: dict[str, Source]) -> float | None:
         """NDV of a plain column of a table source (None for anything else)."""
@@ -1084,6 +1125,8 @@ def estimate_rows(node: L.Node) -> float:
     if isinstance(node, L.Filter):
         return estimate_rows(node.input) * 0.5
     if isinstance(node, L.Join):
+        if node.est_rows is not None:
+            return node.est_rows
         left, right = estimate_rows(node.left), estimate_rows(node.right)
         if node.kind in ("semi", "anti"):
             return left * 0.5

@@ -282,3 +282,45 @@ def test_right_side_cut_by_a_replicated_key_source(sf001: Path, duck, workers: i
     finally:
         on.close()
         off.close()
+
+
+# --- a LEFT/semi/anti join's right side cut by its left side's keys, sent in an extra round ----------------------
+
+#: everything hash-partitioned; the right sides' keys (lineitem's l_orderkey) are not unique, so the build side
+#: filter of a semi join does not apply and the left side (orders: unique keys) sends its keys instead
+ROUND_OPTIONS = PlannerOptions(
+    broadcast_limit=0.0, replicated_scan_rows=0.0, join_filter_round_bytes=0.0, join_filter_max_keep=1.0
+)
+
+ROUND_QUERIES = {
+    "q04_exists": tpch.query(4, sf=0.01),
+    "not_exists": "SELECT o_orderpriority, count(*) AS n FROM orders WHERE o_orderdate < DATE '1992-04-01' "
+    "AND NOT EXISTS (SELECT * FROM lineitem WHERE l_orderkey = o_orderkey AND l_quantity > 40) "
+    "GROUP BY o_orderpriority ORDER BY 1",
+    "left_join": "SELECT o_orderkey, count(l_linenumber) AS n, sum(l_quantity) AS q FROM orders "
+    "LEFT JOIN lineitem ON l_orderkey = o_orderkey AND l_quantity > 45 "
+    "WHERE o_orderdate < DATE '1992-03-01' GROUP BY o_orderkey ORDER BY o_orderkey",
+}
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("name", sorted(ROUND_QUERIES))
+def test_right_side_cut_by_the_left_sides_keys(sf001: Path, duck, workers: int, name: str) -> None:
+    sql = ROUND_QUERIES[name]
+    on = squall.connect(str(sf001), workers=workers, planner_options=ROUND_OPTIONS)
+    off = squall.connect(
+        str(sf001), workers=workers, planner_options=dataclasses.replace(ROUND_OPTIONS, join_filters=False)
+    )
+    try:
+        expected = duck.sql(sql).to_arrow_table()
+        with_filters, without = on.sql(sql), off.sql(sql)
+        assert_same_result(with_filters.arrow(), expected, sql)
+        assert_same_result(without.arrow(), expected, sql)
+        text = on.explain(sql)
+        cut = [f for f in with_filters.stats["join_filters"] if "scan of lineitem" in f["filter"]]
+        assert cut and "o_orderkey" in text.split("of the build keys", 1)[1].splitlines()[0], text
+        assert sum(f["rows_removed"] for f in cut) > 0
+        assert _exchanged(with_filters.stats) < _exchanged(without.stats)
+    finally:
+        on.close()
+        off.close()

@@ -50,8 +50,11 @@ NODES = (L.Join,)
 #: Bloom filter bits per estimated build key (rounded up to a power of two)
 BITS_PER_KEY = 10
 MIN_BITS, MAX_BITS = 1 << 12, 1 << 24
-#: exact key sets when the build side is estimated at most this many rows
-EXACT_KEYS = 2048
+#: exact key sets when the build side is estimated at most this many rows. A key set probes as one hash
+#: semi join that DuckDB also turns into a min/max filter at the scan; the SQL Bloom filter probes as one
+#: join per hash function: on 3.8M SF1 lineitem rows against one quarter's 57k orders, 36 ms vs 250 ms in
+#: one thread, for 8 bytes a key instead of ~1.3-2
+EXACT_KEYS = 1 << 17
 
 
 def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
@@ -77,6 +80,7 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         if b_dist.kind != "hash":
             if (
                 node.kind == "semi"
+                and build is node.right
                 and node.residual is None
                 and all(isinstance(k, exp.Column) for k in bkeys)
             ):
@@ -264,7 +268,7 @@ def _decide_from_left(ctx: Context, node: L.Join) -> Decision | None:
         if found is not None:
             break
     if found is None:
-        return None
+        return _decide_left_round(ctx, node)
     source, cols = found
     skeys = tuple(exp.column(c) for c in cols)
     pkeys = tuple(rk for _lk, rk in keys)
@@ -273,6 +277,25 @@ def _decide_from_left(ctx: Context, node: L.Join) -> Decision | None:
         return None
     targets = _probe_targets(ctx, node.right, pkeys, distinct, 0.0)  # computed in place: costs nothing
     return (source, skeys, pkeys, targets, True) if targets else None
+
+
+def _decide_left_round(ctx: Context, node: L.Join) -> Decision | None:
+    """A left, semi or anti join whose sides both move by key (no broadcast) and whose left keys are
+    (nearly) unique: the left side, partitioned by key as the join needs anyway, sends a filter of its keys
+    in an extra round and the right side's scans keep only rows that may match (TPC-H Q4: one quarter's
+    ``orders`` cut ``lineitem`` to the rows of those orders before its GROUP BY and shuffle)."""
+    if joins._broadcast_choice(ctx, node) is not None:
+        return None  # the left stays where it is scanned: a filter would first move it
+    if not all(isinstance(k, exp.Column) for k in node.right_keys):
+        return None
+    distinct = _distinct_build(ctx, node.left, node.left_keys)
+    if distinct is None:
+        return None
+    n_left = max(estimate_rows(node.left), 1.0)
+    filter_bytes = 8.0 * n_left * len(node.left_keys) if n_left <= EXACT_KEYS else _bits(n_left) / 8
+    cost = filter_bytes * ctx.world * ctx.world + ctx.options.join_filter_round_bytes
+    targets = _probe_targets(ctx, node.right, node.right_keys, distinct, cost)
+    return (node.left, node.left_keys, node.right_keys, targets, False) if targets else None
 
 
 def _key_source(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> tuple[L.Node, tuple[str, ...]] | None:
@@ -322,7 +345,7 @@ def _moves(ctx: Context, node: L.Node) -> bool:
 
 
 def _replicated(ctx: Context, node: L.Node) -> bool:
-    return scans._pure(node) and scans._scan_rows(ctx, node) <= ctx.options.replicated_scan_rows
+    return scans.replicable(ctx, node)
 
 
 def _distinct_build(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ...]) -> float | None:

@@ -94,11 +94,15 @@ def _broadcast_choice(ctx: Context, node: L.Join) -> str | None:
     lbytes, rbytes = _est_bytes(ctx, node.left), _est_bytes(ctx, node.right)
     candidates = []
     if node.kind in ("inner", "left", "semi", "anti", "cross"):
-        candidates.append(("right", rbytes, lbytes))
+        candidates.append(("right", rbytes, lbytes, scans.replicable(ctx, node.right)))
     if node.kind in ("inner", "right", "cross"):
-        candidates.append(("left", lbytes, rbytes))
+        candidates.append(("left", lbytes, rbytes, scans.replicable(ctx, node.left)))
+    # a side every rank reads whole (a replicated scan) moves no bytes and leaves the other in place
+    free = [c for c in candidates if c[3] and c[1] <= ctx.options.broadcast_limit]
+    if free:
+        return min(free, key=lambda c: c[1])[0]
     if candidates:
-        side, small, big = min(candidates, key=lambda c: c[1])
+        side, small, big, _ = min(candidates, key=lambda c: c[1])
         if small <= ctx.options.broadcast_limit and (
             not node.left_keys or small * ctx.world <= big * ctx.options.broadcast_factor
         ):

@@ -43,13 +43,19 @@ def plan(ctx: Context, node: L.Scan | L.Values) -> tuple[L.Node, Dist]:
 
 def broadcast(ctx: Context, small: L.Node) -> L.Node:
     """``small`` on every rank: a replicated scan when cheap enough, else a broadcast stage."""
-    if _pure(small) and _scan_rows(ctx, small) <= ctx.options.replicated_scan_rows:
+    if replicable(ctx, small):
         node, _ = ctx.build(small, replicate=True)
         return node
     node, dist = ctx.build(small)
     if dist.kind == "replicated":
         return node
     return ctx.stage(node, dist, Output("broadcast"), "broadcast the small join side")
+
+
+def replicable(ctx: Context, node: L.Node) -> bool:
+    """Whether :func:`broadcast` makes ``node`` a replicated scan: scans (under filters, projections and
+    inner joins) of at most ``replicated_scan_rows`` rows in all, which every rank reads whole."""
+    return _pure(node) and _scan_rows(ctx, node) <= ctx.options.replicated_scan_rows
 
 
 def _pure(node: L.Node) -> bool:

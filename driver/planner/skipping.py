@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.catalog import RowGroup, TableInfo
-from squall.driver.estimate import selectivity
+from squall.driver.estimate import conjunction_selectivity
 from squall.driver.planner.core import Context
 from squall.driver.predicate_cache import PredicateCache
 from squall.driver.predicates import equality_values, predicate_key
@@ -216,7 +216,5 @@ def _expected_rows_per_group(
     many rows are expected to pass is unlikely to be empty: probing it costs more than it may save)."""
     if not filters or not info.row_groups:
         return 0.0
-    sel = 1.0
-    for f in filters:
-        sel *= selectivity(f, lambda name: info.column_range(source_of.get(name, name)))
+    sel = conjunction_selectivity(filters, lambda name: info.column_range(source_of.get(name, name)))
     return sel * info.num_rows / len(info.row_groups)

@@ -32,7 +32,7 @@ from squall.exchange.base import ExchangeSpec, exchange_factory, open_exchange
 from ..s3server import moto_available, moto_s3
 
 BUCKET = "squall-scale-requests"
-LATE_S = 0.015  # sender k starts k x LATE_S late
+LATE_S = 0.015  # sender k starts k x LATE_S late (the last one also after all the others sent)
 pytestmark = pytest.mark.skipif(moto_available() is not None, reason=str(moto_available()))
 
 
@@ -63,16 +63,24 @@ def run_exchange(
                                timeout_s=300, threads=4, max_pool_connections=8)  # fmt: skip
     config = factory.prepare(f"q{uuid.uuid4().hex[:10]}", world)
     start = threading.Barrier(world)
+    sent = threading.Semaphore(0)  # released once by each sender but the last
 
     def one(rank: int) -> tuple[pa.Table, dict, float]:
         exchange = open_exchange(config, rank, world)
         try:
             spec = ExchangeSpec(config["query_id"], 1, tuple(range(world)), tuple(range(world)))
             start.wait()
+            if (
+                rank == world - 1 and world > 1
+            ):  # the last sender starts after every other sent: readers poll again
+                for _ in range(world - 1):
+                    sent.acquire()
             time.sleep(rank * LATE_S)
             pieces = {r: pa.table({"src": pa.array([rank] * rows(rank, r), pa.int64()),
                                    "dst": pa.array([r] * rows(rank, r), pa.int64())}) for r in range(world)}  # fmt: skip
             exchange.send(spec, pieces)
+            if rank != world - 1:
+                sent.release()
             t0 = time.monotonic()
             got = exchange.receive(spec)
             return got, exchange.stats().to_dict(), time.monotonic() - t0
