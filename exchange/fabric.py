@@ -649,9 +649,24 @@ class FabricExchange(Exchange):
         return self._peers[rank][0]
 
     def _message(self, kind: int, x: int, dest_rank: int, a: int = 0, b: int = 0, c: int = 0) -> None:
+        """Send a control message; while the transmit queue stays full (a peer that stopped, e.g. after
+        another rank's error) check the abort flag every second instead of blocking for ``timeout_s``
+        (a send that timed out posted nothing, so it is simply tried again)."""
         payload = _MSG.pack(kind, self.rank, x, a, b, c)
         dest = self._peer(dest_rank)
-        self.endpoint.send(dest, payload, self._tag(kind, x, dest_rank), int(self.timeout_s * 1000))
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self.endpoint.send(
+                    dest, payload, self._tag(kind, x, dest_rank), int(max(min(left, 1.0), 0.001) * 1000)
+                )
+                break
+            except FabricTimeout:
+                if left <= 1.0:
+                    raise
+                self._next_abort_check = 0.0
+                self._poll_abort()
         self._stats.count("message")
 
     # -- progress: every wait goes through here ------------------------------------------------------
