@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import squall
+from squall.driver.planner import PlannerOptions
 from squall.driver.platforms.local.platform import LocalPlatform, max_local_workers
 from squall.errors import OptionError, QueryCancelled, QueryTimeout, WorkerError
 
@@ -26,12 +27,16 @@ SLOW = (
     "SELECT r_name, count(*) AS n FROM nation JOIN region ON n_regionkey = r_regionkey GROUP BY 1 ORDER BY 1"
 )
 SLOW_FAULT = "delay:rank=1:stage=3:seconds=60"
+#: SLOW moves both sides by key (4 stages) only with broadcasts off: region and nation are small enough for every
+#: rank to read whole, which would leave 2 stages and nothing for the delay to hold up
+SHUFFLED = PlannerOptions(broadcast_limit=0.0)
 #: two stages (1, 2): never delayed
 QUICK = "SELECT count(*) AS n FROM nation"
 
 CHILD = r"""
 import json, multiprocessing, os, sys, time
 import squall
+from squall.driver.planner import PlannerOptions
 from squall.exchange.local import default_root
 
 data, root, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -40,7 +45,8 @@ SLOW, QUICK = sys.argv[4], sys.argv[5]
 def say(**kw):
     print(json.dumps(kw), flush=True)
 
-con = squall.connect(data=data, workers=2, exchange="local", exchange_options={"root": root})
+con = squall.connect(data=data, workers=2, exchange="local", exchange_options={"root": root},
+                     planner_options=PlannerOptions(broadcast_limit=0.0))
 platform = con.platform
 ids, procs = [], []
 execute, spawn = platform.execute, platform._spawn
@@ -228,7 +234,10 @@ def test_a_worker_that_fails_to_start_keeps_its_log_and_says_where(sf001):
 def slow_connection(sf001, tmp_path, monkeypatch):
     monkeypatch.setenv("SQUALL_FAULTS", SLOW_FAULT)  # the workers start with it
     root = tmp_path / "xchg"
-    con = squall.connect(data=str(sf001), workers=2, exchange="local", exchange_options={"root": str(root)})
+    con = squall.connect(
+        data=str(sf001), workers=2, exchange="local", exchange_options={"root": str(root)},
+        planner_options=SHUFFLED,
+    )  # fmt: skip
     assert con.sql(QUICK).num_rows == 1  # pool started
     yield con, root
     con.close()
@@ -248,7 +257,7 @@ def test_timeout_cancels_the_query_and_the_connection_works(slow_connection):
 @pytest.mark.timeout(300)
 def test_connection_default_timeout(sf001, tmp_path, monkeypatch):
     monkeypatch.setenv("SQUALL_FAULTS", SLOW_FAULT)
-    with squall.connect(data=str(sf001), workers=2, timeout=2) as con:
+    with squall.connect(data=str(sf001), workers=2, timeout=2, planner_options=SHUFFLED) as con:
         with pytest.raises(QueryTimeout):
             con.sql(SLOW)
         assert con.sql(QUICK, timeout=120).to_arrow()["n"][0].as_py() == 25
