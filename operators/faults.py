@@ -5,13 +5,15 @@ Comma-separated rules, each ``kind:key=value:…``:
 - ``crash:rank=R:stage=S`` — the worker process of rank R exits abruptly when stage S starts;
 - ``delay:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before stage S (or every stage), waking
   early when the query is aborted or finished (the losing copy of a straggler's duplicate stops then);
+- ``hang:rank=R:seconds=X[:stage=S]`` — like delay, but deaf to aborts: a rank stuck in work it cannot leave,
+  which only the driver's drain timeout or a second Ctrl-C ends (by killing it);
 - ``slow_scan:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before each row group it scans
   (in stage S, or every stage): a slow or overloaded worker, what work stealing is for;
 - ``s3_error:rate=P`` — every S3 request of the process fails with probability P with a retryable
   ``503 SlowDown`` (a botocore ``before-send`` hook on every S3 client, see :func:`install_s3_errors`),
   so botocore's retry handler retries it and the exchange/storage counters record the retries.
 
-Rules that do not name a rank apply to every rank. On the Lambda platform crash, delay and slow_scan rules apply
+Rules that do not name a rank apply to every rank. On the Lambda platform crash, delay, hang and slow_scan rules apply
 to a rank's first attempt only: a re-invoked or duplicate rank runs clean (that is what the tests check).
 """
 
@@ -44,7 +46,7 @@ def parse_faults(text: str | None) -> tuple[Fault, ...]:
         if not rule:
             continue
         kind, *pairs = rule.split(":")
-        if kind not in ("crash", "delay", "slow_scan", "s3_error"):
+        if kind not in ("crash", "delay", "hang", "slow_scan", "s3_error"):
             raise OptionError(f"SQUALL_FAULTS: unknown fault kind {kind!r} in {rule!r}")
         fields: dict[str, str] = {}
         for pair in pairs:
@@ -86,6 +88,8 @@ def before_stage(
             until = time.monotonic() + f.seconds
             while (left := until - time.monotonic()) > 0 and not stop():
                 time.sleep(min(1.0, left))
+        elif f.kind == "hang":
+            time.sleep(f.seconds)
         elif f.kind == "crash":
             os._exit(17)
 

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
+from squall.driver.planner import PlannerOptions
 
 
 def test_connect_registers_tables_and_runs(connections, sf001):
@@ -150,10 +151,14 @@ def test_worker_crash_during_a_query_is_reported(tmp_path, monkeypatch):
     assert _leftovers(root) == []
 
 
-def test_explain_shows_stages_exchanges_and_sql(connections, sf001):
-    text = connections.get(sf001, 2).explain(
-        "SELECT o_orderpriority, count(*) FROM orders JOIN lineitem ON o_orderkey = l_orderkey GROUP BY 1"
-    )
+def test_explain_shows_stages_exchanges_and_sql(sf001):
+    # broadcasts off: at SF0.01 orders is small enough for every rank to read whole, and the join would not move
+    with squall.connect(
+        data=str(sf001), workers=2, planner_options=PlannerOptions(broadcast_limit=0.0)
+    ) as con:
+        text = con.explain(
+            "SELECT o_orderpriority, count(*) FROM orders JOIN lineitem ON o_orderkey = l_orderkey GROUP BY 1"
+        )
     assert "Stage 1" in text and "hash(" in text and "SELECT" in text and "result" in text
 
 

@@ -27,6 +27,8 @@ SLOW = (
     "SELECT r_name, count(*) AS n FROM nation JOIN region ON n_regionkey = r_regionkey GROUP BY 1 ORDER BY 1"
 )
 SLOW_FAULT = "delay:rank=1:stage=3:seconds=60"
+#: rank 1 stuck before stage 3, deaf to the abort: only the drain timeout or a second Ctrl-C ends it
+STUCK_FAULT = "hang:rank=1:stage=3:seconds=600"
 #: SLOW moves both sides by key (4 stages) only with broadcasts off: region and nation are small enough for every
 #: rank to read whole, which would leave 2 stages and nothing for the delay to hold up
 SHUFFLED = PlannerOptions(broadcast_limit=0.0)
@@ -71,6 +73,9 @@ def progress(state):
             pids=[p.pid for p in procs], pymp=multiprocessing.current_process()._config.get("tempdir"),
             results=str(platform._running.result_path))
 
+if scenario == "stuck":  # the drain would wait 10 minutes: only a second Ctrl-C ends the query early
+    platform.drain_s = 600.0
+
 if scenario == "sigterm":
     con.sql(SLOW, progress=progress)
     say(event="finished")  # never: SIGTERM comes first
@@ -91,11 +96,13 @@ say(event="closed", left=sorted(os.listdir(root)) if os.path.isdir(root) else []
 """
 
 
-def _start(tmp_path: Path, sf001: Path, scenario: str) -> tuple[subprocess.Popen[str], Path]:
+def _start(
+    tmp_path: Path, sf001: Path, scenario: str, fault: str = SLOW_FAULT
+) -> tuple[subprocess.Popen[str], Path]:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     root = tmp_path / "xchg"
-    env = dict(os.environ, SQUALL_FAULTS=SLOW_FAULT, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, SQUALL_FAULTS=fault, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, str(script), str(sf001), str(root), scenario, SLOW, QUICK],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
@@ -154,13 +161,16 @@ def test_ctrl_c_during_a_query_cancels_it_and_the_connection_works(tmp_path, sf0
 
 @pytest.mark.timeout(600)
 def test_ctrl_c_twice_kills_the_ranks_at_once(tmp_path, sf001):
-    proc, _root = _start(tmp_path, sf001, "query")
+    # rank 1 ignores the abort and the drain waits 600 s: the query ends early only if the second Ctrl-C kills
+    proc, _root = _start(tmp_path, sf001, "stuck", STUCK_FAULT)
     while _next_event(proc)["event"] != "running":
         pass
+    t0 = time.monotonic()
     _ctrl_c(proc)
     time.sleep(0.3)
     _ctrl_c(proc)
     _check_recovered(_finish(proc))
+    assert time.monotonic() - t0 < 120, "the second Ctrl-C did not kill the stuck rank"
 
 
 @pytest.mark.timeout(600)

@@ -354,8 +354,9 @@ class LocalPlatform(Platform):
             return Execution(table, reports)
         except BaseException:
             if run is not None and pending:  # interrupted (Ctrl-C, a progress callback) with ranks running
-                self.factory.abort(run.config, "query interrupted")
-                self._drain(run, pending)
+                with deferred_sigint() as again:  # a second Ctrl-C, however soon, kills instead of escaping
+                    self.factory.abort(run.config, "query interrupted")
+                    self._drain(run, pending, again)
             raise
         finally:
             with deferred_sigint():
@@ -374,25 +375,24 @@ class LocalPlatform(Platform):
     def _rank_of(self, pending: dict[int, Connection], conn: object) -> int:
         return next(r for r, c in pending.items() if c is conn)
 
-    def _drain(self, run: _Run, pending: dict[int, Connection]) -> None:
-        """Wait up to ``drain_s`` for the ranks still running to report, then kill the others
-        (at once on a second Ctrl-C): afterwards no rank works on ``run`` any more."""
+    def _drain(self, run: _Run, pending: dict[int, Connection], again: list[int]) -> None:
+        """Wait up to ``drain_s`` for the ranks still running to report, then kill the others (at once when
+        ``again``, the SIGINTs held back, fills: a second Ctrl-C): afterwards no rank works on ``run`` any more."""
         deadline = time.monotonic() + self.drain_s
-        with deferred_sigint() as again:
-            while pending and not again and time.monotonic() < deadline:
-                for ready in wait(list(pending.values()), timeout=0.05):
-                    rank = self._rank_of(pending, ready)
-                    try:
-                        msg = cast(Connection, ready).recv()
-                    except (EOFError, OSError):
-                        self._forget(rank, keep_log=True)
-                        del pending[rank]
-                        continue
-                    if _is_current(msg, run) and msg[0] in ("done", "error"):
-                        del pending[rank]
-            for rank in list(pending):
-                self._forget(rank, keep_log=False)
-            pending.clear()
+        while pending and not again and time.monotonic() < deadline:
+            for ready in wait(list(pending.values()), timeout=0.05):
+                rank = self._rank_of(pending, ready)
+                try:
+                    msg = cast(Connection, ready).recv()
+                except (EOFError, OSError):
+                    self._forget(rank, keep_log=True)
+                    del pending[rank]
+                    continue
+                if _is_current(msg, run) and msg[0] in ("done", "error"):
+                    del pending[rank]
+        for rank in list(pending):
+            self._forget(rank, keep_log=False)
+        pending.clear()
 
     def _collect(
         self,
