@@ -26,6 +26,11 @@ def sql_of(expression: exp.Expression) -> str:
     return expression.sql(DIALECT)
 
 
+def generates_rows(expression: exp.Expression) -> bool:
+    """True when ``expression`` holds an ``unnest``: a projection of it changes the row count (never pruned)."""
+    return any(True for _ in expression.find_all(exp.Explode, exp.Unnest))
+
+
 def columns_in(expression: exp.Expression) -> set[str]:
     """Internal column names an expression reads."""
     return {c.name for c in expression.find_all(exp.Column)}

@@ -26,7 +26,7 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
         child = prune(node.input, required | columns_in(node.predicate))
         return dataclasses.replace(node, input=child)
     if isinstance(node, L.Project):
-        exprs = tuple((n, e) for n, e in node.exprs if n in required) or node.exprs[:1]
+        exprs = tuple((n, e) for n, e in node.exprs if n in required or L.generates_rows(e)) or node.exprs[:1]
         need: set[str] = set()
         for _n, e in exprs:
             need |= columns_in(e)
@@ -60,7 +60,7 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
     if isinstance(node, L.SetOp):
         return dataclasses.replace(node, inputs=tuple(prune(c) for c in node.inputs))
     if isinstance(node, L.Window):
-        exprs = tuple((n, e) for n, e in node.exprs if n in required) or node.exprs[:1]
+        exprs = tuple((n, e) for n, e in node.exprs if n in required or L.generates_rows(e)) or node.exprs[:1]
         need = (required & set(node.input.names)) | {c for _n, e in exprs for c in columns_in(e)}
         return L.Window(prune(node.input, need), exprs, node.partition_by)
     if isinstance(node, L.OneRank):

@@ -25,8 +25,10 @@ from squall.driver.catalog import Catalog
 from squall.driver.estimate import conjunction_selectivity
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import BoundQuery
+from squall.driver.lateral import decorrelate_laterals
 from squall.driver.scope import Scope, conjuncts
 from squall.driver.subqueries import INTERNAL, SubqueryMixin, _unwrap
+from squall.driver.unnest_from import FromUnnest, expand, from_unnest, name_unnest_columns, rows_per_row
 from squall.errors import BindError, NotSupportedError, UserError
 
 DIALECT = "duckdb"
@@ -167,6 +169,7 @@ class Translator(SubqueryMixin):
         ast = ast.copy()
         for ident in ast.find_all(exp.Identifier):
             ident.set("this", ident.this.lower())
+        name_unnest_columns(ast)  # so that qualify can expand a * over them
         schema: dict[str, object] = {}
         for table in {t.name for t in ast.find_all(exp.Table)}:
             if table in self.catalog:
@@ -350,22 +353,23 @@ class Translator(SubqueryMixin):
         for unsupported in ("laterals", "pivots", "connect", "sample", "windows"):
             if sel.args.get(unsupported):
                 raise NotSupportedError(unsupported.upper().rstrip("S"))
+        sel, lateral_notes = decorrelate_laterals(sel, lambda e: bool(self._find_aggs(e)))
+        self.notes.extend(lateral_notes)
         scope = Scope()
+        sel, unnests = self._from_unnests(sel)
         from_ = sel.args.get("from_")
-        sources: list[Source] = []
-        if from_ is not None:
-            sources.append(self._source(from_.this, ctes, scope))
-        joins = sel.args.get("joins") or []
-        specs = []
-        for j in joins:
-            sources.append(self._source(j.this, ctes, scope))
-            specs.append(j)
+        items = ([from_.this] if from_ is not None else []) + [j.this for j in sel.args.get("joins") or []]
+        specs = list(sel.args.get("joins") or [])
+        sources = [self._source(item, ctes, scope) for i, item in enumerate(items) if i not in unnests]
         where = conjuncts(sel.args.get("where"))
         plain = [c for c in where if not _has_subquery(c)]
         with_subquery = [c for c in where if _has_subquery(c)]
         if any(_has_subquery(j.args["on"]) for j in specs if j.args.get("on") is not None):
             raise NotSupportedError("subquery in a JOIN … ON condition")
-        if not sources:
+        if unnests:
+            on = [c for j in specs for c in conjuncts(j.args.get("on")) if c != exp.true()]
+            node = self._unnest_joins(sources, list(unnests.values()), on + plain, scope)
+        elif not sources:
             node: L.Node = L.Values(((),), ())
         elif all(_is_inner(j) for j in specs):
             on = [c for j in specs for c in conjuncts(j.args.get("on"))]
@@ -376,6 +380,84 @@ class Translator(SubqueryMixin):
         for c in semi_first:
             node = self.apply_subquery_conjunct(node, c, scope, ctes)
         return self._select_rest(sel, node, scope, ctes)
+
+    # --- unnest in FROM (driver/unnest_from.py) ---------------------------------------------
+
+    def _from_unnests(self, sel: exp.Select) -> tuple[exp.Select, dict[int, FromUnnest]]:
+        """The FROM items that are unnests, by position; a copy of ``sel`` in which each unnest column whose
+        list reads one other FROM item is renamed a column of that item (its home, expanded before the joins).
+        """
+        from_ = sel.args.get("from_")
+        joins = sel.args.get("joins") or []
+        items = ([from_.this] if from_ is not None else []) + [j.this for j in joins]
+        found: dict[int, FromUnnest] = {}
+        for i, item in enumerate(items):
+            try:
+                unnest = from_unnest(item, i)
+            except ValueError as err:
+                raise NotSupportedError(str(err)) from None
+            if unnest is not None:
+                found[i] = unnest
+        if not found:
+            return sel, {}
+        if not all(_is_inner(j) for j in joins):
+            raise NotSupportedError("UNNEST in FROM together with an outer or semi join")
+        local = {item.alias_or_name for i, item in enumerate(items) if i not in found}
+        homes: dict[str, tuple[str, str]] = {}  # unnest alias -> (home alias, internal column name)
+        for u in found.values():
+            refs = tables_of(u.arg)
+            if len(refs) == 1 and (home := next(iter(refs))) in local:
+                homes[u.alias] = (home, self.names.fresh(u.column))
+        if homes:
+            sel = sel.copy()
+            for c in list(sel.find_all(exp.Column)):  # this SELECT's own references (a subquery keeps its)
+                if c.table in homes and c.find_ancestor(exp.Select) is sel:
+                    home, internal = homes[c.table]
+                    c.replace(exp.column(internal, table=home))
+            from_ = sel.args.get("from_")
+            items = ([from_.this] if from_ is not None else []) + [
+                j.this for j in sel.args.get("joins") or []
+            ]
+            for i, u in found.items():
+                again = from_unnest(items[i], i)
+                assert again is not None
+                home, internal = homes.get(u.alias, (None, u.column))
+                found[i] = FromUnnest(u.alias, internal, again.arg, i, home)
+        return sel, found
+
+    def _unnest_joins(
+        self, sources: list[Source], unnests: list[FromUnnest], preds: list[exp.Expression], scope: Scope
+    ) -> L.Node:
+        """Inner joins of ``sources`` with each unnest expanded at its home, or over the joined rows."""
+        by_alias = {s.alias: s for s in sources}
+        homed = [u for u in unnests if u.home]
+        later = [u for u in unnests if not u.home]
+        later_aliases = {u.alias for u in later}
+        for u in homed:
+            src = by_alias[u.home]
+            unnest_cols = {v.column for v in homed if v.home == u.home}
+            own = [
+                p
+                for p in preds
+                if tables_of(p) == {u.home} and not {c.name for c in p.find_all(exp.Column)} & unnest_cols
+            ]
+            preds = [p for p in preds if p not in own]
+            src = self._filtered(src, own, scope)
+            scope.add(u.home, u.column, u.column)
+            node = expand(src.node, u.column, self.convert(u.arg, scope))
+            by_alias[u.home] = Source(src.alias, node, src.rows * rows_per_row(u.arg), src.width + 8.0)
+        now = [p for p in preds if not tables_of(p) & later_aliases]
+        after = [p for p in preds if p not in now]
+        ordered = [by_alias[s.alias] for s in sources]
+        node = self._inner_join_tree(ordered, now, scope) if ordered else L.Values(((),), ())
+        for u in later:
+            internal = self.names.fresh(u.column)
+            arg = self.convert(u.arg, scope)
+            scope.add(u.alias, u.column, internal)
+            node = expand(node, internal, arg)
+        if after:
+            node = L.Filter(node, conjunction([self.convert(p, scope) for p in after]))
+        return node
 
     # --- joins ------------------------------------------------------------------------------
 

@@ -205,17 +205,38 @@ QUERIES = {
     "empty_result": "SELECT * FROM t1 WHERE id < 0",
     "all_null_column": "SELECT sum(nothing), count(nothing), max(nothing) FROM t1",
     "unnest_without_from": "SELECT unnest([1, 2, 3]) AS x",
+    # LATERAL decorrelated (driver/lateral.py) and unnest in FROM expanded where its rows are (driver/unnest_from.py)
+    "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
+    "lateral_join": "SELECT a.id, b.m FROM t1 a JOIN LATERAL (SELECT max(score) AS m FROM t2 WHERE t2.t1_id = a.id) b "
+    "ON true WHERE a.id < 50",
+    "lateral_rows": "SELECT a.id, b.score FROM t1 a, LATERAL (SELECT score FROM t2 WHERE t2.t1_id = a.id AND "
+    "t2.score > a.val) b WHERE a.id < 80",
+    "lateral_left_rows": "SELECT a.id, b.cat FROM t1 a LEFT JOIN LATERAL (SELECT cat, score FROM t2 "
+    "WHERE t2.t1_id = a.id) b ON b.score > 20 WHERE a.id < 60",
+    "lateral_grouped": "SELECT a.grp, b.cat, b.n FROM t3 c, t1 a, LATERAL (SELECT cat, count(*) AS n FROM t2 "
+    "WHERE t2.t1_id = a.id GROUP BY cat) b WHERE a.grp = c.cat",
+    "lateral_count_in_aggregate": "SELECT a.grp, sum(b.n) AS s, count(*) AS c FROM t1 a, LATERAL "
+    "(SELECT count(*) AS n, avg(score) AS m FROM t2 WHERE t2.t1_id = a.id AND t2.cat IS NOT NULL) b GROUP BY 1",
+    "lateral_non_equality_count": "SELECT c.cat, b.n FROM t3 c LEFT JOIN LATERAL (SELECT count(*) + 1 AS n FROM t2 "
+    "WHERE t2.cat < c.cat) b ON true",
+    "unnest_in_from_join_on_element": "SELECT a.id, x, b.score FROM t1 a, unnest([a.id, a.id + 1]) AS u(x) "
+    "JOIN t2 b ON b.t1_id = x WHERE a.id < 30",
+    "unnest_in_from_count_and_filter": "SELECT count(*), count(x), sum(x) FROM t1, unnest([val, NULL, id]) AS u(x) "
+    "WHERE x IS NULL OR x > 10",
+    "unnest_in_from_two_levels": "SELECT id, y FROM t1, unnest([id, 2]) AS u(x), unnest([x, x * 100]) AS v(y) "
+    "WHERE id < 4 AND y > 1",
+    "unnest_in_from_no_alias": "SELECT * FROM t3, unnest(string_split(cat, ''))",
+    "unnest_derived_count": "SELECT count(*) FROM (SELECT grp, unnest([1, 2, 3]) AS x FROM t1)",
     # no distributed plan yet: answered by the one-rank fallback (said in explain and stats)
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
-    "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
     "multi_column_in": "SELECT id FROM t1 WHERE (id, grp) IN (SELECT t1_id, cat FROM t2)",
     "recursive_cte_in_join": "SELECT a.grp, x.n FROM t1 a JOIN (WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL "
     "SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r) x ON a.id = x.n",
     "recursive_cte_over_table": "WITH RECURSIVE r(id, depth) AS (SELECT id, 0 FROM t1 WHERE id < 4 UNION ALL "
     "SELECT r.id, depth + 1 FROM r JOIN t1 ON t1.id = r.id + depth WHERE depth < 3) "
     "SELECT id, max(depth) AS d, count(*) AS n FROM r GROUP BY id ORDER BY id",
-    "lateral_join": "SELECT a.id, b.m FROM t1 a JOIN LATERAL (SELECT max(score) AS m FROM t2 WHERE t2.t1_id = a.id) b "
-    "ON true WHERE a.id < 50",
+    "lateral_top_rows": "SELECT a.id, b.score FROM t1 a, LATERAL (SELECT score FROM t2 WHERE t2.t1_id = a.id "
+    "ORDER BY score DESC NULLS LAST, id LIMIT 2) b WHERE a.id < 50",
     "pivot_in_list": "PIVOT t1 ON flag IN (true, false) USING count(*) AS n, sum(val) AS s GROUP BY grp",
     "pivot_standard": "SELECT * FROM (SELECT grp, flag, val FROM t1) PIVOT (sum(val) FOR flag IN (true, false))",
     "unpivot": "UNPIVOT (SELECT cat, weight, weight * 2 AS w2 FROM t3b) ON weight, w2 INTO NAME k VALUE v",
@@ -320,12 +341,22 @@ def test_sql_matches_duckdb(engine, reference, name):
 
 def test_one_rank_fallback_is_said(stage_plans):
     """A part with no distributed plan runs on one rank, and explain and stats say which and why."""
-    sql = QUERIES["lateral_join"]
+    sql = QUERIES["lateral_top_rows"]
     text = stage_plans.explain(sql)
     assert "note: one rank (LATERAL" in text
     result = stage_plans.sql(sql)
     assert any(n.startswith("one rank (LATERAL") for n in result.stats["notes"])
     assert any("on rank 0 only: LATERAL" in s["note"] for s in result.stats["stages"])
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in QUERIES if n.startswith(("lateral", "unnest_in_from")) and n != "lateral_top_rows"]
+)
+def test_lateral_and_unnest_in_from_are_distributed(stage_plans, name):
+    """Decorrelated or expanded in place: no part on one rank, and a LATERAL's rewrite is said."""
+    notes = stage_plans.plan(QUERIES[name]).notes
+    assert not any(n.startswith("one rank") for n in notes), notes
+    assert "unnest" in name or any(n.startswith("LATERAL") for n in notes), notes
     assert stage_plans.sql(QUERIES["window_over_aggregate"]).stats["notes"] == []
 
 
