@@ -1,19 +1,22 @@
 """``LATERAL (subquery)`` in FROM, decorrelated into plain SQL the distributed planner knows.
 
-A lateral subquery is run once per row of the FROM items before it. When its outer references sit only in
-top-level ``WHERE`` conjuncts of the subquery, the same rows come out of one uncorrelated subquery:
+A lateral subquery runs once per row of the FROM items before it. When its outer references sit in top-level
+``WHERE`` conjuncts (and, without aggregates, in select items), one uncorrelated subquery gives the same rows:
 
 - **no aggregate** (``LATERAL (SELECT s_name FROM supplier WHERE s_nationkey = n_nationkey)``): the
-  correlated conjuncts move to the join's ON condition; the inner columns they read become extra (hidden)
+  correlated conjuncts become the join's condition; the inner columns they read become extra (hidden)
   outputs of the subquery. A ``LEFT JOIN LATERAL … ON c`` stays a left join, on ``c`` and those conjuncts.
-- **GROUP BY** with equality correlation (``inner = outer``): the inner side joins the GROUP BY and the
-  output, and the join matches it to the outer side (one group per outer value, as per row).
-- **an aggregate without GROUP BY** (one row per outer row, ``count`` 0 over no rows): each output column is
-  the same subquery as a correlated scalar subquery in the places that read it, which the translator
-  decorrelates (``driver/subqueries.py``: equality keys or a dependent join).
+  A select item that reads the outer row is computed after the join from hidden inner columns (NULL for a
+  left join's missing match, as the lateral gives).
+- **GROUP BY** with equality correlation (``inner = outer``): the inner sides join the GROUP BY and the
+  output, and the join matches them to the outer sides (one group per outer value, as per row).
+- **an aggregate without GROUP BY** (one row per outer row): with equalities and bare aggregates, a left join
+  of its groups by the inner sides, ``COUNT`` read as 0 for an outer row without a group (the others are NULL
+  over no rows, as a missing group reads); else each output column is the same subquery as a correlated
+  scalar subquery where it is read, which the translator decorrelates (``driver/subqueries.py``).
 
-Other forms (LIMIT, DISTINCT, windows or outer references elsewhere in the subquery, laterals over set
-operations) stay as they are: the one-rank fallback answers them, and says so.
+Other forms (LIMIT, DISTINCT, windows, outer references in a nested subquery, GROUP BY or ORDER BY, laterals
+over set operations) stay as they are: the one-rank fallback answers them, and says so.
 """
 
 from __future__ import annotations
@@ -44,12 +47,15 @@ def decorrelate_laterals(
         alias = j.this.args.get("alias")
         name = alias.name if alias is not None else ""
         outer = _aliases_before(sel, j) - _inner_aliases(body)  # an inner alias hides an outer one
-        corr = _correlated_conjuncts(body, outer)
-        if not name or corr is None or not corr:
+        aggregating = any(has_aggregate(p) for p in body.expressions)
+        plain = not aggregating and body.args.get("group") is None
+        found = _correlated(body, outer, select_list=plain)
+        if not name or found is None or not any(found):
             continue
+        corr, lifted = found
+        _names_into_body(body, alias)
         side = (j.side or "").lower()
         on = [c for c in conjuncts(j.args.get("on")) if c != exp.true()]
-        aggregating = any(has_aggregate(p) for p in body.expressions)
         if body.args.get("group") is None and aggregating:
             if side not in ("", "inner", "cross") and not (side == "left" and not on):
                 continue
@@ -67,11 +73,21 @@ def decorrelate_laterals(
             continue
         if body.args.get("group") is not None and not all(_equality(c, outer) for c in corr):
             continue
+        if lifted:
+            hidden = _lift(sel, j, body, lifted, on, outer, alias, hidden)
         hidden = _rewrite_as_join(j, body, corr, on, outer, alias, hidden)
-        notes.append(
-            f"LATERAL {name}: decorrelated into a join on {', '.join(c.sql('duckdb') for c in corr)}"
-        )
+        how = f"a join on {', '.join(c.sql('duckdb') for c in corr)}" if corr else "a cross join"
+        lift = f" ({len(lifted)} output(s) that read the outer row computed after it)" if lifted else ""
+        notes.append(f"LATERAL {name}: decorrelated into {how}{lift}")
     return sel, notes
+
+
+def _names_into_body(body: exp.Select, alias: exp.TableAlias) -> None:
+    """``LATERAL (SELECT a, b …) AS s(x, y)``: the names x, y given to the select items themselves."""
+    if alias.columns and len(alias.columns) == len(body.expressions):
+        for item, name in zip(list(body.expressions), alias.columns):
+            item.replace(exp.alias_(item.this if isinstance(item, exp.Alias) else item, name.name))
+        alias.set("columns", None)
 
 
 def _lateral_body(item: exp.Expression) -> exp.Select | None:
@@ -104,17 +120,71 @@ def _inner_aliases(body: exp.Select) -> set[str]:
     }
 
 
-def _correlated_conjuncts(body: exp.Select, outer: set[str]) -> list[exp.Expression] | None:
-    """The WHERE conjuncts of ``body`` that read ``outer`` aliases; None if an outer reference is elsewhere."""
+def _correlated(
+    body: exp.Select, outer: set[str], select_list: bool
+) -> tuple[list[exp.Expression], list[int]] | None:
+    """The WHERE conjuncts of ``body`` that read ``outer`` aliases and (``select_list``: a body without
+    aggregates) the positions of select items that do; None if an outer reference is anywhere else."""
     where = conjuncts(body.args.get("where"))
     corr = [c for c in where if any(col.table in outer for col in c.find_all(exp.Column))]
-    for c in corr:
-        if c.find(exp.Subquery, exp.Exists) is not None:
+    lifted = [
+        i for i, p in enumerate(body.expressions) if any(col.table in outer for col in p.find_all(exp.Column))
+    ]
+    if lifted and not select_list:
+        return None
+    for e in (*corr, *(body.expressions[i] for i in lifted)):
+        if e.find(exp.Subquery, exp.Exists, exp.Window) is not None:
             return None
     refs = [col for col in body.find_all(exp.Column) if col.table in outer]
-    if sum(1 for c in corr for col in c.find_all(exp.Column) if col.table in outer) != len(refs):
-        return None  # an outer reference outside a top-level WHERE conjunct (select list, nested subquery)
-    return corr
+    seen = [col for e in (*corr, *(body.expressions[i] for i in lifted)) for col in e.find_all(exp.Column)]
+    if sum(1 for col in seen if col.table in outer) != len(refs):
+        return None  # an outer reference elsewhere (a nested subquery, GROUP BY, ORDER BY)
+    return corr, lifted
+
+
+def _lift(
+    sel: exp.Select,
+    j: exp.Join,
+    body: exp.Select,
+    lifted: list[int],
+    on: list[exp.Expression],
+    outer: set[str],
+    alias: exp.TableAlias,
+    hidden: int,
+) -> int:
+    """Select items of ``body`` that read the outer row, computed in ``sel`` from hidden inner columns; the
+    item itself becomes NULL. Under a left join a missing match reads NULL (a hidden TRUE marks a match)."""
+    name = alias.name
+    names = [p.alias_or_name for p in body.expressions]
+
+    def expose(inner: exp.Expression) -> exp.Column:
+        nonlocal hidden
+        hidden += 1
+        out = f"{HIDDEN}{hidden}"
+        body.append("expressions", exp.alias_(inner.copy(), out))
+        return exp.column(out, table=name)
+
+    marker = expose(exp.true()) if (j.side or "").lower() == "left" else None
+    computed: dict[str, exp.Expression] = {}
+    for i in lifted:
+        item = body.expressions[i]
+        e = (item.this if isinstance(item, exp.Alias) else item).copy()
+        for col in [c for c in e.find_all(exp.Column) if c.table not in outer]:
+            col.replace(expose(col))
+        if marker is not None:
+            e = exp.Case(ifs=[exp.If(this=marker.copy(), true=e)])
+        computed[names[i]] = exp.paren(e, copy=False)
+        body.expressions[i].replace(exp.alias_(exp.null(), names[i]))
+    readers = [*sel.expressions, *on]
+    readers += [x for x in sel.args.get("joins") or [] if x is not j]
+    readers += [
+        a
+        for k, a in sel.args.items()
+        if k not in ("expressions", "joins", "from_") and isinstance(a, exp.Expression)
+    ]
+    for col in [c for r in readers for c in r.find_all(exp.Column) if c.table == name and c.name in computed]:
+        col.replace(computed[col.name].copy())
+    return hidden
 
 
 def _equality(c: exp.Expression, outer: set[str]) -> bool:
@@ -148,8 +218,6 @@ def _rewrite_as_join(
         body.append("expressions", exp.alias_(inner.copy(), out))
         if grouped:
             body.args["group"].append("expressions", inner.copy())
-        if alias.columns:
-            alias.append("columns", exp.to_identifier(out))
         inner.replace(exp.column(out, table=name))
 
     conditions = []
@@ -163,7 +231,7 @@ def _rewrite_as_join(
         conditions.append(c)
     _without(body, corr)
     j.set("this", exp.Subquery(this=body, alias=alias))
-    j.set("on", exp.and_(*on, *conditions))
+    j.set("on", exp.and_(*on, *conditions) if on or conditions else None)
     if (j.kind or "").lower() == "cross":
         j.set("kind", None)
     return hidden
@@ -206,7 +274,7 @@ def _rewrite_as_grouped_join(
         return False
     alias = j.this.args.get("alias")
     name = alias.name
-    names = [c.name for c in alias.columns] if alias.columns else [p.alias_or_name for p in body.expressions]
+    names = [p.alias_or_name for p in body.expressions]
     zero = {n for n, i in zip(names, items) if isinstance(i, _ZERO_ON_EMPTY)}
     rest = [x for x in sel.args["joins"] if x is not j]
     readers = [
@@ -230,13 +298,11 @@ def _rewrite_as_grouped_join(
 def _rewrite_as_scalars(
     sel: exp.Select, j: exp.Join, body: exp.Select, name: str, on: list[exp.Expression]
 ) -> bool:
-    alias = j.this.args.get("alias")
-    renamed = [c.name for c in alias.columns] if alias is not None and alias.columns else None
     outputs: dict[str, exp.Expression] = {}
-    for i, p in enumerate(body.expressions):
+    for p in body.expressions:
         if isinstance(p, exp.Star):
             return False
-        out = renamed[i] if renamed is not None and i < len(renamed) else p.alias_or_name
+        out = p.alias_or_name
         scalar = body.copy()
         scalar.set("expressions", [p.this.copy() if isinstance(p, exp.Alias) else p.copy()])
         outputs[out] = exp.Subquery(this=scalar)

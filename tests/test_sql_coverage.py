@@ -217,6 +217,9 @@ QUERIES = {
     "WHERE t2.t1_id = a.id GROUP BY cat) b WHERE a.grp = c.cat",
     "lateral_count_in_aggregate": "SELECT a.grp, sum(b.n) AS s, count(*) AS c FROM t1 a, LATERAL "
     "(SELECT count(*) AS n, avg(score) AS m FROM t2 WHERE t2.t1_id = a.id AND t2.cat IS NOT NULL) b GROUP BY 1",
+    "lateral_outer_in_select": "SELECT a.id, b.k FROM t1 a LEFT JOIN LATERAL (SELECT coalesce(b.cat, a.grp) AS k "
+    "FROM t2 b WHERE b.t1_id = a.id AND b.score > 30) b ON true WHERE a.id < 40",
+    "lateral_cross_outer_in_select": "SELECT c.cat, d.x FROM t3 c, LATERAL (SELECT c.cat || e.cat AS x FROM t3b e) d",
     "lateral_non_equality_count": "SELECT c.cat, b.n FROM t3 c LEFT JOIN LATERAL (SELECT count(*) + 1 AS n FROM t2 "
     "WHERE t2.cat < c.cat) b ON true",
     "unnest_in_from_join_on_element": "SELECT a.id, x, b.score FROM t1 a, unnest([a.id, a.id + 1]) AS u(x) "
