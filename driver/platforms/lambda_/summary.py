@@ -2,7 +2,7 @@
 
 The cost adds up every attempt's billed milliseconds and memory (from its ``done``/``error`` document;
 attempts still running, such as the losing copy of a duplicate, are billed until now), the invocations
-of the whole tree, and the S3 requests of the workers, the driver's polling and the exchange factory
+of the whole tree (a first attempt still running counts the children it invoked when it started), and the S3 requests of the workers, the driver's polling and the exchange factory
 (priced by :func:`squall.driver.cost.query_cost`).
 """
 
@@ -44,8 +44,11 @@ def details(
             _add(requests, report["storage_requests"])
             _add(requests, report["exchange"].get("requests", {}))
     open_attempts = [a for atts in run.attempts.values() for a in atts if not a.finished and a.started_ms]
+    ranges = tree.first_ranges(run.world_size, fanout)
     for a in open_attempts:  # still running (a losing duplicate): billed until now, at least
         billed.append((int((time.time() - (a.started_ms or 0) / 1000) * 1000), int(settings["memory_mb"])))
+        if a.attempt == 0:  # its document is not written yet: the children it invoked when it started
+            invocations += len(tree.children(*ranges[a.rank], fanout))
     _add(requests, run.requests)
     _add(requests, factory_requests)
     region = settings["region"] or os.environ.get("AWS_REGION") or "us-east-1"

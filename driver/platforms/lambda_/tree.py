@@ -45,3 +45,17 @@ def tree_depth(world_size: int, fanout: int) -> int:
         return 1 + max((depth(a, b) for a, b in kids), default=0)
 
     return max((depth(a, b) for a, b in first_level(world_size, fanout)), default=0)
+
+
+def first_ranges(world_size: int, fanout: int) -> dict[int, tuple[int, int]]:
+    """Each rank's range in the tree (the event of its first attempt, which runs rank ``lo``)."""
+    out: dict[int, tuple[int, int]] = {}
+
+    def visit(lo: int, hi: int) -> None:
+        out[lo] = (lo, hi)
+        for a, b in children(lo, hi, fanout):
+            visit(a, b)
+
+    for a, b in first_level(world_size, fanout):
+        visit(a, b)
+    return out
