@@ -22,10 +22,18 @@ class InputRef(L.Node):
 
     name: str
     out: tuple[str, ...]
+    #: (column, DuckDB type) read back as that type: Arrow has no 128-bit integer, so DuckDB exchanges a
+    #: HUGEINT as DECIMAL(38,0), which would change what expressions over it give (coalesce(s, 0.1) = 0)
+    casts: tuple[tuple[str, str], ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
         return self.out
+
+    def cast_sql(self) -> str:
+        """The input as a subquery with its ``casts`` applied."""
+        replaced = ", ".join(f"CAST({q(c)} AS {t}) AS {q(c)}" for c, t in self.casts)
+        return f"(SELECT * REPLACE ({replaced}) FROM {q(self.name)})"
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ def _indent(text: str) -> str:
 
 def _sub(node: L.Node) -> str:
     if isinstance(node, InputRef):
-        return q(node.name)
+        return node.cast_sql() if node.casts else q(node.name)
     return "(\n" + _indent(render(node)) + "\n)"
 
 
@@ -105,7 +113,8 @@ def render(node: L.Node) -> str:
         text = f"SELECT {select}\nFROM {_sub(rest.input)} AS t\nORDER BY {_order_by(rest.keys, 't')}"
         return text + (_limit(limit) if limit else "")
     if isinstance(node, InputRef):
-        return f"SELECT {', '.join(q(n) for n in node.out)} FROM {q(node.name)}"
+        source = node.cast_sql() + " AS t" if node.casts else q(node.name)
+        return f"SELECT {', '.join(q(n) for n in node.out)} FROM {source}"
     if isinstance(node, L.Values):
         if not node.out:
             return "SELECT 1 AS __one"

@@ -272,7 +272,8 @@ class Context:
         self.schemas[stage_id] = schema
         name = f"x{stage_id}"
         self.inputs[name] = ExchangeInput(name, stage_id)
-        return InputRef(name, node.names)
+        wide = tuple((n, t) for n, (_c, t) in zip(node.names, types) if t in ("HUGEINT", "UHUGEINT"))
+        return InputRef(name, node.names, wide)
 
     def _partition_sql(self, sql: str, keys: tuple[str, ...], refs: list[InputRef]) -> str:
         """``hash(keys) % W``, numbers cast to DOUBLE so equal values of different types meet."""

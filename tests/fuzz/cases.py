@@ -1,6 +1,7 @@
 """Saved fuzz cases: ``tests/fuzz/cases/NNN.sql``, a header of ``-- key: value`` lines, then the SQL.
 
-Header keys: ``seed`` (and query index), ``workers`` (where it was found), ``kind`` (wrong/error/internal),
+Header keys: ``seed`` (and query index), ``schema`` (``tpch``, the default, or ``tpcds``: the data it runs
+on), ``workers`` (where it was found), ``kind`` (wrong/error/internal),
 ``differs`` (what differed), ``fails-at`` (worker counts that failed when saved; the replay marks those
 ``xfail(strict=True)`` until the bug is fixed — then remove the line), ``original`` (the unminimised query).
 """
@@ -22,6 +23,11 @@ class Case:
     @property
     def name(self) -> str:
         return self.path.stem
+
+    @property
+    def schema(self) -> str:
+        """The schema (data) the case runs on: ``tpch`` (no header line: cases saved before TPC-DS) or ``tpcds``."""
+        return self.header.get("schema", "tpch").strip() or "tpch"
 
     def fails_at(self) -> set[int]:
         text = self.header.get("fails-at", "").strip()

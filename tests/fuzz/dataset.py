@@ -1,4 +1,4 @@
-"""The data the fuzzer queries: TPC-H SF0.01 plus NULL-heavy and empty twins of some tables.
+"""The data the fuzzer queries: TPC-H SF0.01 plus NULL-heavy and empty twins of some tables, or TPC-DS SF0.01.
 
 TPC-H has no NULLs, so the folder also holds (deterministically derived with DuckDB, several row groups each
 so scans really split):
@@ -6,15 +6,20 @@ so scans really split):
 - ``orders_n``, ``customer_n``, ``nation_n``: subsets of the TPC-H table with 10-30% NULLs in most columns,
   keys included (NULL join keys, ``NOT IN`` over NULLs);
 - ``nation_e``: an empty table with nation's schema.
+
+TPC-DS (``schema=TPCDS``) is queried as ``squall.tpcds`` generates it (``tpcds-sf0.01``: real NULLs in most
+columns, fact tables in row groups of 2,048 rows), without twins.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import duckdb
 
+from squall import tpcds
 from squall.tpch import dataset_files
 
 VERSION = "fuzz-data-1"
@@ -74,6 +79,17 @@ def fuzz_dataset(tpch: str | Path, out: str | Path | None = None) -> Path:
     shutil.rmtree(dst, ignore_errors=True)
     tmp.rename(dst)
     return dst
+
+
+def tpcds_dataset(sf: float = 0.01, base: str | Path | None = None) -> Path:
+    """The TPC-DS folder ``<base>/tpcds-sf<SF>`` (base: ``$SQUALL_TPCH_CACHE``, else ``data/``), generated with
+    ``squall.tpcds`` if it is missing (the first time also builds the generator's venv, some 20 s)."""
+    if base is None:
+        base = os.environ.get("SQUALL_TPCH_CACHE") or Path(__file__).resolve().parents[2] / "data"
+    out = Path(base) / f"tpcds-sf{sf:g}"
+    if tpcds.dataset_sf(out) != float(sf):
+        tpcds.generate(sf, out)
+    return out
 
 
 def duckdb_reference(data: str | Path) -> duckdb.DuckDBPyConnection:

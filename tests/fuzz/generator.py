@@ -1,18 +1,23 @@
-"""A seeded grammar generator of read-only SQL over the fuzz data (TPC-H + NULL-heavy twins).
+"""A seeded grammar generator of read-only SQL over the fuzz data: TPC-H (+ NULL-heavy twins) or TPC-DS.
 
-``QueryGenerator(seed).query(i)`` is a pure function of ``(seed, i)``: the same seed always gives the same
-queries, whatever ran before. Coverage: joins of every kind (inner/left/right/full, cross with a filter,
-semi via ``EXISTS``/``IN``, anti via ``NOT EXISTS``/``NOT IN``), derived tables and CTEs, scalar and
-correlated subqueries, aggregates (``DISTINCT``, ``FILTER``, ``HAVING``, ``COUNT(*)``, ``AVG``/``STDDEV``/
-``VAR_POP``), windows (ranking, running and partition aggregates, frames, windows over aggregates), set
-operations (``UNION``/``INTERSECT``/``EXCEPT`` with and without ``ALL``), ``ORDER BY``/``LIMIT``/``OFFSET``,
-``CASE``, NULL-heavy predicates (``IS [NOT] NULL``, ``IS DISTINCT FROM``, ``COALESCE``, ``NULLIF``,
-comparisons with ``NULL``), casts, string and date functions.
+``QueryGenerator(seed, schema=TPCH).query(i)`` is a pure function of ``(seed, schema, i)``: the same seed
+always gives the same queries, whatever ran before. The tables, keys and literals come from the
+:class:`~tests.fuzz.schema.Schema` (``TPCH``, the default, or ``TPCDS``). Coverage: joins of every kind
+(inner/left/right/full, cross with a filter, semi via ``EXISTS``/``IN``, anti via ``NOT EXISTS``/``NOT IN``),
+derived tables and CTEs, scalar and correlated subqueries, aggregates (``DISTINCT``, ``FILTER``, ``HAVING``,
+``COUNT(*)``, ``AVG``/``STDDEV``/``VAR_POP``), windows (ranking, running and partition aggregates, frames,
+windows over aggregates), set operations (``UNION``/``INTERSECT``/``EXCEPT`` with and without ``ALL``),
+``ORDER BY``/``LIMIT``/``OFFSET``, ``CASE``, NULL-heavy predicates (``IS [NOT] NULL``, ``IS DISTINCT FROM``,
+``COALESCE``, ``NULLIF``, comparisons with ``NULL``), casts, string and date functions.
 
 Only deterministic queries are generated: a ``LIMIT`` inside a subquery orders by every output column (tied
 rows are then identical), ``row_number``/``lag``/``lead``/``first_value``/``ROWS`` frames order by a total
-key (the primary keys of every joined table, else every column in scope), top-level ``ORDER BY`` items are output columns (so the
-comparison is tie-aware), no order-sensitive aggregates (``string_agg``, ``list``, ``first``).
+key (the primary keys of every joined table, else every column in scope), top-level ``ORDER BY`` items are
+output columns (so the comparison is tie-aware), no order-sensitive aggregates (``string_agg``, ``list``,
+``first``).
+
+Queries stay cheap: a join is only added while the estimated rows (the schema's row counts, unique keys and
+key-domain sizes) stay under 150,000 (a cross join: 40,000).
 """
 
 from __future__ import annotations
@@ -21,262 +26,14 @@ import random
 import re
 from dataclasses import dataclass, field
 
-# --- schema -----------------------------------------------------------------------------------------------
+from .schema import SCHEMAS, TPCDS, TPCH, Schema
 
-# type classes: int, num (decimal/double), str, date
-_TABLES: dict[str, tuple[int, tuple[str, ...], list[tuple[str, str, str | None, bool]]]] = {
-    # name: (rows, primary key, [(column, type, key domain, groupable)])
-    "region": (
-        5,
-        ("r_regionkey",),
-        [
-            ("r_regionkey", "int", "region", True),
-            ("r_name", "str", None, True),
-            ("r_comment", "str", None, False),
-        ],
-    ),
-    "nation": (
-        25,
-        ("n_nationkey",),
-        [
-            ("n_nationkey", "int", "nation", True),
-            ("n_name", "str", None, True),
-            ("n_regionkey", "int", "region", True),
-            ("n_comment", "str", None, False),
-        ],
-    ),
-    "supplier": (
-        100,
-        ("s_suppkey",),
-        [
-            ("s_suppkey", "int", "supp", False),
-            ("s_name", "str", None, False),
-            ("s_address", "str", None, False),
-            ("s_nationkey", "int", "nation", True),
-            ("s_phone", "str", None, False),
-            ("s_acctbal", "num", None, False),
-            ("s_comment", "str", None, False),
-        ],
-    ),
-    "customer": (
-        1500,
-        ("c_custkey",),
-        [
-            ("c_custkey", "int", "cust", False),
-            ("c_name", "str", None, False),
-            ("c_address", "str", None, False),
-            ("c_nationkey", "int", "nation", True),
-            ("c_phone", "str", None, False),
-            ("c_acctbal", "num", None, False),
-            ("c_mktsegment", "str", None, True),
-            ("c_comment", "str", None, False),
-        ],
-    ),
-    "part": (
-        2000,
-        ("p_partkey",),
-        [
-            ("p_partkey", "int", "part", False),
-            ("p_name", "str", None, False),
-            ("p_mfgr", "str", None, True),
-            ("p_brand", "str", None, True),
-            ("p_type", "str", None, False),
-            ("p_size", "int", None, True),
-            ("p_container", "str", None, True),
-            ("p_retailprice", "num", None, False),
-            ("p_comment", "str", None, False),
-        ],
-    ),
-    "partsupp": (
-        8000,
-        ("ps_partkey", "ps_suppkey"),
-        [
-            ("ps_partkey", "int", "part", False),
-            ("ps_suppkey", "int", "supp", False),
-            ("ps_availqty", "int", None, False),
-            ("ps_supplycost", "num", None, False),
-            ("ps_comment", "str", None, False),
-        ],
-    ),
-    "orders": (
-        15000,
-        ("o_orderkey",),
-        [
-            ("o_orderkey", "int", "order", False),
-            ("o_custkey", "int", "cust", False),
-            ("o_orderstatus", "str", None, True),
-            ("o_totalprice", "num", None, False),
-            ("o_orderdate", "date", None, False),
-            ("o_orderpriority", "str", None, True),
-            ("o_clerk", "str", None, False),
-            ("o_shippriority", "int", None, True),
-            ("o_comment", "str", None, False),
-        ],
-    ),
-    "lineitem": (
-        60175,
-        ("l_orderkey", "l_linenumber"),
-        [
-            ("l_orderkey", "int", "order", False),
-            ("l_partkey", "int", "part", False),
-            ("l_suppkey", "int", "supp", False),
-            ("l_linenumber", "int", None, True),
-            ("l_quantity", "num", None, True),
-            ("l_extendedprice", "num", None, False),
-            ("l_discount", "num", None, True),
-            ("l_tax", "num", None, True),
-            ("l_returnflag", "str", None, True),
-            ("l_linestatus", "str", None, True),
-            ("l_shipdate", "date", None, False),
-            ("l_commitdate", "date", None, False),
-            ("l_receiptdate", "date", None, False),
-            ("l_shipinstruct", "str", None, True),
-            ("l_shipmode", "str", None, True),
-            ("l_comment", "str", None, False),
-        ],
-    ),
-    # NULL-heavy and empty twins (tests/fuzz/dataset.py); keys may be NULL, so no primary key
-    "orders_n": (
-        5000,
-        (),
-        [
-            ("o_orderkey", "int", "order", False),
-            ("o_custkey", "int", "cust", False),
-            ("o_orderstatus", "str", None, True),
-            ("o_totalprice", "num", None, False),
-            ("o_orderdate", "date", None, False),
-            ("o_orderpriority", "str", None, True),
-        ],
-    ),
-    "customer_n": (
-        750,
-        ("c_custkey",),
-        [
-            ("c_custkey", "int", "cust", False),
-            ("c_name", "str", None, False),
-            ("c_nationkey", "int", "nation", True),
-            ("c_acctbal", "num", None, False),
-            ("c_mktsegment", "str", None, True),
-        ],
-    ),
-    "nation_n": (
-        25,
-        (),
-        [
-            ("n_nationkey", "int", "nation", True),
-            ("n_name", "str", None, True),
-            ("n_regionkey", "int", "region", True),
-        ],
-    ),
-    "nation_e": (
-        0,
-        ("n_nationkey",),
-        [
-            ("n_nationkey", "int", "nation", True),
-            ("n_name", "str", None, True),
-            ("n_regionkey", "int", "region", True),
-            ("n_comment", "str", None, False),
-        ],
-    ),
-}
+__all__ = ["SCHEMAS", "TPCDS", "TPCH", "QueryGenerator", "Schema"]
 
 #: window functions whose value depends on row positions among tied rows
 _POSITIONAL = re.compile(r"^(row_number|lag|lead|first_value|ntile)\(|ROWS BETWEEN")
 
-# unique key column per domain and table (a join on it cannot multiply rows)
-_UNIQUE = {
-    ("region", "r_regionkey"),
-    ("nation", "n_nationkey"),
-    ("supplier", "s_suppkey"),
-    ("customer", "c_custkey"),
-    ("part", "p_partkey"),
-    ("orders", "o_orderkey"),
-    ("customer_n", "c_custkey"),
-    ("nation_e", "n_nationkey"),
-}
-
-# table weights: small tables are cheap and frequent
-_TABLE_WEIGHTS = {
-    "region": 4,
-    "nation": 7,
-    "supplier": 6,
-    "customer": 5,
-    "part": 4,
-    "partsupp": 2,
-    "orders": 4,
-    "lineitem": 3,
-    "orders_n": 5,
-    "customer_n": 5,
-    "nation_n": 6,
-    "nation_e": 2,
-}
-
-# literals per column (taken from the data; strings include values that occur)
-_INT_LITS = [0, 1, 2, 3, 5, 7, 10, 15, 20, 24, 25, 50, 100, 500, 1000, 1500, 3000, 10000, 30000]
-_NUM_LITS = [
-    "0",
-    "0.05",
-    "0.1",
-    "1.5",
-    "10",
-    "25.5",
-    "100",
-    "1000.25",
-    "2500",
-    "5000",
-    "-100.5",
-    "50000",
-    "150000",
-]
-_DATE_LITS = [
-    "1992-01-01",
-    "1993-06-15",
-    "1994-01-01",
-    "1995-03-15",
-    "1996-01-01",
-    "1996-12-31",
-    "1997-07-01",
-    "1998-08-02",
-    "1998-12-01",
-]
-_STR_LITS = {
-    "r_name": ["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"],
-    "n_name": ["ALGERIA", "BRAZIL", "CANADA", "FRANCE", "GERMANY", "JAPAN", "PERU", "UNITED STATES"],
-    "c_mktsegment": ["AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"],
-    "o_orderstatus": ["F", "O", "P"],
-    "o_orderpriority": ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"],
-    "l_returnflag": ["A", "N", "R"],
-    "l_linestatus": ["F", "O"],
-    "l_shipmode": ["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"],
-    "l_shipinstruct": ["COLLECT COD", "DELIVER IN PERSON", "NONE", "TAKE BACK RETURN"],
-    "p_mfgr": ["Manufacturer#1", "Manufacturer#3", "Manufacturer#5"],
-    "p_brand": ["Brand#12", "Brand#23", "Brand#34", "Brand#45"],
-    "p_container": ["JUMBO BOX", "LG CASE", "MED BAG", "SM PKG", "WRAP JAR"],
-}
-_GENERIC_STR = ["a", "A", "Customer#000000001", "Supplier#000000010", "", "x", "furiously", "ASIA", "F"]
-# value ranges of numeric columns (literals are drawn from them, so predicates select something)
-_RANGES = {
-    "nationkey": (0, 24),
-    "regionkey": (0, 4),
-    "custkey": (1, 1500),
-    "orderkey": (1, 60000),
-    "partkey": (1, 2000),
-    "suppkey": (1, 100),
-    "size": (1, 50),
-    "linenumber": (1, 7),
-    "availqty": (1, 9999),
-    "shippriority": (0, 1),
-    "acctbal": (-999, 9999),
-    "totalprice": (900, 400000),
-    "quantity": (1, 50),
-    "discount": (0, 0.1),
-    "tax": (0, 0.08),
-    "extendedprice": (900, 90000),
-    "retailprice": (900, 2100),
-    "supplycost": (1, 1000),
-}
 _BARE = re.compile(r"^t\d+\.\w+$")
-_LIKE = ["%a%", "A%", "%requests%", "%special%", "B%", "%#1%", "%ly", "_A%", "%STEEL%", "%s"]
 
 
 @dataclass(frozen=True)
@@ -311,12 +68,14 @@ class Relation:
 class QueryGenerator:
     """Deterministic random queries: ``query(i)`` depends only on ``(seed, i)``."""
 
-    def __init__(self, seed: int, *, max_depth: int = 2) -> None:
+    def __init__(self, seed: int, *, schema: Schema = TPCH, max_depth: int = 2) -> None:
         self.seed = seed
+        self.schema = schema
         self.max_depth = max_depth
         self.r = random.Random(0)
         self._alias = 0
         self._ctes: list[tuple[str, Relation]] = []
+        self._select_rows = 1.0  # estimated output rows of the last SELECT built (derived tables, CTEs)
 
     # --- entry points -------------------------------------------------------------------------------------
 
@@ -354,9 +113,10 @@ class QueryGenerator:
 
     def _table_relation(self, name: str | None = None) -> Relation:
         if name is None:
-            names = list(_TABLE_WEIGHTS)
-            name = self.r.choices(names, [_TABLE_WEIGHTS[n] for n in names])[0]
-        rows, pk, cols = _TABLES[name]
+            weights = self.schema.weights
+            names = list(weights)
+            name = self.r.choices(names, [weights[n] for n in names])[0]
+        rows, pk, cols = self.schema.tables[name]
         alias = self._new_alias()
         out = [Col(f"{alias}.{c}", t, c, d, g) for c, t, d, g in cols]
         key = [f"{alias}.{c}" for c in pk] if pk else None
@@ -366,21 +126,22 @@ class QueryGenerator:
 
     def _literal(self, typ: str, col: Col | None = None) -> str:
         r = self.r
+        sc = self.schema
         if r.random() < 0.04:
-            return "NULL"
-        span = _RANGES.get(col.name.split("_", 1)[-1]) if col is not None else None
+            return sc.date_null if typ == "date" else "NULL"
+        span = sc.span(col.name) if col is not None else None
         if typ == "int":
             if span is not None and r.random() < 0.8:
                 return str(r.randint(int(span[0]), int(span[1])))
-            return str(r.choice(_INT_LITS))
+            return str(r.choice(sc.int_lits))
         if typ == "num":
             if span is not None and r.random() < 0.8:
                 return str(round(r.uniform(span[0], span[1]), 2))
-            return r.choice(_NUM_LITS)
+            return r.choice(sc.num_lits)
         if typ == "date":
-            return f"DATE '{r.choice(_DATE_LITS)}'"
-        values = _STR_LITS.get(col.name, []) if col is not None else []
-        text = r.choice(values) if values and r.random() < 0.85 else r.choice(_GENERIC_STR)
+            return f"DATE '{r.choice(sc.date_lits)}'"
+        values = sc.str_lits.get(col.name, ()) if col is not None else ()
+        text = r.choice(values) if values and r.random() < 0.85 else r.choice(sc.generic_str)
         return "'" + text.replace("'", "''") + "'"
 
     def _cols_of(self, scope: Scope, typ: str) -> list[Col]:
@@ -402,7 +163,7 @@ class QueryGenerator:
         if typ == "int":
             opts = [
                 lambda: f"({e('int')} + {e('int')})",
-                lambda: f"({e('int')} - {r.choice(_INT_LITS)})",
+                lambda: f"({e('int')} - {r.choice(self.schema.int_lits)})",
                 lambda: f"({e('int')} * {r.choice([2, 3, -1])})",
                 lambda: f"({e('int')} % {r.choice([2, 3, 5, 7, 10])})",
                 lambda: f"length({e('str')})",
@@ -517,7 +278,9 @@ class QueryGenerator:
             items = ", ".join(self._literal(typ, col) for _ in range(r.randint(1, 4)))
             return f"{lhs} {r.choice(['', 'NOT '])}IN ({items})"
         if kind == "like":
-            return f"{lhs} {r.choice(['', 'NOT '])}{r.choice(['LIKE', 'ILIKE'])} '{r.choice(_LIKE)}'"
+            return (
+                f"{lhs} {r.choice(['', 'NOT '])}{r.choice(['LIKE', 'ILIKE'])} '{r.choice(self.schema.like)}'"
+            )
         if kind == "not":
             return f"NOT ({self._pred(scope, depth + 1)})"
         if kind == "distinct":
@@ -579,9 +342,7 @@ class QueryGenerator:
         return f"{o.ref} {r.choice(['=', '<', '>', '<=', '<>'])} (SELECT {fn}({c.ref}) FROM {rel.sql}{w})"
 
     def _scalar_select_item(self, outer: Scope) -> str:
-        rel = self._table_relation(
-            self.r.choice(["nation", "region", "supplier", "customer", "nation_n", "orders_n"])
-        )
+        rel = self._table_relation(self.r.choice(self.schema.scalar_tables))
         corr = self._correlation(outer, rel)
         w = f" WHERE {corr}" if corr is not None and self._chance(0.7) else ""
         nums = [c for c in rel.cols if c.type in ("int", "num")]
@@ -596,14 +357,19 @@ class QueryGenerator:
         kind = self.r.choice(["agg", "plain", "agg"])
         sql, outs = self._select(depth + 1, None, kind=kind, top=False, keyed=True)
         cols = [Col(f"{alias}.{name}", t, name, dom, True) for name, t, dom in outs]
-        return Relation(f"({sql}) AS {alias}", alias, cols, None, 1000.0, None)
+        return Relation(f"({sql}) AS {alias}", alias, cols, None, self._derived_rows(), None)
 
     def _make_cte(self) -> None:
         name = f"cte{len(self._ctes) + 1}"
         kind = self.r.choice(["agg", "plain"])
         sql, outs = self._select(1, None, kind=kind, top=False, keyed=True)
         cols = [Col(f"{name}.{n}", t, n, dom, True) for n, t, dom in outs]
-        self._ctes.append((name, Relation(sql, name, cols, None, 1000.0, None)))
+        self._ctes.append((name, Relation(sql, name, cols, None, self._derived_rows(), None)))
+
+    def _derived_rows(self) -> float:
+        """Rows assumed for the derived table or CTE whose SELECT was just built."""
+        fixed = self.schema.derived_rows
+        return fixed if fixed is not None else self._select_rows
 
     def _cte_relation(self) -> Relation:
         name, rel = self.r.choice(self._ctes)
@@ -635,6 +401,18 @@ class QueryGenerator:
                 break
         return " ".join(parts), scope, extra
 
+    def _related_table(self, scope: Scope) -> str | None:
+        """With the schema's ``join_affinity`` chance, a table sharing a key domain with ``scope`` (else None:
+        any table)."""
+        sc = self.schema
+        if not sc.join_affinity or self.r.random() >= sc.join_affinity:
+            return None
+        domains = {c.domain for c in scope.cols if c.domain}
+        names = [n for n in sc.weights if any(c[2] in domains for c in sc.tables[n].columns)]
+        if not names:
+            return None
+        return self.r.choices(names, [sc.weights[n] for n in names])[0]
+
     def _join(self, scope: Scope, depth: int, parts: list[str], extra: list[str]) -> bool:
         r = self.r
         if depth < self.max_depth and r.random() < 0.1:
@@ -642,7 +420,7 @@ class QueryGenerator:
         elif self._ctes and r.random() < 0.3:
             rel = self._cte_relation()
         else:
-            rel = self._table_relation()
+            rel = self._table_relation(self._related_table(scope))
         pairs = [(a, b) for a in scope.cols for b in rel.cols if a.domain and a.domain == b.domain]
         cross_ok = scope.rows * max(rel.rows, 1) <= 40_000
         if not pairs and not cross_ok:
@@ -665,10 +443,12 @@ class QueryGenerator:
                 extra.append(self._pred(both, 1))
         else:
             a, b = r.choice(pairs)
-            unique_b = (rel.table, b.name) in _UNIQUE
-            unique_a = len(scope.tables) == 1 and (scope.tables[0], a.name) in _UNIQUE
+            unique = self.schema.unique
+            unique_b = (rel.table, b.name) in unique
+            unique_a = len(scope.tables) == 1 and (scope.tables[0], a.name) in unique
+            values = self.schema.domain_values.get(a.domain or "", 25)
             new_rows = (
-                scope.rows if unique_b else (rel.rows if unique_a else scope.rows * max(rel.rows, 1) / 25)
+                scope.rows if unique_b else (rel.rows if unique_a else scope.rows * max(rel.rows, 1) / values)
             )
             if new_rows > 150_000:
                 return False
@@ -879,7 +659,8 @@ class QueryGenerator:
                 lit = self._literal(t) if t in ("int", "num", "date") else "'M'"
                 having = f" HAVING {agg} {r.choice(['>', '<', '>=', '<>'])} {lit}"
                 if r.random() < 0.15 and t in ("int", "num"):
-                    having = f" HAVING {agg} > (SELECT {r.choice(['avg', 'min'])}(n_nationkey) FROM nation)"
+                    table, column = self.schema.having_subquery
+                    having = f" HAVING {agg} > (SELECT {r.choice(['avg', 'min'])}({column}) FROM {table})"
             if types is None and not keyed and r.random() < 0.15:
                 items.append((*self._window(scope, aggs, [k for k, _ in keys]), None))
         else:
@@ -919,6 +700,7 @@ class QueryGenerator:
             used.add(name)
             outs.append((name, t, dom))
         distinct = "DISTINCT " if kind == "distinct" else ""
+        self._select_rows = min(scope.rows, 1000.0) if kind == "agg" else scope.rows
         sql = f"SELECT {distinct}{', '.join(sel)} FROM {from_sql}"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -84,9 +84,9 @@ def run(
     max_per_bug: int = 2,
     log: Callable[[str], None] | None = None,
 ) -> Stats:
-    """Run queries ``start .. start+n-1`` of ``seed``; with ``cycle`` query i runs at W = workers[i % len],
-    else at every worker count. Ctrl-C stops early and returns the counts so far."""
-    gen = QueryGenerator(seed)
+    """Run queries ``start .. start+n-1`` of ``seed`` over ``oracle.schema``; with ``cycle`` query i runs at
+    W = workers[i % len], else at every worker count. Ctrl-C stops early and returns the counts so far."""
+    gen = QueryGenerator(seed, schema=oracle.schema)
     stats = Stats()
     per_bug: Counter = Counter()
     for case in load_cases(cases):  # bugs already saved: at most ``max_per_bug`` cases each
@@ -130,6 +130,7 @@ def run(
                             finding.minimized,
                             {
                                 "seed": f"{seed} (query {i})",
+                                "schema": oracle.schema.name,
                                 "workers": str(w),
                                 "kind": out.kind,
                                 "differs": final.detail or out.detail,

@@ -1,4 +1,5 @@
-"""Every saved fuzz case (``tests/fuzz/cases/NNN.sql``) replayed against DuckDB at W = 1..4.
+"""Every saved fuzz case (``tests/fuzz/cases/NNN.sql``) replayed against DuckDB at W = 1..4, on the data of
+its ``schema`` header line (TPC-H with its NULL-heavy twins when absent, or TPC-DS).
 
 A case whose header says ``xfail`` and lists the worker count in ``fails-at`` is an open bug:
 ``xfail(strict=True)``, so the test reports XPASS (and fails) once the bug is fixed — then delete the
@@ -13,6 +14,7 @@ from .cases import load_cases
 
 CASES = load_cases()
 WORKERS = (1, 2, 3, 4)
+ORACLES = {"tpch": "fuzz_oracle", "tpcds": "fuzz_tpcds_oracle"}  # schema -> fixture
 
 
 def _params():
@@ -27,10 +29,12 @@ def _params():
 
 @pytest.mark.skipif(not CASES, reason="no saved fuzz cases")
 @pytest.mark.parametrize(("case", "workers"), list(_params()))
-def test_fuzz_case(fuzz_oracle, case, workers):
-    expected = fuzz_oracle.reference(case.sql)
+def test_fuzz_case(request, case, workers):
+    assert case.schema in ORACLES, f"case {case.name}: unknown schema {case.schema!r}"
+    oracle = request.getfixturevalue(ORACLES[case.schema])
+    expected = oracle.reference(case.sql)
     assert not isinstance(expected, Exception), f"DuckDB rejects case {case.name}: {expected}"
-    out = fuzz_oracle.run_squall(case.sql, workers, expected)
+    out = oracle.run_squall(case.sql, workers, expected)
     if out.kind == "refused":
         pytest.skip(f"refused: {out.detail}")
     assert out.kind == "passed", f"case {case.name} at W={workers}: {out.kind}: {out.detail}\n{case.sql}"
