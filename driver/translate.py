@@ -446,9 +446,9 @@ class Translator(SubqueryMixin):
             scope.add(u.home, u.column, u.column)
             node = expand(src.node, u.column, self.convert(u.arg, scope))
             by_alias[u.home] = Source(src.alias, node, src.rows * rows_per_row(u.arg), src.width + 8.0)
-        now = [p for p in preds if not tables_of(p) & later_aliases]
-        after = [p for p in preds if p not in now]
         ordered = [by_alias[s.alias] for s in sources]
+        now = [p for p in preds if ordered and not tables_of(p) & later_aliases]  # no FROM table: all after
+        after = [p for p in preds if p not in now]
         node = self._inner_join_tree(ordered, now, scope) if ordered else L.Values(((),), ())
         for u in later:
             internal = self.names.fresh(u.column)

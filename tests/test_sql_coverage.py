@@ -229,6 +229,8 @@ QUERIES = {
     "unnest_in_from_two_levels": "SELECT id, y FROM t1, unnest([id, 2]) AS u(x), unnest([x, x * 100]) AS v(y) "
     "WHERE id < 4 AND y > 1",
     "unnest_in_from_no_alias": "SELECT * FROM t3, unnest(string_split(cat, ''))",
+    "unnest_in_from_alone_filtered": "SELECT x FROM unnest([1, 2, 3]) AS u(x) WHERE false OR x > 1",
+    "unnest_in_from_alone_false": "SELECT * FROM unnest([1, 2]) AS u(x) WHERE 1 = 0",
     "unnest_derived_count": "SELECT count(*) FROM (SELECT grp, unnest([1, 2, 3]) AS x FROM t1)",
     # no distributed plan yet: answered by the one-rank fallback (said in explain and stats)
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
