@@ -366,11 +366,12 @@ class Translator(SubqueryMixin):
         with_subquery = [c for c in where if _has_subquery(c)]
         if any(_has_subquery(j.args["on"]) for j in specs if j.args.get("on") is not None):
             raise NotSupportedError("subquery in a JOIN … ON condition")
+        node: L.Node
         if unnests:
             on = [c for j in specs for c in conjuncts(j.args.get("on")) if c != exp.true()]
             node = self._unnest_joins(sources, list(unnests.values()), on + plain, scope)
         elif not sources:
-            node: L.Node = L.Values(((),), ())
+            node = L.Values(((),), ())
         elif all(_is_inner(j) for j in specs):
             on = [c for j in specs for c in conjuncts(j.args.get("on"))]
             node = self._inner_join_tree(sources, on + plain, scope)
@@ -421,8 +422,8 @@ class Translator(SubqueryMixin):
             for i, u in found.items():
                 again = from_unnest(items[i], i)
                 assert again is not None
-                home, internal = homes.get(u.alias, (None, u.column))
-                found[i] = FromUnnest(u.alias, internal, again.arg, i, home)
+                entry: tuple[str | None, str] = homes.get(u.alias, (None, u.column))
+                found[i] = FromUnnest(u.alias, entry[1], again.arg, i, entry[0])
         return sel, found
 
     def _unnest_joins(
@@ -434,18 +435,19 @@ class Translator(SubqueryMixin):
         later = [u for u in unnests if not u.home]
         later_aliases = {u.alias for u in later}
         for u in homed:
-            src = by_alias[u.home]
-            unnest_cols = {v.column for v in homed if v.home == u.home}
+            home = cast(str, u.home)
+            src = by_alias[home]
+            unnest_cols = {v.column for v in homed if v.home == home}
             own = [
                 p
                 for p in preds
-                if tables_of(p) == {u.home} and not {c.name for c in p.find_all(exp.Column)} & unnest_cols
+                if tables_of(p) == {home} and not {c.name for c in p.find_all(exp.Column)} & unnest_cols
             ]
             preds = [p for p in preds if p not in own]
             src = self._filtered(src, own, scope)
-            scope.add(u.home, u.column, u.column)
+            scope.add(home, u.column, u.column)
             node = expand(src.node, u.column, self.convert(u.arg, scope))
-            by_alias[u.home] = Source(src.alias, node, src.rows * rows_per_row(u.arg), src.width + 8.0)
+            by_alias[home] = Source(src.alias, node, src.rows * rows_per_row(u.arg), src.width + 8.0)
         ordered = [by_alias[s.alias] for s in sources]
         now = [p for p in preds if ordered and not tables_of(p) & later_aliases]  # no FROM table: all after
         after = [p for p in preds if p not in now]
