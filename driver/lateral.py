@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from squall.driver.scope import conjuncts
+from squall.driver.scope import conjuncts, from_items
 
 HIDDEN = "__lat"
 
@@ -105,13 +105,34 @@ def _lateral_body(item: exp.Expression) -> exp.Select | None:
 
 
 def _aliases_before(sel: exp.Select, join: exp.Join) -> set[str]:
-    from_ = sel.args.get("from_")
-    items = [from_.this] if from_ is not None else []
-    for j in sel.args.get("joins") or []:
-        if j is join:
-            break
-        items.append(j.this)
-    return {i.alias_or_name for i in items}
+    items = from_items(sel)
+    here = next(i for i, item in enumerate(items) if item is join.this)
+    return {item.alias_or_name for item in items[:here]}
+
+
+def _readers(sel: exp.Select, join: exp.Join, *more: exp.Expression) -> list[exp.Expression]:
+    """What in ``sel`` may read the lateral ``join``'s columns: the select list, the other joins, WHERE,
+    GROUP BY, HAVING, ORDER BY … (not the FROM clause), and ``more``."""
+    rest = [x for x in sel.args.get("joins") or [] if x is not join]
+    clauses = [
+        a
+        for k, a in sel.args.items()
+        if k not in ("expressions", "joins", "from_") and isinstance(a, exp.Expression)
+    ]
+    return [*sel.expressions, *rest, *more, *clauses]
+
+
+def _expose(
+    body: exp.Select, inner: exp.Expression, name: str, hidden: int, grouped: bool = False
+) -> tuple[exp.Column, int]:
+    """``inner`` as the next hidden output of ``body`` (and a GROUP BY key when ``grouped``): the outer
+    query's reference to it, and the hidden count."""
+    hidden += 1
+    out = f"{HIDDEN}{hidden}"
+    body.append("expressions", exp.alias_(inner.copy(), out))
+    if grouped:
+        body.args["group"].append("expressions", inner.copy())
+    return exp.column(out, table=name), hidden
 
 
 def _inner_aliases(body: exp.Select) -> set[str]:
@@ -156,32 +177,21 @@ def _lift(
     item itself becomes NULL. Under a left join a missing match reads NULL (a hidden TRUE marks a match)."""
     name = alias.name
     names = [p.alias_or_name for p in body.expressions]
-
-    def expose(inner: exp.Expression) -> exp.Column:
-        nonlocal hidden
-        hidden += 1
-        out = f"{HIDDEN}{hidden}"
-        body.append("expressions", exp.alias_(inner.copy(), out))
-        return exp.column(out, table=name)
-
-    marker = expose(exp.true()) if (j.side or "").lower() == "left" else None
+    marker = None
+    if (j.side or "").lower() == "left":
+        marker, hidden = _expose(body, exp.true(), name, hidden)
     computed: dict[str, exp.Expression] = {}
     for i in lifted:
         item = body.expressions[i]
         e = (item.this if isinstance(item, exp.Alias) else item).copy()
         for col in [c for c in e.find_all(exp.Column) if c.table not in outer]:
-            col.replace(expose(col))
+            ref, hidden = _expose(body, col, name, hidden)
+            col.replace(ref)
         if marker is not None:
             e = exp.Case(ifs=[exp.If(this=marker.copy(), true=e)])
         computed[names[i]] = exp.paren(e, copy=False)
         body.expressions[i].replace(exp.alias_(exp.null(), names[i]))
-    readers = [*sel.expressions, *on]
-    readers += [x for x in sel.args.get("joins") or [] if x is not j]
-    readers += [
-        a
-        for k, a in sel.args.items()
-        if k not in ("expressions", "joins", "from_") and isinstance(a, exp.Expression)
-    ]
+    readers = _readers(sel, j, *on)
     for col in [c for r in readers for c in r.find_all(exp.Column) if c.table == name and c.name in computed]:
         col.replace(computed[col.name].copy())
     return hidden
@@ -210,24 +220,18 @@ def _rewrite_as_join(
 ) -> int:
     name = alias.name
     grouped = body.args.get("group") is not None
-
-    def expose(inner: exp.Expression) -> None:
-        nonlocal hidden
-        hidden += 1
-        out = f"{HIDDEN}{hidden}"
-        body.append("expressions", exp.alias_(inner.copy(), out))
-        if grouped:
-            body.args["group"].append("expressions", inner.copy())
-        inner.replace(exp.column(out, table=name))
-
     conditions = []
     for c in corr:
         c = c.copy()
-        if grouped:  # inner = outer: the inner side is grouped by and matched
-            expose(c.expression if _outer_on_left(c, outer) else c.this)
-        else:
-            for col in [x for x in c.find_all(exp.Column) if x.table not in outer]:
-                expose(col)
+        # grouped (inner = outer): the inner side is grouped by and matched; else each inner column
+        inners = (
+            [c.expression if _outer_on_left(c, outer) else c.this]
+            if grouped
+            else [x for x in c.find_all(exp.Column) if x.table not in outer]
+        )
+        for inner in inners:
+            ref, hidden = _expose(body, inner, name, hidden, grouped)
+            inner.replace(ref)
         conditions.append(c)
     _without(body, corr)
     j.set("this", exp.Subquery(this=body, alias=alias))
@@ -276,16 +280,7 @@ def _rewrite_as_grouped_join(
     name = alias.name
     names = [p.alias_or_name for p in body.expressions]
     zero = {n for n, i in zip(names, items) if isinstance(i, _ZERO_ON_EMPTY)}
-    rest = [x for x in sel.args["joins"] if x is not j]
-    readers = [
-        *sel.expressions,
-        *rest,
-        *(
-            a
-            for k, a in sel.args.items()
-            if k not in ("expressions", "joins", "from_") and isinstance(a, exp.Expression)
-        ),
-    ]
+    readers = _readers(sel, j)
     for col in [c for r in readers for c in r.find_all(exp.Column) if c.table == name and c.name in zero]:
         col.replace(exp.func("coalesce", col.copy(), exp.Literal.number(0)))
     body.set("group", exp.Group())
@@ -306,24 +301,12 @@ def _rewrite_as_scalars(
         scalar = body.copy()
         scalar.set("expressions", [p.this.copy() if isinstance(p, exp.Alias) else p.copy()])
         outputs[out] = exp.Subquery(this=scalar)
-    rest = [x for x in sel.args["joins"] if x is not j]
-    where = sel.args.get("where")
-    readers = [
-        *sel.expressions,
-        *rest,
-        *on,
-        *(
-            a
-            for k, a in sel.args.items()
-            if k not in ("expressions", "joins", "from_") and isinstance(a, exp.Expression)
-        ),
-    ]
-    refs = [col for r in readers for col in r.find_all(exp.Column) if col.table == name]
+    refs = [col for r in _readers(sel, j, *on) for col in r.find_all(exp.Column) if col.table == name]
     if any(col.name not in outputs for col in refs):
         return False
     for col in refs:
         col.replace(outputs[col.name].copy())
-    sel.set("joins", rest)
+    sel.set("joins", [x for x in sel.args["joins"] if x is not j])
     if on:
         where = sel.args.get("where")
         sel.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), *on)))

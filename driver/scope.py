@@ -37,3 +37,9 @@ def conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
     if isinstance(e, exp.And):
         return conjuncts(e.this) + conjuncts(e.expression)
     return [e]
+
+
+def from_items(sel: exp.Expression) -> list[exp.Expression]:
+    """The FROM items of a SELECT in written order: the FROM clause's, then each join's."""
+    from_ = sel.args.get("from_")
+    return ([from_.this] if from_ is not None else []) + [j.this for j in sel.args.get("joins") or []]

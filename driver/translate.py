@@ -26,7 +26,7 @@ from squall.driver.estimate import conjunction_selectivity
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import BoundQuery
 from squall.driver.lateral import decorrelate_laterals
-from squall.driver.scope import Scope, conjuncts
+from squall.driver.scope import Scope, conjuncts, from_items
 from squall.driver.subqueries import INTERNAL, SubqueryMixin, _unwrap
 from squall.driver.unnest_from import FromUnnest, expand, from_unnest, name_unnest_columns, rows_per_row
 from squall.errors import BindError, NotSupportedError, UserError
@@ -357,8 +357,7 @@ class Translator(SubqueryMixin):
         self.notes.extend(lateral_notes)
         scope = Scope()
         sel, unnests = self._from_unnests(sel)
-        from_ = sel.args.get("from_")
-        items = ([from_.this] if from_ is not None else []) + [j.this for j in sel.args.get("joins") or []]
+        items = from_items(sel)
         specs = list(sel.args.get("joins") or [])
         sources = [self._source(item, ctes, scope) for i, item in enumerate(items) if i not in unnests]
         where = conjuncts(sel.args.get("where"))
@@ -388,13 +387,12 @@ class Translator(SubqueryMixin):
         """The FROM items that are unnests, by position; a copy of ``sel`` in which each unnest column whose
         list reads one other FROM item is renamed a column of that item (its home, expanded before the joins).
         """
-        from_ = sel.args.get("from_")
         joins = sel.args.get("joins") or []
-        items = ([from_.this] if from_ is not None else []) + [j.this for j in joins]
+        items = from_items(sel)
         found: dict[int, FromUnnest] = {}
         for i, item in enumerate(items):
             try:
-                unnest = from_unnest(item, i)
+                unnest = from_unnest(item)
             except ValueError as err:
                 raise NotSupportedError(str(err)) from None
             if unnest is not None:
@@ -415,15 +413,12 @@ class Translator(SubqueryMixin):
                 if c.table in homes and c.find_ancestor(exp.Select) is sel:
                     home, internal = homes[c.table]
                     c.replace(exp.column(internal, table=home))
-            from_ = sel.args.get("from_")
-            items = ([from_.this] if from_ is not None else []) + [
-                j.this for j in sel.args.get("joins") or []
-            ]
+            items = from_items(sel)
             for i, u in found.items():
-                again = from_unnest(items[i], i)
+                again = from_unnest(items[i])
                 assert again is not None
                 entry: tuple[str | None, str] = homes.get(u.alias, (None, u.column))
-                found[i] = FromUnnest(u.alias, entry[1], again.arg, i, entry[0])
+                found[i] = FromUnnest(u.alias, entry[1], again.arg, entry[0])
         return sel, found
 
     def _unnest_joins(

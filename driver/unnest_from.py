@@ -33,17 +33,13 @@ class FromUnnest:
     alias: str
     column: str
     arg: exp.Expression
-    position: int  # among the FROM items
     home: str | None = None  # the one FROM item the list reads (then ``column`` is an internal name)
 
 
-def from_unnest(item: exp.Expression, position: int) -> FromUnnest | None:
-    """The unnest a FROM item is (``unnest(…)``, ``LATERAL unnest(…)``), or None for any other item.
-
-    Raises ``ValueError`` with the reason for an unnest form kept on one rank.
+def from_unnest(item: exp.Expression) -> FromUnnest | None:
+    """The unnest a FROM item is, or None for any other item (``LATERAL unnest(…)`` is a plain unnest after
+    :func:`name_unnest_columns`). Raises ``ValueError`` with the reason for an unnest form kept on one rank.
     """
-    if isinstance(item, exp.Lateral) and isinstance(item.this, exp.Unnest):
-        item = item.this
     if not isinstance(item, exp.Unnest):
         return None
     if len(item.expressions) != 1 or isinstance(item.expressions[0], (exp.Kwarg, exp.PropertyEQ)):
@@ -56,7 +52,7 @@ def from_unnest(item: exp.Expression, position: int) -> FromUnnest | None:
         raise ValueError("UNNEST in FROM with more than one column name")
     table = alias.name if alias is not None and alias.name else "unnest"
     column = columns[0].name if columns else (alias.name if alias is not None and alias.name else "unnest")
-    return FromUnnest(table, column, item.expressions[0], position)
+    return FromUnnest(table, column, item.expressions[0])
 
 
 def name_unnest_columns(ast: exp.Expression) -> None:
@@ -70,8 +66,7 @@ def name_unnest_columns(ast: exp.Expression) -> None:
                 inner.set("alias", lateral.args["alias"])
             lateral.replace(inner)
     for u in list(ast.find_all(exp.Unnest)):
-        holder = u.parent.parent if isinstance(u.parent, exp.Lateral) else u.parent
-        if not isinstance(holder, (exp.From, exp.Join)) or len(u.expressions) != 1:
+        if not isinstance(u.parent, (exp.From, exp.Join)) or len(u.expressions) != 1:
             continue
         alias = u.args.get("alias")
         if alias is not None and alias.columns:
