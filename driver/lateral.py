@@ -15,8 +15,16 @@ A lateral subquery runs once per row of the FROM items before it. When its outer
   over no rows, as a missing group reads); else each output column is the same subquery as a correlated
   scalar subquery where it is read, which the translator decorrelates (``driver/subqueries.py``).
 
-Other forms (LIMIT, DISTINCT, windows, outer references in a nested subquery, GROUP BY or ORDER BY, laterals
-over set operations) stay as they are: the one-rank fallback answers them, and says so.
+- **LIMIT/OFFSET, DISTINCT or windows** with equality correlation only (``inner = outer``): the rows of one outer
+  row are the inner rows of one key, so the key (the inner side, whole) joins the output — DISTINCT keeps it,
+  each window is also partitioned by it, and LIMIT/OFFSET keep the rows numbered per key
+  (``row_number() OVER (PARTITION BY key ORDER BY …)``, the lateral's own ORDER BY) in range: top-N per outer row.
+- **no outer reference at all**: a plain subquery.
+
+DuckDB's implicit lateral (a FROM subquery that reads an earlier FROM item without the keyword) is marked
+``LATERAL`` first (``mark_implicit_laterals``). Other forms (LIMIT/DISTINCT/windows with a non-equality
+correlation, outer references in a nested subquery, GROUP BY or ORDER BY, laterals over set operations) stay as
+they are: the one-rank fallback answers them, and says so.
 """
 
 from __future__ import annotations
@@ -50,12 +58,28 @@ def decorrelate_laterals(
         aggregating = any(has_aggregate(p) for p in body.expressions)
         plain = not aggregating and body.args.get("group") is None
         found = _correlated(body, outer, select_list=plain)
-        if not name or found is None or not any(found):
+        if not name or found is None:
             continue
         corr, lifted = found
         _names_into_body(body, alias)
         side = (j.side or "").lower()
         on = [c for c in conjuncts(j.args.get("on")) if c != exp.true()]
+        if not corr and not lifted:  # reads nothing of the outer row: a plain subquery
+            j.set("this", exp.Subquery(this=body, alias=alias))
+            notes.append(f"LATERAL {name}: reads no outer column, a plain subquery")
+            continue
+        ranked = _ranked(body)
+        if ranked:
+            if side not in ("", "inner", "cross", "left") or not _rankable(
+                body, corr, lifted, outer, aggregating
+            ):
+                continue
+            keys = ", ".join(c.sql("duckdb") for c in corr)
+            hidden = _rewrite_ranked(j, body, corr, on, outer, alias, hidden)
+            notes.append(
+                f"LATERAL {name}: {ranked} per outer row, decorrelated into a join on {keys} (per key)"
+            )
+            continue
         if body.args.get("group") is None and aggregating:
             if side not in ("", "inner", "cross") and not (side == "left" and not on):
                 continue
@@ -93,15 +117,124 @@ def _names_into_body(body: exp.Select, alias: exp.TableAlias) -> None:
 def _lateral_body(item: exp.Expression) -> exp.Select | None:
     if isinstance(item, exp.Lateral) and isinstance(item.this, exp.Subquery):
         body = item.this.this
-        if (
-            isinstance(body, exp.Select)
-            and not any(
-                body.args.get(k) for k in ("limit", "offset", "distinct", "qualify", "with_", "windows")
-            )
-            and body.find(exp.Window) is None
+        if isinstance(body, exp.Select) and not any(
+            body.args.get(k) for k in ("qualify", "with_", "windows")
         ):
             return body
     return None
+
+
+def _own_windows(body: exp.Select) -> list[exp.Window]:
+    return [w for w in body.find_all(exp.Window) if w.find_ancestor(exp.Select) is body]
+
+
+def _ranked(body: exp.Select) -> str:
+    """What makes ``body``'s rows depend on the set of rows per outer row (LIMIT, DISTINCT, windows), or ""."""
+    said = [k.upper() for k in ("limit", "offset", "distinct") if body.args.get(k) is not None]
+    return ", ".join(said + (["windows"] if _own_windows(body) else []))
+
+
+def _literal_count(clause: exp.Expression | None) -> int | None:
+    """A LIMIT/OFFSET clause's row count when it is an integer literal (0 when there is no clause)."""
+    if clause is None:
+        return 0
+    e = clause.expression if isinstance(clause, (exp.Limit, exp.Offset)) else clause
+    return int(e.name) if isinstance(e, exp.Literal) and e.is_int else None
+
+
+def _rankable(
+    body: exp.Select, corr: list[exp.Expression], lifted: list[int], outer: set[str], aggregating: bool
+) -> bool:
+    """A LIMIT/DISTINCT/window lateral that one join gives: correlated by equalities only (the rows of an outer
+    row are one group of the inner sides), no select item reading the outer row, no one-row aggregate, literal
+    LIMIT/OFFSET, no DISTINCT ON, and under DISTINCT an ORDER BY on select items only."""
+    if not corr or lifted or (aggregating and body.args.get("group") is None):
+        return False
+    if not all(_equality(c, outer) for c in corr):
+        return False
+    distinct = body.args.get("distinct")
+    if distinct is not None and distinct.args.get("on") is not None:
+        return False
+    if _literal_count(body.args.get("limit")) is None or _literal_count(body.args.get("offset")) is None:
+        return False
+    if distinct is not None and body.args.get("limit") is not None:
+        order = body.args.get("order")
+        return all(_output_of(body, o.this) is not None for o in (order.expressions if order else []))
+    return True
+
+
+def _output_of(body: exp.Select, e: exp.Expression) -> str | None:
+    """The output name of ``body`` that ``e`` (an ORDER BY expression) is: a select alias or a select item."""
+    names = [p.alias_or_name for p in body.expressions]
+    if isinstance(e, exp.Column) and not e.table and e.name in names:
+        return e.name
+    for p, n in zip(body.expressions, names):
+        if (p.this if isinstance(p, exp.Alias) else p) == e:
+            return n
+    return None
+
+
+def _rewrite_ranked(
+    j: exp.Join,
+    body: exp.Select,
+    corr: list[exp.Expression],
+    on: list[exp.Expression],
+    outer: set[str],
+    alias: exp.TableAlias,
+    hidden: int,
+) -> int:
+    """A lateral with LIMIT/OFFSET, DISTINCT or windows, correlated by ``inner = outer`` equalities: the rows of
+    one outer row are the inner rows of one key, so the key joins the output (kept by DISTINCT), each window is
+    also partitioned by it, and LIMIT/OFFSET keep the rows numbered per key (``row_number() OVER (PARTITION BY
+    key ORDER BY …)``) in range."""
+    keys = [(c.expression if _outer_on_left(c, outer) else c.this).copy() for c in corr]
+    for w in _own_windows(body):
+        w.set("partition_by", [*(w.args.get("partition_by") or []), *(k.copy() for k in keys)])
+    limit, offset = _literal_count(body.args.get("limit")), _literal_count(body.args.get("offset"))
+    has_limit = body.args.get("limit") is not None
+    order = body.args.get("order")
+    numbered = has_limit or body.args.get("offset") is not None
+    for k in ("limit", "offset", "order"):
+        body.set(k, None)
+    first = hidden
+    hidden = _rewrite_as_join(j, body, corr, on, outer, alias, hidden, keyed=True)
+    if not numbered:
+        return hidden
+    inner = f"{HIDDEN}b"
+    key_names = [f"{HIDDEN}{i}" for i in range(first + 1, hidden + 1)]
+    ordered = []
+    for o in order.expressions if order is not None else []:
+        out = _output_of(body, o.this)
+        if out is None:  # an ORDER BY on what the select list does not give: a hidden output
+            ref, hidden = _expose(body, o.this, inner, hidden)
+            out = ref.name
+        ordered.append(o.copy())
+        ordered[-1].set("this", exp.column(out, table=inner))
+    hidden += 1
+    rn = f"{HIDDEN}{hidden}"
+    window = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[exp.column(k, table=inner) for k in key_names],
+        order=exp.Order(expressions=ordered) if ordered else None,
+        over="OVER",
+    )
+    names = [p.alias_or_name for p in body.expressions]
+    numbering = exp.select(*(exp.column(n, table=inner) for n in names), exp.alias_(window, rn)).from_(
+        exp.Subquery(this=body, alias=exp.TableAlias(this=exp.to_identifier(inner)))
+    )
+    numbered_rows = f"{HIDDEN}r"
+    bounds: list[exp.Expression] = []
+    if offset:
+        bounds.append(exp.column(rn, table=numbered_rows) > exp.Literal.number(offset))
+    if has_limit:
+        bounds.append(exp.column(rn, table=numbered_rows) <= exp.Literal.number((offset or 0) + (limit or 0)))
+    in_range = (
+        exp.select(*(exp.column(n, table=numbered_rows) for n in names))
+        .from_(exp.Subquery(this=numbering, alias=exp.TableAlias(this=exp.to_identifier(numbered_rows))))
+        .where(exp.and_(*bounds))
+    )
+    j.this.set("this", in_range)
+    return hidden
 
 
 def _aliases_before(sel: exp.Select, join: exp.Join) -> set[str]:
@@ -217,16 +350,19 @@ def _rewrite_as_join(
     outer: set[str],
     alias: exp.TableAlias,
     hidden: int,
+    keyed: bool = False,
 ) -> int:
+    """The lateral ``j`` as a join of ``body`` on ``on`` and ``corr``, each inner side of a correlated conjunct
+    a hidden output. Grouped or ``keyed`` (``inner = outer`` equalities): the inner side of each, whole (one
+    hidden output per conjunct, in order; grouped by when grouped); else each inner column."""
     name = alias.name
     grouped = body.args.get("group") is not None
     conditions = []
     for c in corr:
         c = c.copy()
-        # grouped (inner = outer): the inner side is grouped by and matched; else each inner column
         inners = (
             [c.expression if _outer_on_left(c, outer) else c.this]
-            if grouped
+            if grouped or keyed
             else [x for x in c.find_all(exp.Column) if x.table not in outer]
         )
         for inner in inners:
@@ -311,3 +447,50 @@ def _rewrite_as_scalars(
         where = sel.args.get("where")
         sel.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), *on)))
     return True
+
+
+def mark_implicit_laterals(ast: exp.Expression, columns: dict[str, set[str]]) -> list[str]:
+    """DuckDB's implicit lateral, in place: a subquery in FROM that reads an earlier FROM item of its own
+    SELECT (``FROM nation, (SELECT … WHERE s_nationkey = n_nationkey) s``) is a ``LATERAL`` subquery, as DuckDB
+    binds it. ``columns`` gives each base table's column names (for references without a table name).
+    Returns the aliases of the subqueries marked."""
+    marked: list[str] = []
+    for sel in list(ast.find_all(exp.Select)):
+        items = from_items(sel)
+        for i, item in enumerate(items):
+            if not isinstance(item, exp.Subquery) or not _reads_earlier(item, items[:i], columns):
+                continue
+            alias = item.args.get("alias")
+            body = item.this
+            item.replace(exp.Lateral(this=exp.Subquery(this=body), alias=alias))
+            marked.append(alias.name if alias is not None else "")
+    return marked
+
+
+def _reads_earlier(item: exp.Subquery, earlier: list[exp.Expression], columns: dict[str, set[str]]) -> bool:
+    if not earlier:
+        return False
+    body = item.this
+    inner = _inner_aliases(body) if isinstance(body, exp.Select) else set()
+    names = {e.alias_or_name for e in earlier} - inner
+    if any(col.table in names for col in body.find_all(exp.Column)):
+        return True
+    # a reference without a table name: earlier when no table inside has such a column and one before does
+    tables = [t for t in body.find_all(exp.Table)]
+    if any(t.name not in columns for t in tables):
+        return False  # a CTE or an unknown table inside: its columns are not known here
+    inside = set().union(*(columns[t.name] for t in tables)) if tables else set()
+    inside |= {a.alias for a in body.find_all(exp.Alias)}
+    before: set[str] = set()
+    for e in earlier:
+        if isinstance(e, exp.Table) and e.name in columns:
+            before |= columns[e.name]
+        elif isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select):
+            before |= {p.alias_or_name for p in e.this.expressions}
+    return any(
+        not col.table
+        and col.name in before
+        and col.name not in inside
+        and col.find_ancestor(exp.Lambda) is None
+        for col in body.find_all(exp.Column)
+    )

@@ -23,8 +23,8 @@
 Each rewrite works on the sqlglot AST: the correlated conjuncts are taken out
 of the subquery, its select list becomes the join keys and values, and the
 now uncorrelated subquery is planned like any query. What cannot be rewritten
-this way (correlation below an aggregate, a predicate that may hold for a
-NULL outer value, non-equality correlation under OR, …) raises "not supported",
+this way (correlation below an aggregate, non-equality correlation under OR,
+…) raises "not supported",
 and the translator runs that part on one rank (:mod:`squall.driver.fallback`).
 """
 
@@ -373,9 +373,23 @@ class SubqueryMixin:
             residual = L_and([self.convert(r, merged) for r in corr.residual])
         return L.Join(node, right, "anti" if anti else "semi", left_keys, right_keys, residual)
 
+    def _in_tuple(self, node: L.Node, lhs: exp.Tuple, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
+        """``(a, b) IN (SELECT x, y …)`` as a WHERE conjunct: a semi join on ``a = x AND b = y`` (a row whose
+        tuple matches none is FALSE or NULL, filtered out either way)."""
+        if anti:  # NOT IN over tuples is NULL when no pair differs but one is NULL: no single-key NULL rule
+            raise NotSupportedError("multi-column NOT IN (subquery)")
+        if correlate(sub, self._scope_aliases(scope)).correlated if isinstance(sub, exp.Select) else False:
+            raise NotSupportedError("correlated multi-column IN (subquery)")
+        planned = self.query(sub, ctes)
+        if len(planned.outputs) != len(lhs.expressions):  # DuckDB bound it, so this does not happen
+            raise NotSupportedError("IN (subquery) with as many columns as the subquery gives")
+        left_keys = tuple(self.convert(e, scope) for e in lhs.expressions)
+        right_keys = tuple(L.col(internal) for _name, internal in planned.outputs)
+        return L.Join(node, planned.node, "semi", left_keys, right_keys, None)
+
     def _in(self, node: L.Node, lhs: exp.Expression, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
-        if isinstance(_unwrap(lhs), exp.Tuple):
-            raise NotSupportedError("multi-column IN (subquery)")
+        if isinstance(tuple_ := _unwrap(lhs), exp.Tuple):
+            return self._in_tuple(node, tuple_, sub, scope, ctes, anti)
         if not isinstance(sub, exp.Select):
             # set operation: plan it as is, its single column is the key
             planned = self.query(sub, ctes)
@@ -483,11 +497,9 @@ class SubqueryMixin:
         preds += [r.copy() for r in corr.residual]
         outer_cols = _unique_columns(preds, outer_aliases - inner_aliases)
         whole = cast(exp.Expression, exp.and_(*preds)) if len(preds) > 1 else preds[0]
-        for c in outer_cols:
-            if not rejects_null(whole, (c.table, c.name)):
-                raise NotSupportedError(
-                    f"scalar subquery correlated by a predicate that may hold for a NULL {c.sql(DIALECT)}"
-                )
+        # a predicate that may hold for a NULL outer value (coalesce(o.x, 0) < i.y) gives the NULL D row a
+        # value of its own: the outer side finds it through a NULL-safe key ([x] = [d]: lists compare NULLs equal)
+        null_safe = [not rejects_null(whole, (c.table, c.name)) for c in outer_cols]
         # D: the distinct outer correlation values
         delim = [self.names.fresh(f"delim_{c.name}") for c in outer_cols]
         outer_internal = []
@@ -536,12 +548,16 @@ class SubqueryMixin:
         ).group_by(*[r.copy() for r in d_refs])
         planned = self._select_rest(grouped, dependent, joined_scope, ctes)
         out = dict(planned.outputs)
+
+        def key(name: str, safe: bool) -> exp.Expression:
+            return exp.Array(expressions=[L.col(name)]) if safe else L.col(name)
+
         join = L.Join(
             node,
             planned.node,
             "left",
-            tuple(L.col(i) for i in outer_internal),
-            tuple(L.col(out[f"__k{i}"]) for i in range(len(delim))),
+            tuple(key(i, safe) for i, safe in zip(outer_internal, null_safe)),
+            tuple(key(out[f"__k{i}"], safe) for i, safe in enumerate(null_safe)),
             None,
         )
         self.notes.append(
@@ -549,6 +565,11 @@ class SubqueryMixin:
             f"{' AND …' if len(rest_texts) > 1 else ''} is computed once per distinct "
             f"({', '.join(c.sql(DIALECT) for c in outer_cols)}) of the outer side and LEFT JOINed back"
             + ("" if empty is None else f" (no rows: {empty.sql(DIALECT)})")
+            + (
+                f"; its predicate may hold for NULL ({', '.join(c.sql(DIALECT) for c in nullable)}): joined back NULL-safe"
+                if (nullable := [c for c, safe in zip(outer_cols, null_safe) if safe])
+                else ""
+            )
         )
         if empty is None:
             return join, out["__v"]

@@ -25,7 +25,7 @@ from squall.driver.catalog import Catalog
 from squall.driver.estimate import conjunction_selectivity
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import BoundQuery
-from squall.driver.lateral import decorrelate_laterals
+from squall.driver.lateral import decorrelate_laterals, mark_implicit_laterals
 from squall.driver.scope import Scope, conjuncts, from_items
 from squall.driver.subqueries import INTERNAL, SubqueryMixin, _unwrap
 from squall.driver.unnest_from import FromUnnest, expand, from_unnest, name_unnest_columns, rows_per_row
@@ -170,11 +170,16 @@ class Translator(SubqueryMixin):
         for ident in ast.find_all(exp.Identifier):
             ident.set("this", ident.this.lower())
         name_unnest_columns(ast)  # so that qualify can expand a * over them
-        schema: dict[str, object] = {}
-        for table in {t.name for t in ast.find_all(exp.Table)}:
-            if table in self.catalog:
-                info = self.catalog.table(table)
-                schema[table] = {f.name.lower(): "VARCHAR" for f in info.schema}
+        columns = {  # in the table's order: qualify expands * in it
+            table: [f.name.lower() for f in self.catalog.table(table).schema]
+            for table in {t.name for t in ast.find_all(exp.Table)}
+            if table in self.catalog
+        }
+        schema: dict[str, object] = {t: dict.fromkeys(cols, "VARCHAR") for t, cols in columns.items()}
+        implicit = mark_implicit_laterals(ast, {t: set(cols) for t, cols in columns.items()})
+        self.notes.extend(
+            f"subquery {a} reads an earlier FROM item: bound as LATERAL, as DuckDB does" for a in implicit
+        )
         try:
             qualified = qualify(
                 ast, schema=schema, dialect=DIALECT, quote_identifiers=False, validate_qualify_columns=True

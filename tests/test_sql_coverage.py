@@ -222,6 +222,33 @@ QUERIES = {
     "lateral_cross_outer_in_select": "SELECT c.cat, d.x FROM t3 c, LATERAL (SELECT c.cat || e.cat AS x FROM t3b e) d",
     "lateral_non_equality_count": "SELECT c.cat, b.n FROM t3 c LEFT JOIN LATERAL (SELECT count(*) + 1 AS n FROM t2 "
     "WHERE t2.cat < c.cat) b ON true",
+    "lateral_top_rows": "SELECT a.id, b.score FROM t1 a, LATERAL (SELECT score FROM t2 WHERE t2.t1_id = a.id "
+    "ORDER BY score DESC NULLS LAST, id LIMIT 2) b WHERE a.id < 50",
+    "lateral_top_rows_offset_left": "SELECT a.id, b.s, b.cat FROM t1 a LEFT JOIN LATERAL (SELECT score AS s, cat "
+    "FROM t2 WHERE t2.t1_id = a.id AND t2.score IS NOT NULL ORDER BY cat NULLS FIRST, s DESC, id LIMIT 1 OFFSET 1) b "
+    "ON b.s > 10 WHERE a.id < 300",
+    "lateral_top_rows_by_hidden_expression": "SELECT c.cat, b.id FROM t3 c, LATERAL (SELECT id FROM t2 "
+    "WHERE t2.cat = c.cat ORDER BY score * -1 NULLS LAST, id LIMIT 3) b",
+    "lateral_top_rows_no_order_count": "SELECT a.grp, count(*) FROM t1 a, LATERAL (SELECT 1 AS one FROM t2 "
+    "WHERE t2.t1_id = a.id LIMIT 1) b GROUP BY ALL",
+    "lateral_top_groups": "SELECT c.cat, b.t1_id, b.n FROM t3 c, LATERAL (SELECT t1_id, count(*) AS n FROM t2 "
+    "WHERE t2.cat = c.cat GROUP BY t1_id ORDER BY n DESC, t1_id LIMIT 2) b",
+    "lateral_distinct": "SELECT a.grp, b.cat FROM t3 c, t1 a, LATERAL (SELECT DISTINCT cat FROM t2 "
+    "WHERE t2.t1_id = a.id) b WHERE a.grp = c.cat AND a.id < 500",
+    "lateral_distinct_top": "SELECT c.cat, b.s FROM t3 c, LATERAL (SELECT DISTINCT score AS s FROM t2 "
+    "WHERE t2.cat = c.cat ORDER BY s DESC NULLS LAST LIMIT 3) b",
+    "lateral_window": "SELECT a.id, b.score, b.r, b.total FROM t1 a, LATERAL (SELECT score, rank() OVER "
+    "(ORDER BY score NULLS FIRST) AS r, sum(score) OVER () AS total FROM t2 WHERE t2.t1_id = a.id) b WHERE a.id < 200",
+    "lateral_uncorrelated": "SELECT a.id, b.cat FROM t1 a, LATERAL (SELECT cat FROM t3 ORDER BY cat LIMIT 2) b "
+    "WHERE a.id < 5",
+    "lateral_implicit": "SELECT c.cat, b.n FROM t3 c, (SELECT count(*) AS n FROM t2 WHERE t2.cat = c.cat) b",
+    "lateral_implicit_unqualified": "SELECT a.id, b.score FROM t1 a JOIN (SELECT score FROM t2 WHERE t1_id = a.id "
+    "AND score > val) b ON true WHERE a.id < 80",
+    "lateral_implicit_left_top": "SELECT a.id, b.score FROM t1 a LEFT JOIN (SELECT score FROM t2 WHERE cat = grp "
+    "ORDER BY score DESC NULLS LAST, t2.id LIMIT 1) b ON true WHERE a.id < 80",
+    "multi_column_in": "SELECT id FROM t1 WHERE (id, grp) IN (SELECT t1_id, cat FROM t2)",
+    "multi_column_in_set_operation": "SELECT count(*) FROM t2 WHERE (cat, score) IN (SELECT grp, CAST(val AS INT) "
+    "FROM t1 UNION SELECT 'h', 7)",
     "unnest_in_from_join_on_element": "SELECT a.id, x, b.score FROM t1 a, unnest([a.id, a.id + 1]) AS u(x) "
     "JOIN t2 b ON b.t1_id = x WHERE a.id < 30",
     "unnest_in_from_count_and_filter": "SELECT count(*), count(x), sum(x) FROM t1, unnest([val, NULL, id]) AS u(x) "
@@ -234,13 +261,14 @@ QUERIES = {
     "unnest_derived_count": "SELECT count(*) FROM (SELECT grp, unnest([1, 2, 3]) AS x FROM t1)",
     # no distributed plan yet: answered by the one-rank fallback (said in explain and stats)
     "recursive_cte": "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
-    "multi_column_in": "SELECT id FROM t1 WHERE (id, grp) IN (SELECT t1_id, cat FROM t2)",
+    "multi_column_not_in": "SELECT id FROM t1 WHERE (id, grp) NOT IN (SELECT t1_id, cat FROM t2 WHERE t1_id < 100) "
+    "AND id < 120",
     "recursive_cte_in_join": "SELECT a.grp, x.n FROM t1 a JOIN (WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL "
     "SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r) x ON a.id = x.n",
     "recursive_cte_over_table": "WITH RECURSIVE r(id, depth) AS (SELECT id, 0 FROM t1 WHERE id < 4 UNION ALL "
     "SELECT r.id, depth + 1 FROM r JOIN t1 ON t1.id = r.id + depth WHERE depth < 3) "
     "SELECT id, max(depth) AS d, count(*) AS n FROM r GROUP BY id ORDER BY id",
-    "lateral_top_rows": "SELECT a.id, b.score FROM t1 a, LATERAL (SELECT score FROM t2 WHERE t2.t1_id = a.id "
+    "lateral_top_rows_range": "SELECT a.id, b.score FROM t1 a, LATERAL (SELECT score FROM t2 WHERE t2.t1_id < a.id "
     "ORDER BY score DESC NULLS LAST, id LIMIT 2) b WHERE a.id < 50",
     "pivot_in_list": "PIVOT t1 ON flag IN (true, false) USING count(*) AS n, sum(val) AS s GROUP BY grp",
     "pivot_standard": "SELECT * FROM (SELECT grp, flag, val FROM t1) PIVOT (sum(val) FOR flag IN (true, false))",
@@ -346,7 +374,7 @@ def test_sql_matches_duckdb(engine, reference, name):
 
 def test_one_rank_fallback_is_said(stage_plans):
     """A part with no distributed plan runs on one rank, and explain and stats say which and why."""
-    sql = QUERIES["lateral_top_rows"]
+    sql = QUERIES["lateral_top_rows_range"]
     text = stage_plans.explain(sql)
     assert "note: one rank (LATERAL" in text
     result = stage_plans.sql(sql)
@@ -355,7 +383,8 @@ def test_one_rank_fallback_is_said(stage_plans):
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in QUERIES if n.startswith(("lateral", "unnest_in_from")) and n != "lateral_top_rows"]
+    "name",
+    [n for n in QUERIES if n.startswith(("lateral", "unnest_in_from")) and n != "lateral_top_rows_range"],
 )
 def test_lateral_and_unnest_in_from_are_distributed(stage_plans, name):
     """Decorrelated or expanded in place: no part on one rank, and a LATERAL's rewrite is said."""
@@ -420,8 +449,18 @@ def test_correlated_scalar_subqueries_are_distributed(stage_plans, name):
     assert any(n.startswith("two-level correlation: ") for n in said) == name.startswith("correlation_two")
 
 
-def test_null_accepting_correlation_runs_on_one_rank(stage_plans):
-    """A correlated predicate that may hold for a NULL outer value (here through COALESCE) would
-    need a NULL-safe join on the delim columns: it keeps the one-rank part, and says why."""
-    notes = stage_plans.plan(QUERIES["scalar_null_accepting_correlation"]).notes
-    assert any("may hold for a NULL" in n for n in notes), notes
+@pytest.mark.parametrize("name", ["multi_column_in", "multi_column_in_set_operation"])
+def test_multi_column_in_is_a_semi_join(stage_plans, name):
+    """``(a, b) IN (SELECT x, y …)`` is a semi join on both keys, not a one-rank part."""
+    plan = stage_plans.plan(QUERIES[name])
+    assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
+    assert "semi" in stage_plans.explain(QUERIES[name]).lower()
+
+
+def test_null_accepting_correlation_joins_back_null_safe(stage_plans):
+    """A correlated predicate that may hold for a NULL outer value (here through COALESCE) gives the
+    NULL delim row a value of its own: the dependent join's result is joined back NULL-safe, distributed,
+    and the note says so (the answer is checked against DuckDB in test_sql_matches_duckdb)."""
+    plan = stage_plans.plan(QUERIES["scalar_null_accepting_correlation"])
+    assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
+    assert any("may hold for NULL (t1.val): joined back NULL-safe" in n for n in plan.notes), plan.notes

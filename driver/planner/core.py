@@ -21,7 +21,7 @@ from sqlglot import exp
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
-from squall.driver.planner.exprs import NUMERIC, leaves
+from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import filter_probes
 from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import Names
@@ -276,12 +276,10 @@ class Context:
         return InputRef(name, node.names, wide)
 
     def _partition_sql(self, sql: str, keys: tuple[str, ...], refs: list[InputRef]) -> str:
-        """``hash(keys) % W``, numbers cast to DOUBLE so equal values of different types meet."""
+        """``hash(keys) % W``, keys as ``hashable`` gives them."""
         key_sql = ", ".join(keys)
         _schema, types = self.typecheck(f"SELECT {key_sql} FROM ({sql}) AS t", refs)
-        parts = []
-        for key, (_name, typ) in zip(keys, types):
-            parts.append(f"CAST({key} AS DOUBLE)" if typ.startswith(NUMERIC) else key)
+        parts = [hashable(key, typ) for key, (_name, typ) in zip(keys, types)]
         return f"hash({', '.join(parts)}) % {self.world}"
 
     def gather(self, node: L.Node, dist: Dist, note: str) -> L.Node:

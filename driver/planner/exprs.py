@@ -15,6 +15,14 @@ NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "U
            "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL")  # fmt: skip
 
 
+def hashable(key_sql: str, typ: str) -> str:
+    """``key_sql`` as hashed for partitioning and join filters: numbers cast to DOUBLE so that equal values of
+    different types meet; a list of numbers (a NULL-safe key ``[x]``) to DOUBLE[]."""
+    if not typ.startswith(NUMERIC):
+        return key_sql
+    return f"CAST({key_sql} AS DOUBLE{'[]' if typ.endswith('[]') else ''})"
+
+
 def parse(text: str) -> exp.Expression:
     return cast(exp.Expression, sqlglot.parse_one(text, read="duckdb"))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from squall.driver import logical as L
-from squall.driver.planner.exprs import NUMERIC
+from squall.driver.planner.exprs import hashable
 from squall.driver.sqlgen import InputRef, Templated, q, render
 
 #: hash functions of a Bloom filter (k); with ≥10 bits per key the false-positive rate is about 1-2 %
@@ -53,7 +53,7 @@ class JoinFilter:
 
 
 def _hash_sql(cols: list[str], types: tuple[str, ...]) -> str:
-    parts = [f"CAST({c} AS DOUBLE)" if t.startswith(NUMERIC) else c for c, t in zip(cols, types)]
+    parts = [hashable(c, t) for c, t in zip(cols, types)]
     return f"hash({', '.join(parts)})"
 
 
