@@ -106,6 +106,40 @@ def _is_semi(conj: exp.Expression) -> bool:
     return isinstance(c, exp.Exists) or (isinstance(c, exp.In) and c.args.get("query") is not None)
 
 
+def _outer_tables(e: exp.Expression, aliases: set[str]) -> set[str]:
+    """The FROM items (of ``aliases``) that ``e`` reads, its subqueries' correlated references included (a
+    subquery's own FROM item of the same name hides the outer one)."""
+    found = set()
+    for c in e.find_all(exp.Column):
+        if c.table in aliases and not any(
+            c.table in {i.alias_or_name for i in from_items(s)}
+            for s in _ancestors(c, e)
+            if isinstance(s, exp.Select)
+        ):
+            found.add(c.table)
+    return found
+
+
+def _ancestors(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+    """The nodes from ``node``'s parent up to ``top``, both included."""
+    out = []
+    while node is not top and node.parent is not None:
+        node = cast(exp.Expression, node.parent)
+        out.append(node)
+    return out
+
+
+def _subquery_reads(e: exp.Expression, aliases: set[str]) -> set[str]:
+    """The FROM items (of ``aliases``) that the subqueries of ``e`` read (with an ``IN``'s left side)."""
+    found: set[str] = set()
+    for n in e.walk():
+        if (isinstance(n, exp.In) and n.args.get("query") is not None) or (
+            isinstance(n, (exp.Exists, exp.Subquery)) and not isinstance(n.parent, exp.In)
+        ):
+            found |= _outer_tables(n, aliases)
+    return found
+
+
 def _has_subquery(e: exp.Expression) -> bool:
     return any(isinstance(n, (exp.Subquery, exp.Exists, exp.Select)) for n in e.walk())
 
@@ -368,19 +402,19 @@ class Translator(SubqueryMixin):
         where = conjuncts(sel.args.get("where"))
         plain = [c for c in where if not _has_subquery(c)]
         with_subquery = [c for c in where if _has_subquery(c)]
-        if any(_has_subquery(j.args["on"]) for j in specs if j.args.get("on") is not None):
-            raise NotSupportedError("subquery in a JOIN … ON condition")
         node: L.Node
-        if unnests:
+        if all(_is_inner(j) for j in specs):  # an inner join's ON is its WHERE: subqueries there too
             on = [c for j in specs for c in conjuncts(j.args.get("on")) if c != exp.true()]
+            with_subquery += [c for c in on if _has_subquery(c)]
+            on = [c for c in on if not _has_subquery(c)]
+        if unnests:
             node = self._unnest_joins(sources, list(unnests.values()), on + plain, scope)
         elif not sources:
             node = L.Values(((),), ())
         elif all(_is_inner(j) for j in specs):
-            on = [c for j in specs for c in conjuncts(j.args.get("on"))]
             node = self._inner_join_tree(sources, on + plain, scope)
         else:
-            node = self._ordered_joins(sources, specs, plain, scope)
+            node = self._ordered_joins(sources, specs, plain, scope, ctes)
         semi_first = sorted(with_subquery, key=lambda c: not _is_semi(c))  # they only drop rows
         for c in semi_first:
             node = self.apply_subquery_conjunct(node, c, scope, ctes)
@@ -625,10 +659,17 @@ class Translator(SubqueryMixin):
         return None if name is None else float(self.catalog.ndv(node.table, name))
 
     def _ordered_joins(
-        self, sources: list[Source], specs: list[exp.Join], where: list[exp.Expression], scope: Scope
+        self,
+        sources: list[Source],
+        specs: list[exp.Join],
+        where: list[exp.Expression],
+        scope: Scope,
+        ctes: dict[str, exp.Expression],
     ) -> L.Node:
         # Outer joins keep the written order. WHERE conjuncts on one source that is
-        # never null-supplied are pushed to it; the rest filter after the joins.
+        # never null-supplied are pushed to it; the rest filter after the joins. An ON conjunct
+        # with a subquery that reads only the joined item filters it (a semi/anti/mark join on it);
+        # one of an inner join with no right or full join after it filters after the joins.
         null_supplied: set[str] = set()
         for i, j in enumerate(specs):
             side = (j.side or "").lower()
@@ -648,7 +689,9 @@ class Translator(SubqueryMixin):
         srcs = [self._filtered(s, local[s.alias], scope) for s in sources]
         current = srcs[0].node
         have = {srcs[0].alias}
-        for j, src in zip(specs, srcs[1:]):
+        after: list[exp.Expression] = []  # inner joins' ON conjuncts with subqueries, applied after the joins
+        aliases = {s.alias for s in sources}
+        for i, (j, src) in enumerate(zip(specs, srcs[1:])):
             side = (j.side or "").lower()
             kind = (j.kind or "").lower()
             jk = {"left": "left", "right": "right", "full": "full"}.get(side, "inner")
@@ -662,6 +705,30 @@ class Translator(SubqueryMixin):
                 raise NotSupportedError("JOIN … USING after qualification")
             lkeys, rkeys, residual = [], [], []
             for p in on:
+                if _has_subquery(p):
+                    reads = _outer_tables(p, aliases)
+                    if reads <= {src.alias} and jk in ("left", "inner", "semi", "anti"):
+                        right_node = self.apply_subquery_conjunct(right_node, p, scope, ctes)
+                        continue
+                    if reads <= have and jk == "right":  # filters the null-supplied side
+                        current = self.apply_subquery_conjunct(current, p, scope, ctes)
+                        continue
+                    if jk in ("inner", "cross") and not any(
+                        (later.side or "").lower() in ("right", "full") for later in specs[i + 1 :]
+                    ):
+                        after.append(p)
+                        continue
+                    # its subqueries read one side: they become columns of that side (mark joins, scalar
+                    # joins: one row each, so no row is added or lost), then it is a plain conjunct
+                    sub_reads = _subquery_reads(p, aliases)
+                    if sub_reads <= have:
+                        current, p = self.attach_marks(current, p, scope, ctes)
+                        current, p = self.attach_scalars(current, p, scope, ctes)
+                    elif sub_reads <= {src.alias}:
+                        right_node, p = self.attach_marks(right_node, p, scope, ctes)
+                        right_node, p = self.attach_scalars(right_node, p, scope, ctes)
+                    else:
+                        raise NotSupportedError("subqueries in a JOIN … ON condition that read both sides")
                 pair = _equi_between(p, have, src.alias)
                 refs = tables_of(p)
                 if pair:
@@ -679,6 +746,8 @@ class Translator(SubqueryMixin):
             have.add(src.alias)
         if post:
             current = L.Filter(current, conjunction([self.convert(p, scope) for p in post]))
+        for p in sorted(after, key=lambda c: not _is_semi(c)):
+            current = self.apply_subquery_conjunct(current, p, scope, ctes)
         return current
 
     # --- aggregation, projection, order -------------------------------------------------------

@@ -247,6 +247,21 @@ QUERIES = {
     "lateral_implicit_left_top": "SELECT a.id, b.score FROM t1 a LEFT JOIN (SELECT score FROM t2 WHERE cat = grp "
     "ORDER BY score DESC NULLS LAST, t2.id LIMIT 1) b ON true WHERE a.id < 80",
     "multi_column_in": "SELECT id FROM t1 WHERE (id, grp) IN (SELECT t1_id, cat FROM t2)",
+    # subqueries in JOIN … ON: an inner join's go to WHERE; one reading only the joined item filters it; one whose
+    # subqueries read one side becomes that side's mark/scalar columns and a plain conjunct
+    "on_subquery_inner": "SELECT a.id, b.score FROM t1 a JOIN t2 b ON b.t1_id = a.id AND b.cat IN "
+    "(SELECT cat FROM t3b) WHERE a.id < 300",
+    "on_subquery_left_filters_right": "SELECT a.id, b.score FROM t1 a LEFT JOIN t2 b ON b.t1_id = a.id AND "
+    "EXISTS (SELECT 1 FROM t3 WHERE t3.cat = b.cat AND t3.name <> 'two') WHERE a.id < 300",
+    "on_subquery_left_reads_kept": "SELECT a.id, b.score FROM t1 a LEFT JOIN t2 b ON b.t1_id = a.id AND "
+    "(a.grp IN (SELECT cat FROM t3b) OR b.score > (SELECT avg(val) FROM t1 c WHERE c.grp = a.grp)) "
+    "WHERE a.id < 300",
+    "on_subquery_left_not_in_kept": "SELECT a.id, b.score FROM t1 a LEFT JOIN t2 b ON b.t1_id = a.id AND "
+    "a.grp NOT IN (SELECT cat FROM t2 WHERE score > 45) WHERE a.id < 300",
+    "on_subquery_right_join": "SELECT a.id, b.id FROM t1 a RIGHT JOIN t2 b ON b.t1_id = a.id AND "
+    "a.val > (SELECT avg(score) FROM t2) WHERE b.id < 300",
+    "on_subquery_inner_before_left": "SELECT a.id, b.score, c.name FROM t1 a JOIN t2 b ON b.t1_id = a.id AND "
+    "b.score = (SELECT max(score) FROM t2 x WHERE x.t1_id = a.id) LEFT JOIN t3 c ON c.cat = b.cat",
     "multi_column_in_set_operation": "SELECT count(*) FROM t2 WHERE (cat, score) IN (SELECT grp, CAST(val AS INT) "
     "FROM t1 UNION SELECT 'h', 7)",
     "unnest_in_from_join_on_element": "SELECT a.id, x, b.score FROM t1 a, unnest([a.id, a.id + 1]) AS u(x) "
@@ -447,6 +462,13 @@ def test_correlated_scalar_subqueries_are_distributed(stage_plans, name):
     assert said == [n for n in plan.notes if not n.startswith("one rank")]
     assert any(n.startswith("dependent join: ") for n in said) == (name in DELIM_JOINS)
     assert any(n.startswith("two-level correlation: ") for n in said) == name.startswith("correlation_two")
+
+
+@pytest.mark.parametrize("name", [n for n in QUERIES if n.startswith("on_subquery")])
+def test_subqueries_in_join_on_are_distributed(stage_plans, name):
+    """A subquery in ``JOIN … ON`` plans without a one-rank part."""
+    plan = stage_plans.plan(QUERIES[name])
+    assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
 
 
 @pytest.mark.parametrize("name", ["multi_column_in", "multi_column_in_set_operation"])
