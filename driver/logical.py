@@ -155,6 +155,9 @@ class AggCall:
     args: tuple[exp.Expression, ...]
     distinct: bool = False
     expression: exp.Expression = field(default_factory=lambda: exp.Null())
+    #: ``agg(x) FILTER (WHERE c)`` of an aggregate that does not skip NULLs (``expression`` holds the FILTER):
+    #: it cannot be split or deduplicated, so its rows move and it completes after the move
+    filtered: bool = False
 
     def sql(self) -> str:
         return sql_of(self.expression)

@@ -9,6 +9,7 @@ columns, inner joins ordered greedily by estimated size) → aggregate → windo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Callable, Iterable
@@ -210,6 +211,7 @@ class Translator(SubqueryMixin):
             if table in self.catalog
         }
         schema: dict[str, object] = {t: dict.fromkeys(cols, "VARCHAR") for t, cols in columns.items()}
+        _expand_grouping_positions(ast)
         implicit = mark_implicit_laterals(ast, {t: set(cols) for t, cols in columns.items()})
         self.notes.extend(
             f"subquery {a} reads an earlier FROM item: bound as LATERAL, as DuckDB does" for a in implicit
@@ -760,7 +762,7 @@ class Translator(SubqueryMixin):
         return isinstance(node, exp.Anonymous) and node.name.lower() in self.aggregates
 
     def _find_aggs(self, e: exp.Expression) -> list[exp.Expression]:
-        found = []
+        found: list[exp.Expression] = []
 
         def visit(node: exp.Expression, in_window: bool) -> None:
             if isinstance(node, (exp.Subquery, exp.Exists, exp.Select)):
@@ -775,7 +777,10 @@ class Translator(SubqueryMixin):
                         visit(child, True)
                 return
             if isinstance(node, exp.Filter) and self._is_agg(node.this):
-                raise NotSupportedError(f"aggregate {node.this.key.upper()} with FILTER (WHERE …)")
+                found.append(
+                    node
+                )  # FILTER of an aggregate that does not skip NULLs (filter_to_case did the rest)
+                return
             if self._is_agg(node):
                 found.append(node)
                 return
@@ -1085,6 +1090,27 @@ def _expand_columns(projections: list[exp.Expression], scope: Scope) -> list[exp
     return out
 
 
+def _expand_grouping_positions(ast: exp.Expression) -> None:
+    """``GROUP BY ROLLUP(1)``/``CUBE``/``GROUPING SETS`` positions → the select items, in place (qualify
+    expands a plain ``GROUP BY 1`` only)."""
+    for sel in ast.find_all(exp.Select):
+        group = sel.args.get("group")
+        if group is None:
+            continue
+        sets = (exp.Rollup, exp.Cube, exp.GroupingSets)
+        for lit in list(group.find_all(exp.Literal)):
+            up = lit.parent
+            if isinstance(up, (exp.Tuple, exp.Paren)):
+                up = up.parent
+            if not isinstance(up, sets) or not lit.is_int:
+                continue  # a plain GROUP BY position, or a number inside a key expression
+            pos = int(lit.name)
+            if not 1 <= pos <= len(sel.expressions):
+                raise BindError(f"GROUP BY position {pos} is not in the select list")
+            item = sel.expressions[pos - 1]
+            lit.replace((item.this if isinstance(item, exp.Alias) else item).copy())
+
+
 def _grouping_sets(group: exp.Group) -> tuple[list[exp.Expression], list[list[exp.Expression]] | None]:
     """GROUP BY items → (every key expression, the grouping sets or None for a plain GROUP BY).
 
@@ -1253,6 +1279,8 @@ def _agg_name(e: exp.Expression) -> str:
 
 
 def _agg_call(e: exp.Expression) -> L.AggCall:
+    if isinstance(e, exp.Filter):
+        return dataclasses.replace(_agg_call(e.this), expression=e.copy(), filtered=True)
     func = (e.name if isinstance(e, exp.Anonymous) else cast(exp.Func, e).sql_name()).lower()
     distinct = False
     args: list[exp.Expression] = []

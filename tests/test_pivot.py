@@ -223,10 +223,6 @@ def test_pivot_and_unpivot_are_distributed(engine, name):
     ("name", "why"),
     [
         ("unpivot_expression", "one rank (PIVOT as a query"),  # an expression in the ON list: kept as it is
-        (
-            "in_list_aggregate_keeping_nulls",
-            "one rank (aggregate ARRAYAGG with FILTER",
-        ),  # list() keeps NULLs: FILTER on one rank
     ],
 )
 def test_forms_not_rewritten_run_on_one_rank_and_say_so(stage_plans, name, why):

@@ -65,6 +65,16 @@ QUERIES = {
     "scalar_select_list": "SELECT id, (SELECT max(score) FROM t2) AS top FROM t1 WHERE id < 20",
     "scalar_select_correlated": "SELECT id, (SELECT sum(b.score) FROM t2 b WHERE b.t1_id = a.id) AS s FROM t1 a",
     "scalar_empty": "SELECT id, (SELECT max(score) FROM t2_empty) AS m FROM t1 WHERE id < 5",
+    # FILTER on aggregates that keep NULLs: not split, their rows move by group key and the FILTER runs there
+    "aggregate_filter_keeping_nulls": "SELECT grp, list(val ORDER BY id) FILTER (WHERE id % 7 = 0 AND id < 200) AS l, "
+    "first(t1.name ORDER BY id) FILTER (WHERE val > 40) AS f, string_agg(t1.name, ',' ORDER BY id) FILTER (WHERE id < 40) "
+    "AS s, list(DISTINCT cat ORDER BY cat) FILTER (WHERE id > 10) AS c FROM t1 JOIN t3 ON t3.cat = t1.grp GROUP BY grp",
+    "aggregate_filter_keeping_nulls_total": "SELECT array_agg(val ORDER BY id) FILTER (WHERE id < 20) AS a, "
+    "count(*) AS n FROM t1",
+    "aggregate_filter_keeping_nulls_rollup": "SELECT grp, flag, list(val ORDER BY id) FILTER (WHERE id < 60) AS l "
+    "FROM t1 GROUP BY ROLLUP(1, 2)",
+    "grouping_sets_positions": "SELECT grp, flag AS f, count(DISTINCT name) AS n, GROUPING(grp, flag) AS g FROM t1 "
+    "GROUP BY GROUPING SETS ((1), (1, 2), ()) ",
     "aggregate_filter": "SELECT grp, count(*) FILTER (WHERE val > 10) AS a, sum(amount) FILTER (WHERE flag) AS b, "
     "count(DISTINCT name) FILTER (WHERE id % 2 = 0) AS c, max(val) FILTER (WHERE false) AS d FROM t1 GROUP BY grp",
     "count_in_correlated_scalar": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.t1_id = t1.id) FROM t1",
@@ -462,6 +472,15 @@ def test_correlated_scalar_subqueries_are_distributed(stage_plans, name):
     assert said == [n for n in plan.notes if not n.startswith("one rank")]
     assert any(n.startswith("dependent join: ") for n in said) == (name in DELIM_JOINS)
     assert any(n.startswith("two-level correlation: ") for n in said) == name.startswith("correlation_two")
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in QUERIES if n.startswith(("aggregate_filter_keeping", "grouping_sets_positions"))]
+)
+def test_filter_on_aggregates_keeping_nulls_is_distributed(stage_plans, name):
+    """``list(x) FILTER (WHERE c)`` and positions in ROLLUP/GROUPING SETS plan without a one-rank part."""
+    plan = stage_plans.plan(QUERIES[name])
+    assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
 
 
 @pytest.mark.parametrize("name", [n for n in QUERIES if n.startswith("on_subquery")])

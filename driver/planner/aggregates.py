@@ -53,7 +53,7 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         ctx.rely_on(dist)
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
     gather = not node.keys or _est_groups(ctx, node) <= ctx.options.gather_groups
-    if all(a.func in _DECOMPOSABLE and not a.distinct for _n, a in node.aggs):
+    if all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs):
         partial, final, post = _split_aggs(ctx, node)
         part_node = L.Aggregate(child, node.keys, partial)
         key_cols = tuple((n, L.col(n)) for n, _e in node.keys)
@@ -69,7 +69,7 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         return final_node, out_dist
     # not decomposable (DISTINCT, holistic aggregates): move rows, then aggregate completely
     pre: L.Node = child
-    if all(a.distinct or a.func in _IDEMPOTENT for _n, a in node.aggs) and node.aggs:
+    if all((a.distinct or a.func in _IDEMPOTENT) and not a.filtered for _n, a in node.aggs) and node.aggs:
         cols: dict[str, exp.Expression] = {n: e for n, e in node.keys}
         for _n, a in node.aggs:
             for arg in a.args:
@@ -99,7 +99,7 @@ def _plan_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tu
     here = dataclasses.replace(node, input=child)
     if ctx.world == 1 or dist.kind in ("single", "replicated"):
         return here, dist if dist.kind != "hash" else RANDOM
-    if not all(a.func in _DECOMPOSABLE and not a.distinct for _n, a in node.aggs):
+    if not all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs):
         if () not in node.sets:
             return _expand_sets(ctx, node, child, dist)
         # the grand total () must give one row even over no rows: all rows to rank 0
