@@ -36,6 +36,7 @@ from typing import Any, cast
 from sqlglot import exp
 
 from squall.driver import logical as L
+from squall.driver.deep_correlation import through_equalities
 from squall.driver.scope import Scope, conjuncts
 from squall.errors import NotSupportedError
 
@@ -90,6 +91,7 @@ class Correlation:
         self.body = body  # the subquery without its correlated conjuncts
         self.pairs = pairs  # (inner expression, outer expression) equalities
         self.residual = residual  # other correlated conjuncts
+        self.through: list[str] = []  # "outer.x as inner.c" for each deeper reference made one level
 
     @property
     def correlated(self) -> bool:
@@ -105,6 +107,7 @@ def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
     inner_all = _defined_aliases(sub)
     direct = _direct_aliases(sub)
     body = sub.copy()
+    through = through_equalities(body, outer_aliases - inner_all, direct)
     keep, pairs, residual = [], [], []
     for c in conjuncts(body.args.get("where")):
         outside = _tables(c) - inner_all
@@ -129,7 +132,9 @@ def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
     leftover = _tables(body) - inner_all
     if leftover:
         raise NotSupportedError(f"correlated reference outside WHERE: {', '.join(sorted(leftover))}")
-    return Correlation(body, pairs, residual)
+    found = Correlation(body, pairs, residual)
+    found.through = through
+    return found
 
 
 def _short(e: exp.Expression, width: int = 80) -> str:
@@ -149,6 +154,16 @@ class SubqueryMixin:
 
     def _scope_aliases(self, scope) -> set[str]:
         return {alias for alias, _c in scope.columns}
+
+    def _correlate(self, sub: exp.Expression, scope) -> Correlation:
+        """``correlate`` against ``scope``, a deeper reference made one level said in the notes."""
+        corr = correlate(sub, self._scope_aliases(scope))
+        if corr.through:
+            self.notes.append(
+                f"two-level correlation: a nested subquery reads {', '.join(corr.through)} "
+                "(equal by its query's WHERE)"
+            )
+        return corr
 
     def apply_subquery_conjunct(self, node: L.Node, conj: exp.Expression, scope, ctes) -> L.Node:
         """Apply one WHERE conjunct that holds a subquery on top of ``node``."""
@@ -206,7 +221,7 @@ class SubqueryMixin:
         unsupported = "EXISTS or IN (subquery) inside OR/CASE; write it as a join"
         if not isinstance(sub, exp.Select):
             raise NotSupportedError(unsupported)
-        corr = correlate(sub, self._scope_aliases(scope))
+        corr = self._correlate(sub, scope)
         body = corr.body
         if corr.residual:
             raise NotSupportedError(unsupported)
@@ -349,7 +364,7 @@ class SubqueryMixin:
     def _exists(self, node: L.Node, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
         if not anti:
             node, sub = self._hoist(node, sub, scope, ctes)
-        corr = correlate(sub, self._scope_aliases(scope))
+        corr = self._correlate(sub, scope)
         body = corr.body
         if isinstance(body, exp.Select) and (
             body.args.get("group") or body.args.get("having") or any(_has_agg(p) for p in body.expressions)
@@ -378,7 +393,7 @@ class SubqueryMixin:
         tuple matches none is FALSE or NULL, filtered out either way)."""
         if anti:  # NOT IN over tuples is NULL when no pair differs but one is NULL: no single-key NULL rule
             raise NotSupportedError("multi-column NOT IN (subquery)")
-        if correlate(sub, self._scope_aliases(scope)).correlated if isinstance(sub, exp.Select) else False:
+        if self._correlate(sub, scope).correlated if isinstance(sub, exp.Select) else False:
             raise NotSupportedError("correlated multi-column IN (subquery)")
         planned = self.query(sub, ctes)
         if len(planned.outputs) != len(lhs.expressions):  # DuckDB bound it, so this does not happen
@@ -402,7 +417,7 @@ class SubqueryMixin:
             raise NotSupportedError("IN (subquery) with more than one column")
         if not anti:
             node, sub = self._hoist(node, sub, scope, ctes)
-        corr = correlate(sub, self._scope_aliases(scope))
+        corr = self._correlate(sub, scope)
         if corr.correlated and anti:
             raise NotSupportedError("correlated NOT IN (subquery); use NOT EXISTS")
         body = corr.body
@@ -430,7 +445,7 @@ class SubqueryMixin:
     def _scalar(self, node: L.Node, sub: exp.Expression, scope, ctes) -> tuple[L.Node, str]:
         if not isinstance(sub, exp.Select) or len(sub.expressions) != 1:
             raise NotSupportedError("scalar subquery that is not a one-column SELECT")
-        corr = correlate(sub, self._scope_aliases(scope))
+        corr = self._correlate(sub, scope)
         body = corr.body
         value = body.expressions[0]
         value = value.this if isinstance(value, exp.Alias) else value

@@ -23,6 +23,7 @@ from sqlglot.optimizer.simplify import simplify
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
+from squall.driver.deep_correlation import lift_deep_correlation
 from squall.driver.estimate import conjunction_selectivity
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import BoundQuery
@@ -396,6 +397,8 @@ class Translator(SubqueryMixin):
                 raise NotSupportedError(unsupported.upper().rstrip("S"))
         sel, lateral_notes = decorrelate_laterals(sel, lambda e: bool(self._find_aggs(e)))
         self.notes.extend(lateral_notes)
+        sel, deep_notes = lift_deep_correlation(sel)
+        self.notes.extend(deep_notes)
         scope = Scope()
         sel, unnests = self._from_unnests(sel)
         items = from_items(sel)

@@ -85,6 +85,19 @@ QUERIES = {
     "AND t1.val > (SELECT avg(score) FROM t2 x WHERE x.cat = t1.grp))",
     "correlation_two_levels_both": "SELECT count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
     "AND EXISTS (SELECT 1 FROM t3 WHERE t3.cat = t1.grp AND t3.cat = t2.cat))",
+    # correlation two levels deep made one level: through an equality of the middle query, else a dependent
+    # join of the middle query with the distinct outer values it reads (NULL-safe list key)
+    "deep_correlation_through_equality": "SELECT id FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
+    "AND t2.score > (SELECT avg(score) FROM t2 x WHERE x.t1_id = t1.id))",
+    "deep_correlation_exists": "SELECT count(*) FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
+    "AND EXISTS (SELECT 1 FROM t3 WHERE (t3.cat = t1.grp OR t1.grp IS NULL) AND t3.cat = t2.cat))",
+    "deep_correlation_not_exists": "SELECT count(*) FROM t1 WHERE NOT EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id "
+    "AND EXISTS (SELECT 1 FROM t3 WHERE coalesce(t1.grp, 'h') = t3.cat AND t3.cat = t2.cat))",
+    "deep_correlation_scalar": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.t1_id = t1.id AND t2.score > "
+    "(SELECT avg(x.score) FROM t2 x WHERE x.cat = t2.cat AND x.score < coalesce(t1.val, 30))) AS n FROM t1 "
+    "WHERE id < 400",
+    "deep_correlation_in": "SELECT id FROM t1 WHERE id < 500 AND grp IN (SELECT cat FROM t2 WHERE t2.score < "
+    "t1.val AND EXISTS (SELECT 1 FROM t3b WHERE t3b.weight * 10 < t1.val AND t3b.cat = t2.cat))",
     # correlated scalar subqueries unnested with a dependent ("delim") join over the distinct outer
     # values (non-equality correlation), and COUNT's empty group giving 0 (see below: distributed)
     "scalar_non_equality_count": "SELECT id, (SELECT count(*) FROM t2 WHERE t2.score < t1.val) AS n FROM t1 "
@@ -481,6 +494,18 @@ def test_filter_on_aggregates_keeping_nulls_is_distributed(stage_plans, name):
     """``list(x) FILTER (WHERE c)`` and positions in ROLLUP/GROUPING SETS plan without a one-rank part."""
     plan = stage_plans.plan(QUERIES[name])
     assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in QUERIES if n.startswith("deep_correlation") or n == "correlation_two_levels_both"]
+)
+def test_deep_correlation_is_distributed(stage_plans, name):
+    """Correlation two levels deep plans without a one-rank part, and the rewrite is said."""
+    plan = stage_plans.plan(QUERIES[name])
+    assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
+    assert any(n.startswith(("deep correlation: ", "two-level correlation: ")) for n in plan.notes), (
+        plan.notes
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in QUERIES if n.startswith("on_subquery")])

@@ -1,0 +1,192 @@
+"""Correlation more than one level deep, made one level with a dependent join over the outer values.
+
+``SELECT … FROM t1 WHERE EXISTS (SELECT 1 FROM t2 WHERE t2.k = t1.id AND EXISTS (SELECT 1 FROM t3
+WHERE t3.cat = t1.grp AND t3.cat = t2.cat))``: the innermost subquery reads ``t1`` two levels up. As in
+Neumann & Kemper's "Unnesting Arbitrary Queries" (the dependent join), the middle subquery is evaluated
+for the distinct values ``D`` of the outer columns it reads instead of per outer row: ``D`` joins its FROM,
+every outer reference inside it reads ``D``, and one equality per column (``[D.grp] = [t1.grp]``, a
+NULL-safe key: lists compare NULLs equal) correlates it with the outer query — one level, which the
+translator decorrelates like any other (semi, anti, mark or grouped scalar join).
+
+``D`` is ``SELECT DISTINCT <columns> FROM <the outer FROM item>``: the item's values, a superset of those the
+outer rows carry after their filters, so the result is the same. Taken only when the deep references
+read one FROM item (a table or an uncorrelated derived table); references two levels up that an equality of
+the middle query already gives (``through_equalities``, also used by ``driver/subqueries.py``) or that a hoist
+handles (a conjunct reading only the outer query) never get here.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sqlglot import exp
+
+from squall.driver.scope import conjuncts, from_items
+
+DELIM = "__deep"
+DIALECT = "duckdb"
+
+
+def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
+    """``sel`` with each subquery whose nested subqueries read ``sel``'s FROM items rewritten over the
+    distinct outer values (a copy when any), and one note per rewrite."""
+    items = {i.alias_or_name: i for i in from_items(sel)}
+    if not items or not any(True for _ in sel.find_all(exp.Subquery, exp.Exists)):
+        return sel, []
+    sel = sel.copy()
+    items = {i.alias_or_name: i for i in from_items(sel)}
+    notes: list[str] = []
+    for n, sub in enumerate(_immediate_subqueries(sel)):
+        inside = {i.alias_or_name for q in sub.find_all(exp.Select) for i in from_items(q)}
+        direct = {i.alias_or_name for i in from_items(sub)}
+        if through := through_equalities(sub, set(items) - inside, direct):
+            notes.append(
+                f"two-level correlation: a nested subquery reads {', '.join(through)} (equal by its query's WHERE)"
+            )
+        found = _deep_item(sub, items)
+        if found is None:
+            continue
+        alias = f"{DELIM}{n}"
+        own = [  # the outer WHERE's filters on that item alone narrow D (still a superset of the values)
+            c
+            for c in conjuncts(sel.args.get("where"))
+            if {col.table for col in c.find_all(exp.Column)} == {found}
+            and not any(isinstance(x, (exp.Subquery, exp.Exists, exp.Select)) for x in c.walk())
+        ]
+        columns = _lift(sub, found, items[found], alias, own)
+        listed = ", ".join(f"{found}.{c}" for c in columns)
+        notes.append(
+            f"deep correlation: a subquery nested in a subquery reads {found}; the outer subquery runs "
+            f"over the distinct ({listed}) and joins back on them (a dependent join)"
+        )
+    return sel, notes
+
+
+def through_equalities(body: exp.Select, outer: set[str], direct: set[str]) -> list[str]:
+    """Correlation two levels deep made one level, in place: where ``body``'s WHERE has a conjunct
+    ``inner.c = outer.x``, every row it keeps has inner.c equal to outer.x, so a subquery nested in
+    ``body`` (in another conjunct or the select list) that reads outer.x reads inner.c instead."""
+    same: dict[tuple[str, str], exp.Column] = {}
+    for c in conjuncts(body.args.get("where")):
+        cu = c.unnest()
+        if (
+            isinstance(cu, exp.EQ)
+            and isinstance(cu.this, exp.Column)
+            and isinstance(cu.expression, exp.Column)
+        ):
+            for a, b in ((cu.this, cu.expression), (cu.expression, cu.this)):
+                if a.table in direct and b.table in outer:
+                    same.setdefault((b.table, b.name), a)
+    used: dict[str, None] = {}
+    for nested in [n for n in body.find_all(exp.Subquery, exp.Exists) if n is not body]:
+        for col in list(nested.find_all(exp.Column)):
+            if (col.table, col.name) in same:
+                inner = same[(col.table, col.name)]
+                used[f"{col.sql(DIALECT)} as {inner.sql(DIALECT)}"] = None
+                col.replace(inner.copy())
+    return list(used)
+
+
+def _immediate_subqueries(sel: exp.Select) -> list[exp.Select]:
+    """The SELECTs of the subqueries in ``sel``'s own clauses (not in its FROM, not nested deeper)."""
+    out = []
+    for clause in ("expressions", "where", "having", "qualify"):
+        value = sel.args.get(clause)
+        for part in value if isinstance(value, list) else [value] if value is not None else []:
+            for q in part.find_all(exp.Select):
+                if q.parent_select is sel and not isinstance(q.parent, (exp.From, exp.Join)):
+                    out.append(q)
+    return out
+
+
+def _reads(col: exp.Column, top: exp.Select) -> bool:
+    """``col`` reads past ``top`` (no SELECT between them, ``top`` included, defines its table)."""
+    return _free(col, top) and col.table not in {i.alias_or_name for i in from_items(top)}
+
+
+def _deep_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
+    """The one outer FROM item read inside a subquery nested in ``sub`` (outside what a hoist takes), or None."""
+    hoisted = [c for c in conjuncts(sub.args.get("where")) if _hoistable(c, sub, items)]
+    deep = set()
+    for nested in sub.find_all(exp.Subquery, exp.Exists):
+        if any(nested is h or h in nested.iter_expressions() or _within(nested, h) for h in hoisted):
+            continue
+        deep |= {c.table for c in nested.find_all(exp.Column) if c.table in items and _reads(c, sub)}
+    if len(deep) != 1:
+        return None
+    name = next(iter(deep))
+    item = items[name]
+    if isinstance(item, exp.Table) and item.args.get("this") is not None:
+        return name
+    if isinstance(item, exp.Subquery) and isinstance(item.this, (exp.Select, exp.Union)):
+        inner = {i.alias_or_name for q in item.this.find_all(exp.Select) for i in from_items(q)}
+        if not {c.table for c in item.find_all(exp.Column) if c.table} - inner:  # uncorrelated
+            return name
+    return None
+
+
+def _within(node: exp.Expression, top: exp.Expression) -> bool:
+    return any(a is top for a in _ancestors(node))
+
+
+def _ancestors(node: exp.Expression) -> list[exp.Expression]:
+    out = []
+    while node.parent is not None:
+        node = cast(exp.Expression, node.parent)
+        out.append(node)
+    return out
+
+
+def _hoistable(c: exp.Expression, sub: exp.Select, items: dict[str, exp.Expression]) -> bool:
+    """A conjunct the translator's hoist takes: a nested subquery, reads the outer query, none of ``sub``'s own
+    FROM items."""
+    if not any(isinstance(n, (exp.Subquery, exp.Exists)) for n in c.walk()):
+        return False
+    own = {i.alias_or_name for i in from_items(sub)}
+    tables = {col.table for col in c.find_all(exp.Column) if col.table and _free(col, c)}
+    return bool(tables & set(items)) and not tables & own
+
+
+def _free(col: exp.Column, top: exp.Expression) -> bool:
+    """``col``'s table is not defined by a SELECT between it and ``top`` (``top`` excluded)."""
+    node: exp.Expression | None = col
+    while node is not None and node is not top:
+        if isinstance(node, exp.Select) and col.table in {i.alias_or_name for i in from_items(node)}:
+            return False
+        node = cast(exp.Expression | None, node.parent)
+    return True
+
+
+def _lift(
+    sub: exp.Select, name: str, item: exp.Expression, alias: str, filters: list[exp.Expression]
+) -> list[str]:
+    """Rewrite ``sub`` over ``D`` = the distinct values of the ``name`` columns it reads (in its rows that
+    pass ``filters``); their names."""
+    refs = [c for c in sub.find_all(exp.Column) if c.table == name and _reads(c, sub)]
+    columns = list(dict.fromkeys(c.name for c in refs))
+    for c in refs:
+        c.replace(exp.column(c.name, table=alias))
+    source = item.copy()  # under a name of its own: the outer name must stay the outer query's
+    source.set("alias", exp.TableAlias(this=exp.to_identifier(f"{alias}_src")))
+    distinct = exp.select(*(exp.column(c, table=f"{alias}_src") for c in columns)).from_(source).distinct()
+    if filters:
+        renamed = [f.copy() for f in filters]
+        for f in renamed:
+            for col in list(f.find_all(exp.Column)):
+                col.set("table", exp.to_identifier(f"{alias}_src"))
+        distinct = distinct.where(exp.and_(*renamed))
+    d = exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    if sub.args.get("from_") is None:
+        sub.set("from_", exp.From(this=d))
+    else:
+        sub.append("joins", exp.Join(this=d))
+    keys = [  # one NULL-safe key per column: [d] = [x] (lists compare NULLs equal)
+        exp.EQ(
+            this=exp.Array(expressions=[exp.column(c, table=alias)]),
+            expression=exp.Array(expressions=[exp.column(c, table=name)]),
+        )
+        for c in columns
+    ]
+    where = sub.args.get("where")
+    sub.set("where", exp.Where(this=exp.and_(*keys, *([where.this] if where is not None else []))))
+    return columns
