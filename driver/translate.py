@@ -408,6 +408,9 @@ class Translator(SubqueryMixin):
         plain = [c for c in where if not _has_subquery(c)]
         with_subquery = [c for c in where if _has_subquery(c)]
         node: L.Node
+        if unnests and not all(_is_inner(j) for j in specs):
+            sources, specs = self._unnests_at_home(sources, specs, items, unnests, scope)
+            unnests = {}
         if all(_is_inner(j) for j in specs):  # an inner join's ON is its WHERE: subqueries there too
             on = [c for j in specs for c in conjuncts(j.args.get("on")) if c != exp.true()]
             with_subquery += [c for c in on if _has_subquery(c)]
@@ -443,14 +446,14 @@ class Translator(SubqueryMixin):
                 found[i] = unnest
         if not found:
             return sel, {}
-        if not all(_is_inner(j) for j in joins):
-            raise NotSupportedError("UNNEST in FROM together with an outer or semi join")
         local = {item.alias_or_name for i, item in enumerate(items) if i not in found}
         homes: dict[str, tuple[str, str]] = {}  # unnest alias -> (home alias, internal column name)
         for u in found.values():
             refs = tables_of(u.arg)
             if len(refs) == 1 and (home := next(iter(refs))) in local:
                 homes[u.alias] = (home, self.names.fresh(u.column))
+        if not all(_is_inner(j) for j in joins):
+            _check_unnests_beside_outer_joins(items, joins, found, {a: h for a, (h, _i) in homes.items()})
         if homes:
             sel = sel.copy()
             for c in list(sel.find_all(exp.Column)):  # this SELECT's own references (a subquery keeps its)
@@ -464,6 +467,40 @@ class Translator(SubqueryMixin):
                 entry: tuple[str | None, str] = homes.get(u.alias, (None, u.column))
                 found[i] = FromUnnest(u.alias, entry[1], again.arg, entry[0])
         return sel, found
+
+    def _unnests_at_home(
+        self,
+        sources: list[Source],
+        specs: list[exp.Join],
+        items: list[exp.Expression],
+        unnests: dict[int, FromUnnest],
+        scope: Scope,
+    ) -> tuple[list[Source], list[exp.Join]]:
+        """Beside outer joins (``_check_unnests_beside_outer_joins`` said where that holds): each unnest expands its
+        home's rows, its own ON conjuncts filter them; its join leaves the list. ``LEFT JOIN unnest(l) ON true``
+        keeps a row whose list is empty or NULL, with a NULL element (``unnest([NULL])``)."""
+        by_alias = {s.alias: i for i, s in enumerate(sources)}
+        sources = list(sources)
+        for k, u in unnests.items():
+            j = specs[k - 1]
+            home = cast(str, u.home)
+            src = sources[by_alias[home]]
+            scope.add(home, u.column, u.column)
+            arg = self.convert(u.arg, scope)
+            if (j.side or "").lower() == "left":
+                empty = exp.EQ(
+                    this=exp.func("coalesce", exp.func("len", arg.copy()), exp.Literal.number(0)),
+                    expression=exp.Literal.number(0),
+                )
+                arg = exp.Case(
+                    ifs=[exp.If(this=empty, true=exp.Array(expressions=[exp.null()]))], default=arg
+                )
+            node = expand(src.node, u.column, arg)
+            expanded = Source(src.alias, node, src.rows * rows_per_row(u.arg), src.width + 8.0)
+            on = [c for c in conjuncts(j.args.get("on")) if c != exp.true()]
+            sources[by_alias[home]] = self._filtered(expanded, on, scope)
+        kept = [j for k, j in enumerate(specs, start=1) if k not in unnests]
+        return sources, kept
 
     def _unnest_joins(
         self, sources: list[Source], unnests: list[FromUnnest], preds: list[exp.Expression], scope: Scope
@@ -1218,6 +1255,34 @@ def _exprs_of(node: L.Node) -> list[tuple[str, exp.Expression]]:
     if isinstance(node, L.Project):
         return list(node.exprs)
     return []
+
+
+def _check_unnests_beside_outer_joins(
+    items: list[exp.Expression], joins: list[exp.Join], unnests: dict[int, FromUnnest], homes: dict[str, str]
+) -> None:
+    """Unnests in a FROM clause with outer joins expand their home's rows before the joins when that gives
+    the same rows: each reads one FROM item before it (its home) that no join before the unnest null-supplies,
+    and is itself an inner/cross join (its ON conjuncts reading only the home and itself) or ``LEFT JOIN
+    unnest(…) ON true``. Else "not supported" (the one-rank fallback)."""
+    position = {item.alias_or_name: i for i, item in enumerate(items)}
+    for k, u in unnests.items():
+        home = homes.get(u.alias)
+        if home is None or position[home] > k:
+            raise NotSupportedError("UNNEST in FROM over several FROM items, beside an outer join")
+        h = position[home]
+        # joins[i] joins items[i + 1]: the home not null-supplied before the unnest (by its own LEFT/FULL join
+        # or a RIGHT/FULL join between them)
+        own = (joins[h - 1].side or "").lower() if h > 0 else ""
+        if own in ("left", "full") or any(
+            (x.side or "").lower() in ("right", "full") for x in joins[h : k - 1]
+        ):
+            raise NotSupportedError("UNNEST in FROM of a null-supplied FROM item")
+        j = joins[k - 1]
+        on = [c for c in conjuncts(j.args.get("on")) if c != exp.true()]
+        if not (_is_inner(j) or ((j.side or "").lower() == "left" and not on and not j.kind)):
+            raise NotSupportedError("UNNEST in FROM as the right side of an outer join with a condition")
+        if any(not tables_of(c) <= {home, u.alias} for c in on):
+            raise NotSupportedError("UNNEST in FROM joined on other FROM items, beside an outer join")
 
 
 def _is_inner(j: exp.Join) -> bool:

@@ -10,7 +10,10 @@ its own rows. Inner and cross joins commute, so each unnest is applied where it 
 - an unnest of a constant list, or of columns from several items, expands the joined rows; predicates on its
   column filter after it.
 
-Forms not taken here stay on the one-rank fallback: outer joins (``LEFT JOIN unnest(…) ON true``), several
+Beside outer joins, an unnest with a home expands it before the joins when its home is not null-supplied
+before it; ``LEFT JOIN unnest(l) ON true`` keeps a row whose list is empty or NULL with a NULL element
+(``Translator._unnests_at_home``). Forms not taken here stay on the one-rank fallback: an unnest of a
+null-supplied item or of several items beside an outer join, ``LEFT JOIN unnest(…) ON <condition>``, several
 lists in one unnest, ``WITH ORDINALITY`` and named arguments (``recursive := true``).
 """
 
