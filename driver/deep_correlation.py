@@ -13,6 +13,10 @@ outer rows carry after their filters, so the result is the same. Taken only when
 read one FROM item (a table or an uncorrelated derived table); references two levels up that an equality of
 the middle query already gives (``through_equalities``, also used by ``driver/subqueries.py``) or that a hoist
 handles (a conjunct reading only the outer query) never get here.
+
+The same rewrite serves ``EXISTS``/``IN (subquery)`` under OR/CASE or in the select list (mark joins) whose
+correlation is more than ``inner column = outer column`` equalities: over ``D`` it is correlated by equalities
+only, which the mark join takes.
 """
 
 from __future__ import annotations
@@ -47,19 +51,84 @@ def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
         if found is None:
             continue
         alias = f"{DELIM}{n}"
-        own = [  # the outer WHERE's filters on that item alone narrow D (still a superset of the values)
-            c
-            for c in conjuncts(sel.args.get("where"))
-            if {col.table for col in c.find_all(exp.Column)} == {found}
-            and not any(isinstance(x, (exp.Subquery, exp.Exists, exp.Select)) for x in c.walk())
-        ]
-        columns = _lift(sub, found, items[found], alias, own)
+        # the outer WHERE's filters on that item alone narrow D (still a superset of the values)
+        columns = _lift(sub, found, items[found], alias, _filters_on(sel, found))
         listed = ", ".join(f"{found}.{c}" for c in columns)
         notes.append(
             f"deep correlation: a subquery nested in a subquery reads {found}; the outer subquery runs "
             f"over the distinct ({listed}) and joins back on them (a dependent join)"
         )
+    for n, sub in enumerate(_marked(sel)):
+        found = _outer_item(sub, items)
+        if found is None or _aggregating(sub) or not _needs_delim(sub, items):
+            continue
+        alias = f"{DELIM}m{n}"
+        columns = _lift(sub, found, items[found], alias, _filters_on(sel, found))
+        listed = ", ".join(f"{found}.{c}" for c in columns)
+        notes.append(
+            f"mark join correlated by more than equalities: its subquery runs over the distinct ({listed}) "
+            "and joins back on them (a dependent join)"
+        )
     return sel, notes
+
+
+def _filters_on(sel: exp.Select, name: str) -> list[exp.Expression]:
+    """``sel``'s WHERE conjuncts on FROM item ``name`` alone, without subqueries."""
+    return [
+        c
+        for c in conjuncts(sel.args.get("where"))
+        if {col.table for col in c.find_all(exp.Column)} == {name}
+        and not any(isinstance(x, (exp.Subquery, exp.Exists, exp.Select)) for x in c.walk())
+    ]
+
+
+def _marked(sel: exp.Select) -> list[exp.Select]:
+    """The SELECTs of ``EXISTS``/``IN (subquery)`` in ``sel``'s own clauses that are not a WHERE conjunct (or
+    its negation) of their own: under OR/CASE or in the select list, where they are mark joins."""
+    top = set()
+    for c in conjuncts(sel.args.get("where")):
+        bare = c.unnest()
+        bare = bare.this.unnest() if isinstance(bare, exp.Not) else bare
+        if isinstance(bare, (exp.Exists, exp.In)):
+            top.add(id(bare))
+    out = []
+    for q in _immediate_subqueries(sel):
+        holder = q.parent.parent if isinstance(q.parent, exp.Subquery) else q.parent
+        mark = isinstance(holder, exp.Exists) or (
+            isinstance(holder, exp.In) and holder.args.get("query") is not None
+        )
+        if mark and id(holder) not in top:
+            out.append(q)
+    return out
+
+
+def _outer_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
+    """The one outer FROM item ``sub`` reads (a table or an uncorrelated derived table), or None."""
+    read = {c.table for c in sub.find_all(exp.Column) if c.table in items and _reads(c, sub)}
+    return next(iter(read)) if len(read) == 1 and _liftable(items[next(iter(read))]) else None
+
+
+def _aggregating(sub: exp.Select) -> bool:
+    own = [p for p in sub.expressions if any(a.parent_select is sub for a in p.find_all(exp.AggFunc))]
+    return bool(own or sub.args.get("group") or sub.args.get("having"))
+
+
+def _needs_delim(sub: exp.Select, items: dict[str, exp.Expression]) -> bool:
+    """``sub`` reads the outer query other than by ``inner column = outer column`` WHERE conjuncts."""
+    plain = 0
+    for c in conjuncts(sub.args.get("where")):
+        outer = [col for col in c.find_all(exp.Column) if col.table in items and _reads(col, sub)]
+        if not outer:
+            continue
+        cu = c.unnest()
+        sides = [cu.this, cu.expression] if isinstance(cu, exp.EQ) else []
+        if not sides or not all(isinstance(x, exp.Column) for x in sides):
+            return True
+        if sum(1 for x in sides if x.table in items and _reads(x, sub)) != 1:
+            return True
+        plain += 1
+    every = sum(1 for col in sub.find_all(exp.Column) if col.table in items and _reads(col, sub))
+    return every != plain  # an outer reference outside those equalities
 
 
 def through_equalities(body: exp.Select, outer: set[str], direct: set[str]) -> list[str]:
@@ -115,14 +184,17 @@ def _deep_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
     if len(deep) != 1:
         return None
     name = next(iter(deep))
-    item = items[name]
+    return name if _liftable(items[name]) else None
+
+
+def _liftable(item: exp.Expression) -> bool:
+    """A FROM item whose distinct values a derived table can read: a table or an uncorrelated subquery."""
     if isinstance(item, exp.Table) and item.args.get("this") is not None:
-        return name
+        return True
     if isinstance(item, exp.Subquery) and isinstance(item.this, (exp.Select, exp.Union)):
         inner = {i.alias_or_name for q in item.this.find_all(exp.Select) for i in from_items(q)}
-        if not {c.table for c in item.find_all(exp.Column) if c.table} - inner:  # uncorrelated
-            return name
-    return None
+        return not {c.table for c in item.find_all(exp.Column) if c.table} - inner
+    return False
 
 
 def _within(node: exp.Expression, top: exp.Expression) -> bool:

@@ -873,6 +873,8 @@ class Translator(SubqueryMixin):
             attached = []
             for p in projections:
                 if _has_subquery(p):
+                    if not aggregated:  # EXISTS / IN (subquery) as a value: a mark join per input row
+                        node, p = self.attach_marks(node, p, scope, ctes)
                     node, p = self.attach_scalars(node, p, Scope() if aggregated else scope, ctes)
                 attached.append(p)
             projections = attached

@@ -43,6 +43,18 @@ QUERIES = {
     "not_in_without_nulls": "SELECT id FROM t1 WHERE id NOT IN (SELECT t1_id FROM t2 WHERE t1_id IS NOT NULL)",
     "not_in_empty": "SELECT count(*) FROM t1 WHERE grp NOT IN (SELECT cat FROM t2_empty)",
     "in_list": "SELECT id FROM t1 WHERE grp IN ('g1', 'g2') AND id NOT IN (1, 2, 3)",
+    # EXISTS / IN (subquery) as values in the select list, and under OR correlated by more than equalities
+    # (a dependent join over the distinct outer values, then the mark join)
+    "mark_exists_in_select": "SELECT id, EXISTS (SELECT 1 FROM t2 WHERE t2.t1_id = t1.id AND score > 40) AS e "
+    "FROM t1 WHERE id < 300",
+    "mark_not_in_in_select": "SELECT id, grp, grp NOT IN (SELECT cat FROM t2 WHERE score > 45) AS n, "
+    "CASE WHEN val IN (SELECT score FROM t2) THEN 'hit' ELSE 'miss' END AS h FROM t1 WHERE id < 300",
+    "mark_exists_non_equality": "SELECT id, EXISTS (SELECT 1 FROM t2 WHERE t2.score > t1.val AND t2.cat = t1.grp) "
+    "AS e FROM t1 WHERE id < 300",
+    "mark_exists_non_equality_in_or": "SELECT count(*) FROM t1 WHERE grp = 'g1' OR EXISTS (SELECT 1 FROM t2 "
+    "WHERE t2.t1_id = t1.id AND t2.score > t1.val)",
+    "mark_in_non_equality_in_or": "SELECT count(*) FROM t1 WHERE val > 45 OR NOT (grp IN (SELECT cat FROM t2 "
+    "WHERE t2.score < t1.val OR t2.score IS NULL))",
     # EXISTS / IN (subquery) under OR / CASE: mark joins (three-valued IN: NULLs in the subquery or the value)
     "in_subquery_in_or": "SELECT id FROM t1 WHERE grp = 'g1' OR id IN (SELECT t1_id FROM t2)",
     "not_in_with_nulls_in_or": "SELECT id FROM t1 WHERE grp = 'g1' OR id NOT IN (SELECT t1_id FROM t2 WHERE score > 45)",
@@ -520,6 +532,14 @@ def test_deep_correlation_is_distributed(stage_plans, name):
     assert any(n.startswith(("deep correlation: ", "two-level correlation: ")) for n in plan.notes), (
         plan.notes
     )
+
+
+@pytest.mark.parametrize("name", [n for n in QUERIES if n.startswith("mark_")])
+def test_marks_in_select_and_by_non_equality_are_distributed(stage_plans, name):
+    """EXISTS/IN as select-list values and under OR by a non-equality correlation: no one-rank part."""
+    plan = stage_plans.plan(QUERIES[name])
+    assert not any(n.startswith("one rank") for n in plan.notes), plan.notes
+    assert ("non_equality" in name) == any(n.startswith("mark join correlated by more") for n in plan.notes)
 
 
 @pytest.mark.parametrize("name", [n for n in QUERIES if n.startswith("on_subquery")])
