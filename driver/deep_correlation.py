@@ -25,7 +25,7 @@ from typing import cast
 
 from sqlglot import exp
 
-from squall.driver.scope import conjuncts, from_items
+from squall.driver.scope import conjuncts, free_in, from_items
 
 DELIM = "__deep"
 DIALECT = "duckdb"
@@ -170,7 +170,7 @@ def _immediate_subqueries(sel: exp.Select) -> list[exp.Select]:
 
 def _reads(col: exp.Column, top: exp.Select) -> bool:
     """``col`` reads past ``top`` (no SELECT between them, ``top`` included, defines its table)."""
-    return _free(col, top) and col.table not in {i.alias_or_name for i in from_items(top)}
+    return free_in(col, top) and col.table not in {i.alias_or_name for i in from_items(top)}
 
 
 def _deep_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
@@ -178,7 +178,7 @@ def _deep_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
     hoisted = [c for c in conjuncts(sub.args.get("where")) if _hoistable(c, sub, items)]
     deep = set()
     for nested in sub.find_all(exp.Subquery, exp.Exists):
-        if any(nested is h or h in nested.iter_expressions() or _within(nested, h) for h in hoisted):
+        if any(_inside(nested, h) for h in hoisted):
             continue
         deep |= {c.table for c in nested.find_all(exp.Column) if c.table in items and _reads(c, sub)}
     if len(deep) != 1:
@@ -197,16 +197,12 @@ def _liftable(item: exp.Expression) -> bool:
     return False
 
 
-def _within(node: exp.Expression, top: exp.Expression) -> bool:
-    return any(a is top for a in _ancestors(node))
-
-
-def _ancestors(node: exp.Expression) -> list[exp.Expression]:
-    out = []
-    while node.parent is not None:
-        node = cast(exp.Expression, node.parent)
-        out.append(node)
-    return out
+def _inside(node: exp.Expression, top: exp.Expression) -> bool:
+    """``node`` is ``top`` or under it."""
+    at: exp.Expression | None = node
+    while at is not None and at is not top:
+        at = cast(exp.Expression | None, at.parent)
+    return at is top
 
 
 def _hoistable(c: exp.Expression, sub: exp.Select, items: dict[str, exp.Expression]) -> bool:
@@ -215,18 +211,8 @@ def _hoistable(c: exp.Expression, sub: exp.Select, items: dict[str, exp.Expressi
     if not any(isinstance(n, (exp.Subquery, exp.Exists)) for n in c.walk()):
         return False
     own = {i.alias_or_name for i in from_items(sub)}
-    tables = {col.table for col in c.find_all(exp.Column) if col.table and _free(col, c)}
+    tables = {col.table for col in c.find_all(exp.Column) if col.table and free_in(col, c)}
     return bool(tables & set(items)) and not tables & own
-
-
-def _free(col: exp.Column, top: exp.Expression) -> bool:
-    """``col``'s table is not defined by a SELECT between it and ``top`` (``top`` excluded)."""
-    node: exp.Expression | None = col
-    while node is not None and node is not top:
-        if isinstance(node, exp.Select) and col.table in {i.alias_or_name for i in from_items(node)}:
-            return False
-        node = cast(exp.Expression | None, node.parent)
-    return True
 
 
 def _lift(

@@ -28,7 +28,7 @@ from squall.driver.estimate import conjunction_selectivity
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import BoundQuery
 from squall.driver.lateral import decorrelate_laterals, mark_implicit_laterals
-from squall.driver.scope import Scope, conjuncts, from_items
+from squall.driver.scope import Scope, conjuncts, from_items, tables_read
 from squall.driver.subqueries import INTERNAL, SubqueryMixin, _unwrap
 from squall.driver.unnest_from import FromUnnest, expand, from_unnest, name_unnest_columns, rows_per_row
 from squall.errors import BindError, NotSupportedError, UserError
@@ -108,29 +108,6 @@ def _is_semi(conj: exp.Expression) -> bool:
     return isinstance(c, exp.Exists) or (isinstance(c, exp.In) and c.args.get("query") is not None)
 
 
-def _outer_tables(e: exp.Expression, aliases: set[str]) -> set[str]:
-    """The FROM items (of ``aliases``) that ``e`` reads, its subqueries' correlated references included (a
-    subquery's own FROM item of the same name hides the outer one)."""
-    found = set()
-    for c in e.find_all(exp.Column):
-        if c.table in aliases and not any(
-            c.table in {i.alias_or_name for i in from_items(s)}
-            for s in _ancestors(c, e)
-            if isinstance(s, exp.Select)
-        ):
-            found.add(c.table)
-    return found
-
-
-def _ancestors(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
-    """The nodes from ``node``'s parent up to ``top``, both included."""
-    out = []
-    while node is not top and node.parent is not None:
-        node = cast(exp.Expression, node.parent)
-        out.append(node)
-    return out
-
-
 def _subquery_reads(e: exp.Expression, aliases: set[str]) -> set[str]:
     """The FROM items (of ``aliases``) that the subqueries of ``e`` read (with an ``IN``'s left side)."""
     found: set[str] = set()
@@ -138,7 +115,7 @@ def _subquery_reads(e: exp.Expression, aliases: set[str]) -> set[str]:
         if (isinstance(n, exp.In) and n.args.get("query") is not None) or (
             isinstance(n, (exp.Exists, exp.Subquery)) and not isinstance(n.parent, exp.In)
         ):
-            found |= _outer_tables(n, aliases)
+            found |= tables_read(n, aliases)
     return found
 
 
@@ -409,7 +386,7 @@ class Translator(SubqueryMixin):
         with_subquery = [c for c in where if _has_subquery(c)]
         node: L.Node
         if unnests and not all(_is_inner(j) for j in specs):
-            sources, specs = self._unnests_at_home(sources, specs, items, unnests, scope)
+            sources, specs = self._unnests_at_home(sources, specs, unnests, scope)
             unnests = {}
         if all(_is_inner(j) for j in specs):  # an inner join's ON is its WHERE: subqueries there too
             on = [c for j in specs for c in conjuncts(j.args.get("on")) if c != exp.true()]
@@ -472,7 +449,6 @@ class Translator(SubqueryMixin):
         self,
         sources: list[Source],
         specs: list[exp.Join],
-        items: list[exp.Expression],
         unnests: dict[int, FromUnnest],
         scope: Scope,
     ) -> tuple[list[Source], list[exp.Join]]:
@@ -748,7 +724,7 @@ class Translator(SubqueryMixin):
             lkeys, rkeys, residual = [], [], []
             for p in on:
                 if _has_subquery(p):
-                    reads = _outer_tables(p, aliases)
+                    reads = tables_read(p, aliases)
                     if reads <= {src.alias} and jk in ("left", "inner", "semi", "anti"):
                         right_node = self.apply_subquery_conjunct(right_node, p, scope, ctes)
                         continue
@@ -817,9 +793,8 @@ class Translator(SubqueryMixin):
                         visit(child, True)
                 return
             if isinstance(node, exp.Filter) and self._is_agg(node.this):
-                found.append(
-                    node
-                )  # FILTER of an aggregate that does not skip NULLs (filter_to_case did the rest)
+                # FILTER of an aggregate that does not skip NULLs (filter_to_case did the rest)
+                found.append(node)
                 return
             if self._is_agg(node):
                 found.append(node)
