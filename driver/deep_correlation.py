@@ -48,7 +48,7 @@ def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
                 f"two-level correlation: a nested subquery reads {', '.join(through)} (equal by its query's WHERE)"
             )
         found = _deep_item(sub, items)
-        if found is None:
+        if found is None or _outer_aggregate(sub, found):
             continue
         alias = f"{DELIM}{n}"
         # the outer WHERE's filters on that item alone narrow D (still a superset of the values)
@@ -60,7 +60,7 @@ def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
         )
     for n, sub in enumerate(_marked(sel)):
         found = _outer_item(sub, items)
-        if found is None or _aggregating(sub) or not _needs_delim(sub, items):
+        if found is None or _aggregating(sub) or _outer_aggregate(sub, found) or not _needs_delim(sub, items):
             continue
         alias = f"{DELIM}m{n}"
         columns = _lift(sub, found, items[found], alias, _filters_on(sel, found))
@@ -185,6 +185,15 @@ def _deep_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
         return None
     name = next(iter(deep))
     return name if _liftable(items[name]) else None
+
+
+def _outer_aggregate(sub: exp.Select, name: str) -> bool:
+    """``sub`` reads ``name`` inside an aggregate (``sum(t1.val)``: the outer query's aggregate, not a value)."""
+    return any(
+        _reads(c, sub) and c.find_ancestor(exp.AggFunc) is not None
+        for c in sub.find_all(exp.Column)
+        if c.table == name
+    )
 
 
 def _liftable(item: exp.Expression) -> bool:
