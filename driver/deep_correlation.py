@@ -134,7 +134,8 @@ def _needs_delim(sub: exp.Select, items: dict[str, exp.Expression]) -> bool:
 def through_equalities(body: exp.Select, outer: set[str], direct: set[str]) -> list[str]:
     """Correlation two levels deep made one level, in place: where ``body``'s WHERE has a conjunct
     ``inner.c = outer.x``, every row it keeps has inner.c equal to outer.x, so a subquery nested in
-    ``body`` (in another conjunct or the select list) that reads outer.x reads inner.c instead."""
+    ``body`` (in another conjunct, or the select list of a body without aggregates) that reads outer.x reads
+    inner.c instead."""
     same: dict[tuple[str, str], exp.Column] = {}
     for c in conjuncts(body.args.get("where")):
         cu = c.unnest()
@@ -146,8 +147,13 @@ def through_equalities(body: exp.Select, outer: set[str], direct: set[str]) -> l
             for a, b in ((cu.this, cu.expression), (cu.expression, cu.this)):
                 if a.table in direct and b.table in outer:
                     same.setdefault((b.table, b.name), a)
+    # only where each row already passed WHERE: its other conjuncts, and the select list of a body that does
+    # not aggregate (not FROM: a derived table runs before WHERE; not HAVING/GROUP BY: inner.c is not grouped)
+    places: list[exp.Expression] = [c for c in conjuncts(body.args.get("where"))]
+    if not body.args.get("group") and not any(p.find(exp.AggFunc) for p in body.expressions):
+        places += body.expressions
     used: dict[str, None] = {}
-    for nested in [n for n in body.find_all(exp.Subquery, exp.Exists) if n is not body]:
+    for nested in [n for place in places for n in place.find_all(exp.Subquery, exp.Exists)]:
         for col in list(nested.find_all(exp.Column)):
             if (col.table, col.name) in same:
                 inner = same[(col.table, col.name)]
