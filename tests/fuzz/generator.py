@@ -8,12 +8,19 @@ derived tables and CTEs, scalar and correlated subqueries, aggregates (``DISTINC
 ``COUNT(*)``, ``AVG``/``STDDEV``/``VAR_POP``), windows (ranking, running and partition aggregates, frames,
 windows over aggregates), set operations (``UNION``/``INTERSECT``/``EXCEPT`` with and without ``ALL``),
 ``ORDER BY``/``LIMIT``/``OFFSET``, ``CASE``, NULL-heavy predicates (``IS [NOT] NULL``, ``IS DISTINCT FROM``,
-``COALESCE``, ``NULLIF``, comparisons with ``NULL``), casts, string and date functions.
+``COALESCE``, ``NULLIF``, comparisons with ``NULL``), casts, string and date functions. Rarer (a few % of
+queries each): ``LATERAL`` subqueries correlated by an equality (explicit, ``JOIN LATERAL … ON true``, ``LEFT
+JOIN LATERAL … ON …`` and DuckDB's implicit lateral; bodies with rows, an aggregate, GROUP BY, top-N per outer
+row, ``DISTINCT``, windows, items reading the outer row), ``unnest([…])`` in FROM, ``(a, b) [NOT] IN
+(SELECT x, y …)`` and correlated predicates that may hold for a NULL outer value (``coalesce(t.y, 5)``,
+``IS NOT DISTINCT FROM``, ``OR t.y IS NULL``).
 
 Only deterministic queries are generated: a ``LIMIT`` inside a subquery orders by every output column (tied
 rows are then identical), ``row_number``/``lag``/``lead``/``first_value``/``ROWS`` frames order by a total
-key (the primary keys of every joined table, else every column in scope), top-level ``ORDER BY`` items are
-output columns (so the comparison is tie-aware), no order-sensitive aggregates (``string_agg``, ``list``,
+key (the primary keys of every joined table, else every column in scope), a LATERAL's ``LIMIT`` orders by
+the inner table's primary key last (else by every output column), no window is ordered by a DOUBLE
+(``avg``, ``stddev``: last bits differ with the summation order), top-level ``ORDER BY`` items are output
+columns (so the comparison is tie-aware), no order-sensitive aggregates (``string_agg``, ``list``,
 ``first``).
 
 Queries stay cheap: a join is only added while the estimated rows (the schema's row counts, unique keys and
@@ -33,7 +40,20 @@ __all__ = ["SCHEMAS", "TPCDS", "TPCH", "QueryGenerator", "Schema"]
 #: window functions whose value depends on row positions among tied rows
 _POSITIONAL = re.compile(r"^(row_number|lag|lead|first_value|ntile)\(|ROWS BETWEEN")
 
+#: SQL whose value may be a DOUBLE (DuckDB: avg and the variances of anything, a cast to DOUBLE, division,
+#: floor of an integer): summed or divided in another order it may differ in its last bits, so it never
+#: decides a window's order (conservative: a match may be exact, e.g. floor of a DECIMAL)
+_FLOAT_SQL = re.compile(
+    r"\b(avg|stddev|stddev_samp|stddev_pop|var_pop|var_samp|variance|percent_rank|cume_dist|floor)\("
+    r"|\bAS DOUBLE\b| / ",
+    re.IGNORECASE,
+)
+
 _BARE = re.compile(r"^t\d+\.\w+$")
+
+#: per join of a FROM clause, the chance of a LATERAL subquery (explicit or implicit) instead, and of unnest
+P_LATERAL = 0.06
+P_UNNEST = 0.03
 
 
 @dataclass(frozen=True)
@@ -43,6 +63,9 @@ class Col:
     name: str  # bare column name (literal lookup)
     domain: str | None = None
     groupable: bool = False
+    is_float: bool = (
+        False  # a DOUBLE (avg, stddev, …): never a window's ORDER BY, GROUP BY or PARTITION BY key
+    )
 
 
 @dataclass
@@ -76,6 +99,7 @@ class QueryGenerator:
         self._alias = 0
         self._ctes: list[tuple[str, Relation]] = []
         self._select_rows = 1.0  # estimated output rows of the last SELECT built (derived tables, CTEs)
+        self._null_ok = False  # the last correlation built may hold for a NULL outer value
 
     # --- entry points -------------------------------------------------------------------------------------
 
@@ -146,6 +170,14 @@ class QueryGenerator:
 
     def _cols_of(self, scope: Scope, typ: str) -> list[Col]:
         return [c for c in scope.cols if c.type == typ]
+
+    @staticmethod
+    def _is_float(sql: str, scope: Scope) -> bool:
+        """``sql`` may be a DOUBLE whose last bits depend on the order of a sum (conservative: an aggregate or
+        expression that computes with one, or reads a column of ``scope`` that is one)."""
+        if _FLOAT_SQL.search(sql):
+            return True
+        return any(c.is_float and re.search(re.escape(c.ref) + r"(?!\w)", sql) for c in scope.cols)
 
     def _expr(self, scope: Scope, typ: str, depth: int = 0) -> str:
         """A scalar expression of type class ``typ`` over ``scope`` (no aggregates)."""
@@ -293,22 +325,49 @@ class QueryGenerator:
 
     # --- subqueries ---------------------------------------------------------------------------------------
 
-    def _correlation(self, outer: Scope, inner: Relation) -> str | None:
-        """An equality between an inner column and an outer one of the same key domain (or type)."""
+    def _correlation(self, outer: Scope, inner: Relation, null_accepting: float = 0.0) -> str | None:
+        """An equality between an inner column and an outer one of the same key domain (or type); with the
+        chance ``null_accepting`` a predicate that may hold for a NULL outer value instead (then
+        ``self._null_ok`` is true until the next call)."""
+        self._null_ok = False
         pairs = [(i, o) for i in inner.cols for o in outer.cols if i.domain and i.domain == o.domain]
         if not pairs:
             pairs = [(i, o) for i in inner.cols for o in outer.cols if i.type == o.type and i.type != "str"]
             if not pairs or self._chance(0.6):
                 return None
         i, o = self.r.choice(pairs)
+        if null_accepting and self._chance(null_accepting):
+            self._null_ok = True
+            return self._null_accepting(i, o)
         op = "=" if self._chance(0.95) else self.r.choice(["<", "<>", ">="])
         return f"{i.ref} {op} {o.ref}"
 
+    def _null_accepting(self, i: Col, o: Col) -> str:
+        """A correlated predicate between inner ``i`` and outer ``o`` that may hold when ``o`` is NULL (the
+        decorrelated join must then keep a NULL outer value as a key of its own)."""
+        r = self.r
+        lit = self._literal(o.type, o)
+        form = r.choices(["coalesce", "or_null", "not_distinct", "both_coalesce"], [45, 20, 20, 15])[0]
+        if form == "coalesce":
+            return f"{i.ref} {r.choice(['=', '<', '>', '<=', '>='])} coalesce({o.ref}, {lit})"
+        if form == "or_null":
+            return f"({i.ref} = {o.ref} OR {o.ref} IS NULL)"
+        if form == "not_distinct":
+            return f"{i.ref} IS NOT DISTINCT FROM {o.ref}"
+        return f"coalesce({i.ref}, {lit}) = coalesce({o.ref}, {lit})"
+
     def _subquery_pred(self, outer: Scope, sub_depth: int) -> str:
         r = self.r
+        kind = r.choices(["exists", "in", "scalar", "in2"], [35, 35, 30, 8])[0]
+        if kind == "in2":  # mostly a table sharing a key domain with the outer query (pairs that may match)
+            rel = self._table_relation(self._domain_table(outer) if r.random() < 0.8 else None)
+            return self._tuple_in(
+                outer, rel, Scope(list(rel.cols), rel.key, rel.rows, [rel.table or ""]), sub_depth
+            )
         rel = self._table_relation()
         inner = Scope(list(rel.cols), rel.key, rel.rows, [rel.table or ""])
-        corr = self._correlation(outer, rel)
+        corr = self._correlation(outer, rel, 0.25 if kind == "scalar" else 0.06)
+        null_ok = self._null_ok
         where = []
         if corr is not None and (r.random() < 0.8):
             where.append(corr)
@@ -319,7 +378,6 @@ class QueryGenerator:
         # reference to an outer column two levels down is possible through the nested call's outer scope? no:
         # nested subqueries only see their own scope (Squall refuses deeper correlation; keep it rare)
         w = f" WHERE {' AND '.join(where)}" if where else ""
-        kind = r.choices(["exists", "in", "scalar"], [35, 35, 30])[0]
         if kind == "exists":
             return f"{r.choice(['', 'NOT '])}EXISTS (SELECT 1 FROM {rel.sql}{w})"
         if kind == "in":
@@ -338,16 +396,44 @@ class QueryGenerator:
             return f"NOT EXISTS (SELECT 1 FROM {rel.sql}{w})"
         c = r.choice(cols)
         fn = r.choice(["max", "min"] if c.type == "date" else ["max", "min", "avg", "sum", "count"])
+        agg = f"{fn}({c.ref})"
+        if c.type != "date" and corr is not None and corr in where and r.random() < (0.5 if null_ok else 0.1):
+            agg = "count(*)"  # 0, not NULL, over no rows (also for a NULL outer value)
         o = r.choice(ocols)
-        return f"{o.ref} {r.choice(['=', '<', '>', '<=', '<>'])} (SELECT {fn}({c.ref}) FROM {rel.sql}{w})"
+        return f"{o.ref} {r.choice(['=', '<', '>', '<=', '<>'])} (SELECT {agg} FROM {rel.sql}{w})"
+
+    def _tuple_in(self, outer: Scope, rel: Relation, inner: Scope, sub_depth: int) -> str:
+        """``(a, b) [NOT] IN (SELECT x, y FROM …)``, uncorrelated: two outer columns against two inner ones of
+        the same key domains (else type classes)."""
+        r = self.r
+        # pairs that may match: same key domain, then same column (a NULL-heavy twin), then same type class
+        domain = [(i, o) for i in rel.cols for o in outer.cols if i.domain and i.domain == o.domain]
+        typed = [(i, o) for i in rel.cols for o in outer.cols if i.type == o.type and (i, o) not in domain]
+        named = [(i, o) for i, o in typed if i.name == o.name]
+        typed = [p for p in typed if p not in named]
+        for group in (domain, named, typed):
+            r.shuffle(group)
+        pairs = domain + named + typed
+        first = pairs[0] if pairs else None
+        second = next((p for p in pairs if first and p[0] != first[0] and p[1] != first[1]), None)
+        w = ""
+        if r.random() < 0.5:
+            w = f" WHERE {self._pred(inner, 1, subqueries=sub_depth + 1 < self.max_depth, sub_depth=sub_depth + 1)}"
+        if first is None or second is None:
+            return f"EXISTS (SELECT 1 FROM {rel.sql}{w})"
+        (i1, o1), (i2, o2) = first, second
+        neg = "NOT " if r.random() < 0.2 else ""
+        return f"({o1.ref}, {o2.ref}) {neg}IN (SELECT {i1.ref}, {i2.ref} FROM {rel.sql}{w})"
 
     def _scalar_select_item(self, outer: Scope) -> str:
         rel = self._table_relation(self.r.choice(self.schema.scalar_tables))
-        corr = self._correlation(outer, rel)
+        corr = self._correlation(outer, rel, 0.25)
         w = f" WHERE {corr}" if corr is not None and self._chance(0.7) else ""
         nums = [c for c in rel.cols if c.type in ("int", "num")]
         c = self.r.choice(nums)
         fn = self.r.choice(["max", "min", "sum", "avg", "count"])
+        if w and self._chance(0.5 if self._null_ok else 0.1):
+            return f"(SELECT count(*) FROM {rel.sql}{w})"  # 0 over no rows, also for a NULL outer value
         return f"(SELECT {fn}({c.ref}) FROM {rel.sql}{w})"
 
     # --- FROM ---------------------------------------------------------------------------------------------
@@ -356,14 +442,14 @@ class QueryGenerator:
         alias = self._new_alias()
         kind = self.r.choice(["agg", "plain", "agg"])
         sql, outs = self._select(depth + 1, None, kind=kind, top=False, keyed=True)
-        cols = [Col(f"{alias}.{name}", t, name, dom, True) for name, t, dom in outs]
+        cols = [Col(f"{alias}.{name}", t, name, dom, not flt, flt) for name, t, dom, flt in outs]
         return Relation(f"({sql}) AS {alias}", alias, cols, None, self._derived_rows(), None)
 
     def _make_cte(self) -> None:
         name = f"cte{len(self._ctes) + 1}"
         kind = self.r.choice(["agg", "plain"])
         sql, outs = self._select(1, None, kind=kind, top=False, keyed=True)
-        cols = [Col(f"{name}.{n}", t, n, dom, True) for n, t, dom in outs]
+        cols = [Col(f"{name}.{n}", t, n, dom, not flt, flt) for n, t, dom, flt in outs]
         self._ctes.append((name, Relation(sql, name, cols, None, self._derived_rows(), None)))
 
     def _derived_rows(self) -> float:
@@ -374,7 +460,7 @@ class QueryGenerator:
     def _cte_relation(self) -> Relation:
         name, rel = self.r.choice(self._ctes)
         alias = self._new_alias()
-        cols = [Col(f"{alias}.{c.name}", c.type, c.name, c.domain, True) for c in rel.cols]
+        cols = [Col(f"{alias}.{c.name}", c.type, c.name, c.domain, c.groupable, c.is_float) for c in rel.cols]
         return Relation(f"{name} AS {alias}", alias, cols, None, rel.rows, None)
 
     def _from(self, depth: int, outer: Scope | None) -> tuple[str, Scope, list[str]]:
@@ -396,10 +482,253 @@ class QueryGenerator:
         extra: list[str] = []
         n_joins = r.choices([0, 1, 2, 3], [30, 40, 22, 8])[0]
         for _ in range(n_joins):
-            joined = self._join(scope, depth, parts, extra)
-            if not joined:
+            roll = r.random()
+            more = None  # a FROM item that reads the ones before it: True/False as _join, None: none fits
+            if roll < P_LATERAL:
+                more = self._lateral(scope, parts)
+            elif roll < P_LATERAL + P_UNNEST:
+                more = self._unnest(scope, parts, extra)
+            if more is None:
+                more = self._join(scope, depth, parts, extra)
+            if not more:
                 break
         return " ".join(parts), scope, extra
+
+    # --- FROM items that read the ones before them: LATERAL subqueries, unnest ------------------------------
+
+    def _domain_table(self, scope: Scope) -> str | None:
+        """A table (by the schema's weights) with a column of a key domain of ``scope``; None if none has."""
+        sc = self.schema
+        domains = {c.domain for c in scope.cols if c.domain}
+        names = [n for n in sc.weights if any(c[2] in domains for c in sc.tables[n].columns)]
+        if not names:
+            return None
+        return self.r.choices(names, [sc.weights[n] for n in names])[0]
+
+    def _lateral(self, scope: Scope, parts: list[str]) -> bool | None:
+        """A subquery correlated to the FROM so far (``inner.k = outer.k``, sometimes also a non-equality),
+        as ``, LATERAL (…) AS t``, DuckDB's implicit lateral ``, (…) AS t``, ``[LEFT|CROSS] JOIN LATERAL (…)
+        AS t ON …`` or ``[LEFT] JOIN (…) AS t ON true``. Its body: rows, an aggregate without GROUP BY, a
+        GROUP BY, ``ORDER BY <total order> LIMIT n [OFFSET m]`` (top-N per outer row), ``SELECT DISTINCT`` or
+        windows; sometimes a select item reads the outer row. Returns False when no FROM item may follow
+        (after a comma: a later JOIN's ON would see only this item), None when no table correlates."""
+        r = self.r
+        sc = self.schema
+        name = self._domain_table(scope)
+        if name is None:
+            return None
+        rel = self._table_relation(name)
+        inner = Scope(list(rel.cols), list(rel.key) if rel.key else None, rel.rows, [rel.table or "?"])
+        i, o = r.choice([(i, o) for i in rel.cols for o in scope.cols if i.domain and i.domain == o.domain])
+        where = [f"{i.ref} = {o.ref}"]
+        same = [
+            (x, y)
+            for x in rel.cols
+            for y in scope.cols
+            if x.type == y.type and x.type in ("int", "num", "date") and not y.is_float
+        ]
+        if same and r.random() < 0.2:
+            x, y = r.choice(same)
+            where.append(f"{x.ref} {r.choice(['<', '>=', '<>', '>'])} {y.ref}")
+        if r.random() < 0.4:
+            where.append(self._pred(inner, 1))
+        per = 1.0 if (rel.table, i.name) in sc.unique else rel.rows / sc.domain_values.get(i.domain or "", 25)
+        kind = r.choices(["rows", "agg", "group", "top", "distinct", "window"], [18, 22, 14, 26, 10, 10])[0]
+        if kind != "agg" and kind != "top" and scope.rows * max(per, 1.0) > 150_000:
+            kind = r.choice(["agg", "top"])
+        if kind == "top" and scope.rows * min(max(per, 1.0), 5) > 150_000:
+            kind = "agg"  # one row per outer row
+        items: list[tuple[str, str, str | None]] = []  # (expr, type, domain)
+        nums_in = [c for c in rel.cols if c.type in ("int", "num")]
+        nums_out = [c for c in scope.cols if c.type in ("int", "num") and not c.is_float]  # may order the top
+
+        def plain(n: int) -> None:
+            for _ in range(n):
+                if r.random() < 0.6:
+                    c = r.choice(rel.cols)
+                    items.append((c.ref, c.type, c.domain))
+                else:
+                    typ, _ = self._comparable(inner)
+                    items.append((self._expr(inner, typ, 1), typ, None))
+
+        def reads_outer(p: float) -> None:
+            if nums_in and nums_out and r.random() < p:
+                a, b = r.choice(nums_in), r.choice(nums_out)
+                items.append((f"({a.ref} + {b.ref})", "num" if "num" in (a.type, b.type) else "int", None))
+
+        tail = ""
+        if kind == "agg":
+            items += [(*self._aggregate(inner), None) for _ in range(r.randint(1, 3))]
+            if nums_out and r.random() < 0.15:
+                b = r.choice(nums_out)
+                items.append((f"(count(*) + {b.ref})", b.type, None))
+            rows = scope.rows
+        elif kind == "group":
+            key, ktype = self._group_key(inner)
+            doms = {c.ref: c.domain for c in rel.cols}
+            items.append((key, ktype, doms.get(key)))
+            if r.random() < 0.35:  # the top groups per outer row: count(*) and the key order them totally
+                items.append(("count(*)", "int", None))
+                items += [(*self._aggregate(inner), None) for _ in range(r.randint(0, 1))]
+                n = r.choice([1, 2, 3])
+                tail = f" GROUP BY 1 ORDER BY 2{r.choice(['', ' DESC'])}, 1{r.choice(['', ' DESC NULLS LAST'])} LIMIT {n}"
+                rows = scope.rows * min(per, n)
+            else:
+                items += [(*self._aggregate(inner), None) for _ in range(r.randint(1, 2))]
+                tail = " GROUP BY 1" if r.random() < 0.3 else f" GROUP BY {key}"
+                rows = scope.rows * min(max(per, 1.0), 10)
+        elif kind == "distinct":
+            plain(r.randint(1, 2))
+            if r.random() < 0.3:
+                order = ", ".join(
+                    f"{k + 1}{r.choice(['', ' DESC', ' DESC NULLS LAST'])}" for k in range(len(items))
+                )
+                tail = f" ORDER BY {order} LIMIT {r.choice([1, 2, 3])}"
+            rows = scope.rows * min(max(per, 1.0), 10)
+        elif kind == "window":
+            plain(r.randint(1, 2))
+            ordered = [c for c in rel.cols if c.type in ("int", "str", "date")]
+            v = r.choice(nums_in) if nums_in else None
+            for _ in range(r.randint(1, 2)):
+                w = r.choice(["rank", "sum", "count", "max_part", "row_number"])
+                if w == "rank" and ordered:
+                    c = r.choice(ordered)
+                    nulls = r.choice(["", " DESC", " NULLS FIRST", " DESC NULLS LAST"])
+                    items.append(
+                        (f"{r.choice(['rank', 'dense_rank'])}() OVER (ORDER BY {c.ref}{nulls})", "int", None)
+                    )
+                elif (
+                    w == "row_number" and rel.key and not any(e.startswith("row_number") for e, _, _ in items)
+                ):
+                    items.append((f"row_number() OVER (ORDER BY {', '.join(rel.key)})", "int", None))
+                elif w == "max_part" and v is not None:
+                    g = r.choice([c for c in rel.cols if c.groupable] or rel.cols)
+                    items.append((f"max({v.ref}) OVER (PARTITION BY {g.ref})", v.type, None))
+                elif w == "sum" and v is not None:
+                    items.append((f"sum({v.ref}) OVER ()", v.type, None))
+                else:
+                    items.append(("count(*) OVER ()", "int", None))
+            reads_outer(0.15)
+            rows = scope.rows * max(per, 1.0)
+        else:  # rows, top
+            plain(r.randint(1, 3))
+            reads_outer(0.2)
+            rows = scope.rows * max(per, 1.0)
+            if kind == "top":
+                n = r.choice([1, 2, 3, 5])
+                if rel.key:  # some columns, then the primary key: a total order
+                    first = [
+                        f"{c.ref}{r.choice(['', ' DESC', ' NULLS FIRST', ' DESC NULLS LAST'])}"
+                        for c in r.sample(rel.cols, r.randint(0, 2))
+                        if c.ref not in rel.key
+                    ]
+                    order = ", ".join(first + [f"{k}{r.choice(['', ' DESC'])}" for k in rel.key])
+                else:  # every output column: rows tied on all of them are identical
+                    order = ", ".join(f"{k + 1}{r.choice(['', ' DESC'])}" for k in range(len(items)))
+                tail = f" ORDER BY {order} LIMIT {n}"
+                if r.random() < 0.25:
+                    tail += f" OFFSET {r.choice([1, 2])}"
+                rows = scope.rows * min(max(per, 1.0), n)
+        # names: the bare column name when unique, else c<k>
+        alias = self._new_alias()
+        sel: list[str] = []
+        cols: list[Col] = []
+        for k, (e, t, dom) in enumerate(items):
+            bare = e.split(".", 1)[1] if _BARE.match(e) else None
+            name = bare if bare is not None and bare not in [c.name for c in cols] else f"c{k}"
+            sel.append(e if name == bare else f"{e} AS {name}")
+            flt = self._is_float(e, scope)
+            cols.append(Col(f"{alias}.{name}", t, name, dom, not flt, flt))
+        distinct = "DISTINCT " if kind == "distinct" else ""
+        body = f"SELECT {distinct}{', '.join(sel)} FROM {rel.sql} WHERE {' AND '.join(where)}{tail}"
+        form = r.choices(
+            ["lateral", "implicit", "join", "left", "cross", "join_implicit", "left_implicit"],
+            [30, 18, 14, 16, 6, 8, 8],
+        )[0]
+        more = True
+        if form in ("lateral", "implicit"):
+            parts[-1] += ","
+            parts.append(f"{'LATERAL ' if form == 'lateral' else ''}({body}) AS {alias}")
+            more = False
+        elif form == "join":
+            parts.append(f"JOIN LATERAL ({body}) AS {alias} ON true")
+        elif form == "cross":
+            parts.append(f"CROSS JOIN LATERAL ({body}) AS {alias}")
+        elif form == "left":
+            cond = "true"
+            pairs = [(a, b) for a in cols for b in scope.cols if a.type == b.type and not a.is_float]
+            if pairs and r.random() < 0.3:
+                a, b = r.choice(pairs)
+                cond = f"{a.ref} {r.choice(['<>', '<', '>='])} {b.ref}"
+            elif r.random() < 0.5:
+                cond = self._pred(Scope(cols), 1)
+            parts.append(f"LEFT JOIN LATERAL ({body}) AS {alias} ON {cond}")
+        else:
+            parts.append(f"{'LEFT ' if form == 'left_implicit' else ''}JOIN ({body}) AS {alias} ON true")
+        scope.cols.extend(cols)
+        scope.rows = max(rows, 1.0)
+        scope.tables.append("?")
+        if kind != "agg":
+            scope.total_key = None
+        return more
+
+    def _unnest(self, scope: Scope, parts: list[str], extra: list[str]) -> bool | None:
+        """``, unnest([t.a, t.b]) AS u(x)`` (a list of one FROM item's int columns, sometimes with a NULL or a
+        constant; else a constant list) or ``CROSS JOIN unnest(…) AS u(x)``; ``u.x`` joins on the first
+        column's key domain, sometimes filters in WHERE, and may be grouped or selected like any column."""
+        r = self.r
+        by_item: dict[str, list[Col]] = {}
+        for c in scope.cols:
+            if c.type == "int" and not c.is_float and _BARE.match(c.ref):
+                by_item.setdefault(c.ref.split(".", 1)[0], []).append(c)
+        if by_item and r.random() < 0.8:
+            ints = r.choice(list(by_item.values()))
+            picked = r.sample(ints, min(len(ints), r.randint(1, 3)))
+            elems = [c.ref for c in picked]
+            if r.random() < 0.25:
+                elems.insert(
+                    r.randrange(len(elems) + 1), r.choice(["NULL", str(r.choice(self.schema.int_lits))])
+                )
+            dom, name = picked[0].domain, picked[0].name
+        else:
+            elems = [str(v) for v in sorted(r.sample(self.schema.int_lits, r.randint(1, 4)))]
+            dom, name = None, "x"
+        rows = scope.rows * len(elems)
+        if rows > 150_000:
+            return None
+        alias = self._new_alias()
+        x = Col(f"{alias}.x", "int", name, dom, True)
+        item = f"unnest([{', '.join(elems)}]) AS {alias}(x)"
+        more = True
+        if r.random() < 0.7:
+            parts[-1] += ","
+            parts.append(item)
+            more = False
+        else:
+            parts.append(f"CROSS JOIN {item}")
+        scope.cols.append(x)
+        scope.rows = rows
+        scope.tables.append("?")
+        scope.total_key = None
+        roll = r.random()
+        if roll < 0.3:
+            extra.append(f"{x.ref} {r.choice(['=', '<>', '<', '>='])} {self._literal('int', x)}")
+        elif roll < 0.4:
+            extra.append(f"{x.ref} IS {r.choice(['', 'NOT '])}NULL")
+        if not more and dom is not None and r.random() < 0.3:
+            # a join on the element right after it (its ON sees only the unnest and the joined table)
+            sc = self.schema
+            names = [n for n in sc.weights if any(c[2] == dom for c in sc.tables[n].columns)]
+            rel = self._table_relation(r.choices(names, [sc.weights[n] for n in names])[0])
+            b = r.choice([c for c in rel.cols if c.domain == dom])
+            unique = (rel.table, b.name) in sc.unique
+            new_rows = rows if unique else rows * max(rel.rows, 1) / sc.domain_values.get(dom, 25)
+            if new_rows <= 150_000:
+                parts.append(f"{r.choice(['JOIN', 'LEFT JOIN'])} {rel.sql} ON {b.ref} = {x.ref}")
+                scope.cols.extend(rel.cols)
+                scope.rows = max(new_rows, 1.0)
+                scope.tables.append(rel.table or "?")
+        return more
 
     def _related_table(self, scope: Scope) -> str | None:
         """With the schema's ``join_affinity`` chance, a table sharing a key domain with ``scope`` (else None:
@@ -557,38 +886,49 @@ class QueryGenerator:
         frame). Only one such window per SELECT: rows tied on the whole order are identical, so one
         positional window gives the same multiset in any order, but two pair their values up by an order
         nobody fixed (``row_number()`` and ``lead()`` over identical rows).
+
+        Never ordered by a DOUBLE (``avg``, ``stddev_pop``, a column of a derived table holding one): two
+        values equal but for their last bits (summed in another order) tie-break differently, so a rank over
+        them is no reliable answer (an earlier false alarm: ``rank() OVER (ORDER BY stddev_pop(x))``).
         """
         r = self.r
         if agg_items is not None:  # window over an aggregate query: operands are keys or aggregates
             agg, typ = r.choice(agg_items)
             part = f"PARTITION BY {r.choice(keys)} " if keys and r.random() < 0.6 else ""
-            if r.random() < 0.5:
-                return f"{r.choice(['rank', 'dense_rank'])}() OVER ({part}ORDER BY {agg})", "int"
+            exact_aggs = [a for a, _ in agg_items if not self._is_float(a, scope)]
+            if r.random() < 0.5 and exact_aggs:
+                order = agg if agg in exact_aggs else r.choice(exact_aggs)
+                return f"{r.choice(['rank', 'dense_rank'])}() OVER ({part}ORDER BY {order})", "int"
             fn = "sum" if typ in ("int", "num") else r.choice(["min", "max", "count"])
             return f"{fn}({agg}) OVER ({part.strip()})", typ if fn != "count" else "int"
-        groupable = [c for c in scope.cols if c.groupable] or scope.cols
-        part = f"PARTITION BY {r.choice(groupable).ref}" if r.random() < 0.75 else ""
+        groupable = [c for c in scope.cols if c.groupable] or [c for c in scope.cols if not c.is_float]
+        part = f"PARTITION BY {r.choice(groupable).ref}" if r.random() < 0.75 and groupable else ""
         typ, _ = self._comparable(scope)
-        order_col = r.choice(scope.cols)
+        exact = [c for c in scope.cols if not c.is_float]
+        order_col = r.choice(exact or scope.cols)
         x_cols = [c for c in scope.cols if c.type in ("int", "num")] or scope.cols
         x = r.choice(x_cols)
         # a total order: the primary keys of every joined table, else every column of the scope (rows tied
-        # on all of them are identical, so any order among them gives the same multiset of output rows)
-        total = scope.total_key or [c.ref for c in scope.cols]
+        # on all of them are identical, so any order among them gives the same multiset of output rows),
+        # DOUBLEs last (they decide only among rows tied on every exact column)
+        total = scope.total_key or [c.ref for c in exact] + [c.ref for c in scope.cols if c.is_float]
         kind = r.choices(["rank", "agg_part", "agg_running", "total"], [25, 25, 20, 30 if positional else 0])[
             0
         ]
+        if not exact:
+            kind = "agg_part"
         nulls = r.choice(["", " NULLS FIRST", " DESC NULLS LAST", " DESC"])
         if kind == "rank":
             fn = r.choice(["rank()", "dense_rank()", "percent_rank()", "cume_dist()"])
             return f"{fn} OVER ({part} ORDER BY {order_col.ref}{nulls})", "num" if "_" in fn else "int"
+        numeric = x.type in ("int", "num")  # else (no numeric column in scope) no sum or avg of it
         if kind == "agg_part":
-            fn = r.choice(["sum", "count", "min", "max", "avg"])
+            fn = r.choice(["sum", "count", "min", "max", "avg"] if numeric else ["count", "min", "max"])
             return f"{fn}({x.ref}) OVER ({part})", "num" if fn == "avg" else (
                 x.type if fn != "count" else "int"
             )
         if kind == "agg_running":
-            fn = r.choice(["sum", "count", "max"])
+            fn = r.choice(["sum", "count", "max"] if numeric else ["count", "max"])
             return (
                 f"{fn}({x.ref}) OVER ({part} ORDER BY {order_col.ref}{nulls})",
                 x.type if fn != "count" else "int",
@@ -601,7 +941,7 @@ class QueryGenerator:
                 (f"lead({x.ref}, 2)", x.type),
                 (f"first_value({x.ref})", x.type),
                 ("ntile(4)", "int"),
-                (f"sum({x.ref})", x.type),
+                (f"sum({x.ref})", x.type) if numeric else (f"max({x.ref})", x.type),
             ]
         )
         frame = ""
@@ -624,8 +964,8 @@ class QueryGenerator:
         top: bool,
         keyed: bool = False,
         types: list[str] | None = None,
-    ) -> tuple[str, list[tuple[str, str, str | None]]]:
-        """One SELECT; returns its SQL and output columns (name, type, key domain).
+    ) -> tuple[str, list[tuple[str, str, str | None, bool]]]:
+        """One SELECT; returns its SQL and output columns (name, type, key domain, is a DOUBLE).
 
         ``types``: the output must have exactly these type classes (set operations). ``keyed``: a derived
         table or CTE (every output column gets an alias usable outside).
@@ -684,7 +1024,7 @@ class QueryGenerator:
                     else:
                         items.append((self._scalar_select_item(scope), "num", None))
         # names: bare column names when unique, else aliases
-        outs: list[tuple[str, str, str | None]] = []
+        outs: list[tuple[str, str, str | None, bool]] = []
         sel: list[str] = []
         used: set[str] = set()
         for i, (e, t, dom) in enumerate(items):
@@ -698,7 +1038,7 @@ class QueryGenerator:
                     name += "_"
                 sel.append(f"{e} AS {name}")
             used.add(name)
-            outs.append((name, t, dom))
+            outs.append((name, t, dom, self._is_float(e, scope)))
         distinct = "DISTINCT " if kind == "distinct" else ""
         self._select_rows = min(scope.rows, 1000.0) if kind == "agg" else scope.rows
         sql = f"SELECT {distinct}{', '.join(sel)} FROM {from_sql}"
