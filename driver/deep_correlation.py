@@ -121,10 +121,9 @@ def _needs_delim(sub: exp.Select, items: dict[str, exp.Expression]) -> bool:
         if not outer:
             continue
         cu = c.unnest()
-        sides = [cu.this, cu.expression] if isinstance(cu, exp.EQ) else []
-        if not sides or not all(isinstance(x, exp.Column) for x in sides):
-            return True
-        if sum(1 for x in sides if x.table in items and _reads(x, sub)) != 1:
+        sides = [_one_of(cu.this), _one_of(cu.expression)] if isinstance(cu, exp.EQ) else []
+        columns = [x for x in sides if isinstance(x, exp.Column)]
+        if len(columns) != 2 or sum(1 for x in columns if x.table in items and _reads(x, sub)) != 1:
             return True
         plain += 1
     every = sum(1 for col in sub.find_all(exp.Column) if col.table in items and _reads(col, sub))
@@ -191,6 +190,11 @@ def _deep_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
         return None
     name = next(iter(deep))
     return name if _liftable(items[name]) else None
+
+
+def _one_of(e: exp.Expression) -> exp.Expression:
+    """``[x]`` (a NULL-safe key, as ``_lift`` writes it) as ``x``; anything else as it is."""
+    return e.expressions[0] if isinstance(e, exp.Array) and len(e.expressions) == 1 else e
 
 
 def _outer_aggregate(sub: exp.Select, name: str) -> bool:

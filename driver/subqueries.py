@@ -22,10 +22,11 @@
 
 Each rewrite works on the sqlglot AST: the correlated conjuncts are taken out
 of the subquery, its select list becomes the join keys and values, and the
-now uncorrelated subquery is planned like any query. What cannot be rewritten
-this way (correlation below an aggregate, non-equality correlation under OR,
-…) raises "not supported",
-and the translator runs that part on one rank (:mod:`squall.driver.fallback`).
+now uncorrelated subquery is planned like any query. Correlation more than one
+level deep, and mark joins correlated by more than equalities, are made one
+level first (:mod:`squall.driver.deep_correlation`). What cannot be rewritten
+this way (correlation below an aggregate, …) raises "not supported", and the
+translator runs that part on one rank (:mod:`squall.driver.fallback`).
 """
 
 from __future__ import annotations
@@ -393,7 +394,7 @@ class SubqueryMixin:
         tuple matches none is FALSE or NULL, filtered out either way)."""
         if anti:  # NOT IN over tuples is NULL when no pair differs but one is NULL: no single-key NULL rule
             raise NotSupportedError("multi-column NOT IN (subquery)")
-        if self._correlate(sub, scope).correlated if isinstance(sub, exp.Select) else False:
+        if isinstance(sub, exp.Select) and correlate(sub, self._scope_aliases(scope)).correlated:
             raise NotSupportedError("correlated multi-column IN (subquery)")
         planned = self.query(sub, ctes)
         if len(planned.outputs) != len(lhs.expressions):  # DuckDB bound it, so this does not happen
