@@ -34,8 +34,7 @@ DIALECT = "duckdb"
 def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
     """``sel`` with each subquery whose nested subqueries read ``sel``'s FROM items rewritten over the
     distinct outer values (a copy when any), and one note per rewrite."""
-    items = {i.alias_or_name: i for i in from_items(sel)}
-    if not items or not any(True for _ in sel.find_all(exp.Subquery, exp.Exists)):
+    if not from_items(sel) or not any(True for _ in sel.find_all(exp.Subquery, exp.Exists)):
         return sel, []
     sel = sel.copy()
     items = {i.alias_or_name: i for i in from_items(sel)}
@@ -44,16 +43,11 @@ def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
         inside = {i.alias_or_name for q in sub.find_all(exp.Select) for i in from_items(q)}
         direct = {i.alias_or_name for i in from_items(sub)}
         if through := through_equalities(sub, set(items) - inside, direct):
-            notes.append(
-                f"two-level correlation: a nested subquery reads {', '.join(through)} (equal by its query's WHERE)"
-            )
+            notes.append(through_note(through))
         found = _deep_item(sub, items)
         if found is None or _outer_aggregate(sub, found):
             continue
-        alias = f"{DELIM}{n}"
-        # the outer WHERE's filters on that item alone narrow D (still a superset of the values)
-        columns = _lift(sub, found, items[found], alias, _filters_on(sel, found))
-        listed = ", ".join(f"{found}.{c}" for c in columns)
+        listed = _lift(sel, sub, found, items[found], f"{DELIM}{n}")
         notes.append(
             f"deep correlation: a subquery nested in a subquery reads {found}; the outer subquery runs "
             f"over the distinct ({listed}) and joins back on them (a dependent join)"
@@ -62,14 +56,17 @@ def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
         found = _outer_item(sub, items)
         if found is None or _aggregating(sub) or _outer_aggregate(sub, found) or not _needs_delim(sub, items):
             continue
-        alias = f"{DELIM}m{n}"
-        columns = _lift(sub, found, items[found], alias, _filters_on(sel, found))
-        listed = ", ".join(f"{found}.{c}" for c in columns)
+        listed = _lift(sel, sub, found, items[found], f"{DELIM}m{n}")
         notes.append(
             f"mark join correlated by more than equalities: its subquery runs over the distinct ({listed}) "
             "and joins back on them (a dependent join)"
         )
     return sel, notes
+
+
+def through_note(through: list[str]) -> str:
+    """The plan note for references made one level by ``through_equalities``."""
+    return f"two-level correlation: a nested subquery reads {', '.join(through)} (equal by its query's WHERE)"
 
 
 def _filters_on(sel: exp.Select, name: str) -> list[exp.Expression]:
@@ -234,11 +231,11 @@ def _hoistable(c: exp.Expression, sub: exp.Select, items: dict[str, exp.Expressi
     return bool(tables & set(items)) and not tables & own
 
 
-def _lift(
-    sub: exp.Select, name: str, item: exp.Expression, alias: str, filters: list[exp.Expression]
-) -> list[str]:
-    """Rewrite ``sub`` over ``D`` = the distinct values of the ``name`` columns it reads (in its rows that
-    pass ``filters``); their names."""
+def _lift(sel: exp.Select, sub: exp.Select, name: str, item: exp.Expression, alias: str) -> str:
+    """Rewrite ``sub`` over ``D`` (named ``alias``) = the distinct values of the ``name`` columns it reads, in
+    the rows that pass ``sel``'s WHERE filters on that item alone (still a superset of the outer rows'
+    values); those columns, listed for a note."""
+    filters = _filters_on(sel, name)
     refs = [c for c in sub.find_all(exp.Column) if c.table == name and _reads(c, sub)]
     columns = list(dict.fromkeys(c.name for c in refs))
     for c in refs:
@@ -266,4 +263,4 @@ def _lift(
     ]
     where = sub.args.get("where")
     sub.set("where", exp.Where(this=exp.and_(*keys, *([where.this] if where is not None else []))))
-    return columns
+    return ", ".join(f"{name}.{c}" for c in columns)

@@ -37,7 +37,7 @@ from typing import Any, cast
 from sqlglot import exp
 
 from squall.driver import logical as L
-from squall.driver.deep_correlation import through_equalities
+from squall.driver.deep_correlation import through_equalities, through_note
 from squall.driver.scope import Scope, conjuncts
 from squall.errors import NotSupportedError
 
@@ -160,10 +160,7 @@ class SubqueryMixin:
         """``correlate`` against ``scope``, a deeper reference made one level said in the notes."""
         corr = correlate(sub, self._scope_aliases(scope))
         if corr.through:
-            self.notes.append(
-                f"two-level correlation: a nested subquery reads {', '.join(corr.through)} "
-                "(equal by its query's WHERE)"
-            )
+            self.notes.append(through_note(corr.through))
         return corr
 
     def apply_subquery_conjunct(self, node: L.Node, conj: exp.Expression, scope, ctes) -> L.Node:
