@@ -115,6 +115,13 @@ class Project(Node):
         return out
 
 
+@dataclass(frozen=True)
+class Narrow(Project):
+    """A projection that only drops columns its input's own filters read (added by column pruning above a
+    join side, so that they do not cross an exchange). Planned and rendered as any projection; the
+    planner's size estimates look through it, as they did before pruning added it."""
+
+
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti", "cross")
 
 

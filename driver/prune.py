@@ -37,8 +37,8 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
             need |= columns_in(k)
         if node.residual is not None:
             need |= columns_in(node.residual)
-        left = prune(node.left, need & set(node.left.names))
-        right = prune(node.right, need & set(node.right.names))
+        left = _narrowed(prune(node.left, need & set(node.left.names)), need)
+        right = _narrowed(prune(node.right, need & set(node.right.names)), need)
         return dataclasses.replace(node, left=left, right=right)
     if isinstance(node, L.Aggregate):
         aggs = tuple((n, a) for n, a in node.aggs if n in required)
@@ -66,3 +66,11 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
     if isinstance(node, L.OneRank):
         return dataclasses.replace(node, inputs=tuple(prune(c) for c in node.inputs))
     raise TypeError(f"cannot prune {type(node).__name__}")
+
+
+def _narrowed(side: L.Node, need: set[str]) -> L.Node:
+    """A join side without the columns only its own filters read (they would cross an exchange)."""
+    keep = tuple(c for c in side.names if c in need)
+    if not keep or len(keep) == len(side.names):
+        return side
+    return L.Narrow(side, tuple((c, L.col(c)) for c in keep))

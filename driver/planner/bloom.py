@@ -40,7 +40,7 @@ from squall.driver import logical as L
 from squall.driver.planner import joins, scans
 from squall.driver.planner.core import REPLICATED, Context, Dist
 from squall.driver.planner.exprs import NUMERIC, leaves
-from squall.driver.planner.joinfilter import JoinFilter, build_node
+from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, build_node
 from squall.driver.sqlgen import render
 from squall.driver.translate import estimate_rows
 from squall.plan import Output, ScanInput
@@ -90,6 +90,9 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
             )
     ctx.prebuilt[id(build)] = (b_node, b_dist)
     key_sql = [L.sql_of(k) for k in bkeys]
+    names = tuple(k.name for k in bkeys if isinstance(k, exp.Column))
+    if not broadcast and (earlier := _earlier_filter(ctx, build, names)) is not None:
+        return _plan_reused(ctx, node, earlier, targets)
     key_types = _key_types(ctx, b_node, key_sql)
     n_build = max(estimate_rows(build), 1.0)
     kind = "keys" if n_build <= EXACT_KEYS else "bloom"
@@ -105,6 +108,9 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     )
     stage_id = len(ctx.stages)
     assert stage_id >= first
+    if len(names) == len(bkeys):
+        built = BuiltFilter(names, kind, stage_id, ref.name, key_types, bits)
+        ctx.filter_stages.setdefault(id(build), []).append(built)
     what_kind = "key set" if kind == "keys" else "bloom filter"
     for scan, cols, keep, label in _targets(
         ctx, targets, key_types, label_keys, lambda c: f"{what_kind} on {c} from stage {stage_id}"
@@ -112,6 +118,55 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         f = JoinFilter(kind, stage_id, ref.name, cols, key_types, bits, scan.table, keep, label)
         ctx.join_filters.setdefault(id(scan), []).append(f)
     return joins.plan(ctx, node)
+
+
+def _plan_reused(
+    ctx: Context, node: L.Join, earlier: BuiltFilter, targets: list[tuple[L.Scan, tuple[str, ...], float]]
+) -> tuple[L.Node, Dist]:
+    """Filters from a filter stage planned earlier over keys that hold every key of this build side."""
+    what_kind = "key set" if earlier.kind == "keys" else "bloom filter"
+    for scan, cols, keep, label in _targets(
+        ctx,
+        targets,
+        earlier.key_types,
+        ", ".join(earlier.cols),
+        lambda c: f"{what_kind} on {c} from stage {earlier.stage} (reused: its keys hold this join's)",
+    ):
+        f = JoinFilter(
+            earlier.kind,
+            earlier.stage,
+            earlier.input,
+            cols,
+            earlier.key_types,
+            earlier.bits,
+            scan.table,
+            keep,
+            label,
+        )
+        ctx.join_filters.setdefault(id(scan), []).append(f)
+    return joins.plan(ctx, node)
+
+
+def _earlier_filter(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> BuiltFilter | None:
+    """A filter stage already planned over a subtree of ``node`` whose ``cols`` hold every value of
+    ``node``'s ``cols`` (through filters, renames, and the side of a join that keeps its rows' keys)."""
+    if not cols:
+        return None
+    for built in ctx.filter_stages.get(id(node), []):
+        assert isinstance(built, BuiltFilter)
+        if built.cols == cols:
+            return built
+    if isinstance(node, L.Filter):
+        return _earlier_filter(ctx, node.input, cols)
+    if isinstance(node, L.Project):
+        src = _renamed(dict(node.exprs), cols)
+        return _earlier_filter(ctx, node.input, src) if src is not None else None
+    if isinstance(node, L.Join) and node.kind in ("inner", "semi", "anti", "left"):
+        if all(c in node.left.names for c in cols):
+            return _earlier_filter(ctx, node.left, cols)
+        if node.kind == "inner" and all(c in node.right.names for c in cols):
+            return _earlier_filter(ctx, node.right, cols)
+    return None
 
 
 def _plan_local(
@@ -359,9 +414,9 @@ def _distinct_build(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ..
     scan, cols = traced[0]
     rows = max(float(ctx.catalog.table(scan.table).num_rows), 1.0)
     ndv = _ndv(ctx, scan, cols, rows)
-    if ndv < ctx.options.join_filter_min_key_share * rows and not _grouped(build):
-        return None  # many rows per key: how many keys a filter keeps is too unsure to bet a round on
     sel = min(1.0, estimate_rows(build) / rows)
+    if ndv < ctx.options.join_filter_min_key_share * rows and not _grouped(build):
+        return min(estimate_rows(build), ndv)  # many rows per key: at most one key per row
     return min(estimate_rows(build), ndv * (1.0 - (1.0 - sel) ** (rows / ndv)))
 
 

@@ -152,6 +152,8 @@ class Context:
         self.prebuilt: dict[int, tuple[L.Node, Dist]] = {}
         #: join filters to apply at scans (id of the logical Scan → filters), see planner/bloom.py
         self.join_filters: dict[int, list[object]] = {}
+        #: filter stages planned over a subtree's keys (id of the logical node → BuiltFilter), for reuse
+        self.filter_stages: dict[int, list[object]] = {}
         self._names: Names | None = None
         self._own_db = db is None
         self._db = db if db is not None else Sandbox(threads=1)

@@ -52,6 +52,18 @@ class JoinFilter:
     source: L.Node | None = None
 
 
+@dataclass(frozen=True)
+class BuiltFilter:
+    """A filter stage already planned over a subtree's key columns ``cols`` (see bloom.py's reuse)."""
+
+    cols: tuple[str, ...]
+    kind: str
+    stage: int
+    input: str
+    key_types: tuple[str, ...]
+    bits: int
+
+
 def _hash_sql(cols: list[str], types: tuple[str, ...]) -> str:
     parts = [hashable(c, t) for c, t in zip(cols, types)]
     return f"hash({', '.join(parts)})"

@@ -140,6 +140,6 @@ def _width(node: L.Node, catalog: Catalog) -> float:
         if node.kind in ("semi", "anti"):
             return _width(node.left, catalog)
         return _width(node.left, catalog) + _width(node.right, catalog)
-    if isinstance(node, (L.Filter, L.Sort, L.Limit)):
+    if isinstance(node, (L.Filter, L.Sort, L.Limit, L.Narrow)):
         return _width(node.input, catalog)
     return 8.0 * max(len(node.names), 1)
