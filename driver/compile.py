@@ -82,7 +82,9 @@ def _compile(
         planned = translator.translate(bound.ast)
         if len(planned.outputs) != len(bound.names):
             raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
-        pruned = Planned(prune(planned.node), planned.outputs)
+        pruned = Planned(
+            prune(planned.node, narrow=(options or PlannerOptions()).narrow_join_sides), planned.outputs
+        )
         t2 = time.perf_counter()
         spent["translate_s"] = t2 - t1
         boundary.step, boundary.locate = "planning", None

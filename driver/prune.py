@@ -8,8 +8,10 @@ from squall.driver import logical as L
 from squall.driver.logical import columns_in
 
 
-def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
-    """Drop columns nobody reads; ``required`` defaults to all of ``node``'s outputs."""
+def prune(node: L.Node, required: set[str] | None = None, *, narrow: bool = True) -> L.Node:
+    """Drop columns nobody reads; ``required`` defaults to all of ``node``'s outputs. ``narrow``: a join
+    side also drops the columns only its own filters read (an :class:`~squall.driver.logical.Narrow`
+    above it), so that they do not cross an exchange."""
     if required is None:
         required = set(node.names)
     if isinstance(node, L.Scan):
@@ -23,22 +25,24 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
     if isinstance(node, L.Values):
         return node
     if isinstance(node, L.Filter):
-        child = prune(node.input, required | columns_in(node.predicate))
+        child = prune(node.input, required | columns_in(node.predicate), narrow=narrow)
         return dataclasses.replace(node, input=child)
     if isinstance(node, L.Project):
         exprs = tuple((n, e) for n, e in node.exprs if n in required or L.generates_rows(e)) or node.exprs[:1]
         need: set[str] = set()
         for _n, e in exprs:
             need |= columns_in(e)
-        return L.Project(prune(node.input, need), exprs)
+        return L.Project(prune(node.input, need, narrow=narrow), exprs)
     if isinstance(node, L.Join):
         need = set(required)
         for k in node.left_keys + node.right_keys:
             need |= columns_in(k)
         if node.residual is not None:
             need |= columns_in(node.residual)
-        left = _narrowed(prune(node.left, need & set(node.left.names)), need)
-        right = _narrowed(prune(node.right, need & set(node.right.names)), need)
+        left = prune(node.left, need & set(node.left.names), narrow=narrow)
+        right = prune(node.right, need & set(node.right.names), narrow=narrow)
+        if narrow:
+            left, right = _narrowed(left, need), _narrowed(right, need)
         return dataclasses.replace(node, left=left, right=right)
     if isinstance(node, L.Aggregate):
         aggs = tuple((n, a) for n, a in node.aggs if n in required)
@@ -49,22 +53,22 @@ def prune(node: L.Node, required: set[str] | None = None) -> L.Node:
             need |= columns_in(e)
         for _n, a in aggs:
             need |= columns_in(a.expression)
-        return dataclasses.replace(node, input=prune(node.input, need), aggs=aggs)
+        return dataclasses.replace(node, input=prune(node.input, need, narrow=narrow), aggs=aggs)
     if isinstance(node, L.Sort):
         need = set(required)
         for sort_key in node.keys:
             need |= columns_in(sort_key.expression)
-        return dataclasses.replace(node, input=prune(node.input, need))
+        return dataclasses.replace(node, input=prune(node.input, need, narrow=narrow))
     if isinstance(node, L.Limit):
-        return dataclasses.replace(node, input=prune(node.input, required))
+        return dataclasses.replace(node, input=prune(node.input, required, narrow=narrow))
     if isinstance(node, L.SetOp):
-        return dataclasses.replace(node, inputs=tuple(prune(c) for c in node.inputs))
+        return dataclasses.replace(node, inputs=tuple(prune(c, narrow=narrow) for c in node.inputs))
     if isinstance(node, L.Window):
         exprs = tuple((n, e) for n, e in node.exprs if n in required or L.generates_rows(e)) or node.exprs[:1]
         need = (required & set(node.input.names)) | {c for _n, e in exprs for c in columns_in(e)}
-        return L.Window(prune(node.input, need), exprs, node.partition_by)
+        return L.Window(prune(node.input, need, narrow=narrow), exprs, node.partition_by)
     if isinstance(node, L.OneRank):
-        return dataclasses.replace(node, inputs=tuple(prune(c) for c in node.inputs))
+        return dataclasses.replace(node, inputs=tuple(prune(c, narrow=narrow) for c in node.inputs))
     raise TypeError(f"cannot prune {type(node).__name__}")
 
 

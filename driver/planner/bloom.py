@@ -20,11 +20,16 @@ scan holds every left key value (:func:`_key_source`: through filters, renames a
 equalities), its keys cut the right side's scans the same way (``local`` kind): the reduction a delim
 join gives a decorrelated subquery (TPC-H Q2, Q17, Q20).
 
-It pays when the build key is (nearly) unique in its table (``join_filter_min_key_share``) or a GROUP
-BY key, and when ``(1 - keep) * probe scan bytes`` exceeds the filter's bytes times
-its receivers plus ``join_filter_round_bytes`` for the extra round; ``keep`` is the
-build side's estimated rows over the rows of the table its key comes from
-(a filtered dimension keeps that share of the fact rows). The decision shows in
+It pays when ``(1 - keep) * probe scan bytes`` exceeds the filter's bytes times its receivers plus
+``join_filter_round_bytes`` for the extra round; ``keep`` is the build side's estimated distinct keys
+over the probe key's distinct values: for a build key (nearly) unique in its table
+(``join_filter_min_key_share``) or a GROUP BY key, from the build side's share of its table's rows
+(a filtered dimension keeps that share of the fact rows); for a key that repeats (TPC-H Q21's
+``l_orderkey`` of one nation's suppliers), at most one key per build row.
+
+A filter stage planned over a subtree's keys is reused by a later join whose build side keeps only keys
+of that subtree (through filters, renames and the row-keeping side of a join): Q21's anti join takes the
+key set its semi join's left side sent, with no second round. The decision shows in
 the plan's notes and the filter stage's note; the effect (rows removed) in
 ``Result.stats["join_filters"]``.
 """

@@ -71,11 +71,14 @@ class PlannerOptions:
     #: the joins, subqueries and CTEs itself; the scans still prune, probe the predicate cache and
     #: count); off: Squall's own stage plan at W=1 too
     whole_query_at_w1: bool = True
+    #: join sides drop the columns only their own filters read before they are sent (see driver/prune.py)
+    narrow_join_sides: bool = True
     #: join filters (Bloom filter / key set of the build keys applied at the probe side's scans)
     join_filters: bool = True
     #: … only when the build side keeps at most this share of the probe rows (estimated)
     join_filter_max_keep: float = 0.3
-    #: … and the build key is (nearly) unique in its table: NDV / rows at least this, or a GROUP BY key
+    #: a build key (nearly) unique in its table (NDV / rows at least this) or a GROUP BY key: its distinct
+    #: values are estimated from the build side's share of the table's rows; otherwise at most one per row
     join_filter_min_key_share: float = 0.9
     #: … and the bytes saved exceed the filter's bytes plus this much for the extra exchange round
     join_filter_round_bytes: float = 1e6
