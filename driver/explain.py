@@ -70,6 +70,9 @@ def explain_plan(plan: Plan) -> str:
             sk = inp.skipping if isinstance(inp, ScanInput) else None
             if sk is not None and (sk.bloom or sk.cache):  # min/max alone: the count above; probe: stats
                 lines.append(f"    {skipping_line(sk)}")
+        for label, _pre, post_sql, name in stage.join_filters:
+            lines.append(f"  join filter {name}: {label}")
+            lines += ["    " + line for line in post_sql.splitlines()]
         lines.append("  sql:")
         lines += ["    " + line for line in stage.sql.splitlines()]
     lines.append("")

@@ -15,7 +15,7 @@ def join_filter_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[st
         per_rank = [s for r in reports for s in r["stages"] if s["stage"] == stage.id]
         rows_out = sum(s["rows_out"] for s in per_rank)
         bytes_out = sum(s["bytes_out"] for s in per_rank)
-        for label, _before, _after in stage.join_filters:
+        for label, *_sql in stage.join_filters:
             counts = [s.get("join_filters", {}).get(label, [0, 0]) for s in per_rank]
             before = sum(c[0] for c in counts)
             after = sum(c[1] for c in counts)

@@ -306,19 +306,23 @@ class Worker:
         output = stage.output
         for name, table in inputs.items():
             db.register(name, table)
+        filtered: list[str] = []
         try:
+            for label, pre_sql, post_sql, name in stage.join_filters:  # see Stage.join_filters
+                kept = db.query(post_sql)
+                db.register(name, kept)
+                filtered.append(name)
+                sr.join_filters[label] = [_count(db, pre_sql), kept.num_rows]
             if output.kind == "hash":
                 table = db.query(
                     f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN} FROM ({stage.sql}) AS t"
                 )
             else:
                 table = db.query(stage.sql)
-            for label, pre_sql, post_sql in stage.join_filters:
-                sr.join_filters[label] = [_count(db, pre_sql), _count(db, post_sql)]
         except USER_RUNTIME as err:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
         finally:
-            for name in inputs:
+            for name in (*inputs, *filtered):
                 db.unregister(name)
         t2 = time.perf_counter()
         sr.compute_s += t2 - t1

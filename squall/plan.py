@@ -146,9 +146,10 @@ class Stage:
     output: Output
     columns: tuple[tuple[str, str], ...] = ()  # (name, DuckDB type) of the output
     note: str = ""
-    #: join filters applied in this stage, as (label, SQL before the filter, SQL after it) over the
-    #: stage's inputs: the worker counts both to report the rows each filter removed
-    join_filters: tuple[tuple[str, str, str], ...] = ()
+    #: join filters applied in this stage, in order, as (label, SQL of the rows before the filter, SQL of
+    #: the rows after it, name): the worker runs each filter's SQL once and registers its rows under its
+    #: name, which ``sql`` (and a later filter's SQL) reads, and reports both row counts
+    join_filters: tuple[tuple[str, str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ class Plan:
                     output=output,
                     columns=tuple(tuple(c) for c in s["columns"]),
                     note=s["note"],
-                    join_filters=tuple(tuple(j) for j in s.get("join_filters", ())),
+                    join_filters=tuple((j[0], j[1], j[2], j[3]) for j in s.get("join_filters", ())),
                 )
             )
         return Plan(

@@ -22,7 +22,7 @@ from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
 from squall.driver.planner.exprs import hashable, leaves
-from squall.driver.planner.joinfilter import filter_probes
+from squall.driver.planner.joinfilter import named_probes
 from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import Names
 from squall.errors import NotSupportedError
@@ -270,8 +270,12 @@ class Context:
             partition_sql = self._partition_sql(sql, output.keys, refs)
         out = dataclasses.replace(output, senders=senders, receivers=receivers, partition_sql=partition_sql)
         note += _one_rank_note(node)
-        stage = Stage(stage_id, ranks, tuple(self.inputs[leaf.name] for leaf in refs), sql, out, types, note)
-        if probes := filter_probes(node):
+        named, probes = named_probes(node)
+        run_sql = render(named) if probes else sql
+        stage = Stage(
+            stage_id, ranks, tuple(self.inputs[leaf.name] for leaf in refs), run_sql, out, types, note
+        )
+        if probes:
             stage = dataclasses.replace(stage, join_filters=probes)
         self.stages.append(stage)
         self.schemas[stage_id] = schema
@@ -348,15 +352,16 @@ class Context:
                 node = L.Project(node, tuple(exprs))
             sql = render(node)
             _schema, types = self.typecheck(sql, refs)
+        named, probes = named_probes(node)
         return Stage(
             len(self.stages) + 1,
             ranks,
             tuple(self.inputs[leaf.name] for leaf in refs),
-            sql,
+            render(named) if probes else sql,
             Output("result", ranks, (0,)),
             types,
             "final result" + _one_rank_note(node),
-            join_filters=filter_probes(node),
+            join_filters=probes,
         )
 
     def fix_receivers(self) -> None:

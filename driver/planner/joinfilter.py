@@ -23,6 +23,7 @@ A NULL key never passes (NULLs never match an equality join).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from squall.driver import logical as L
@@ -139,15 +140,27 @@ def apply_filters(ctx: object, scan: L.Scan, out: L.Node) -> L.Node:
     return out
 
 
-def filter_probes(node: L.Node) -> tuple[tuple[str, str, str], ...]:
-    """(label, SQL of the rows before, SQL of the rows after) of every join filter in ``node``."""
-    found: list[tuple[str, str, str]] = []
+def named_probes(node: L.Node) -> tuple[L.Node, tuple[tuple[str, str, str, str], ...]]:
+    """``node`` with every join filter's rows read from a name (``__jf0``, ``__jf1``…), and per filter
+    (label, SQL of the rows before it, SQL of the rows after it, name), inner filters first (a filter's
+    SQL may read an earlier one's name). The worker runs each filter once, keeps its rows under its name
+    and counts both sides; counting a filter inside the stage's SQL would run its join twice."""
+    found: list[tuple[str, str, str, str]] = []
 
-    def walk(n: L.Node) -> None:
-        if isinstance(n, FilterProbe):
-            found.append((n.label, render(n.inputs[0]), render(n)))
-        for c in n.children:
-            walk(c)
+    def swap(n: L.Node) -> L.Node:
+        changes: dict[str, object] = {}
+        for f in dataclasses.fields(n):
+            v = getattr(n, f.name)
+            if isinstance(v, L.Node):
+                changes[f.name] = swap(v)
+            elif isinstance(v, tuple) and v and all(isinstance(c, L.Node) for c in v):
+                changes[f.name] = tuple(swap(c) for c in v)
+        n = dataclasses.replace(n, **changes) if changes else n
+        if not isinstance(n, FilterProbe):
+            return n
+        name = f"__jf{len(found)}"
+        found.append((n.label, render(n.inputs[0]), render(n), name))
+        return InputRef(name, n.names)
 
-    walk(node)
-    return tuple(found)
+    named = swap(node)
+    return named, tuple(found)

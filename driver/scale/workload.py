@@ -35,7 +35,7 @@ FIXED_TABLES = frozenset({"nation", "region"})
 def stage_shape(stage: Stage) -> str:
     """``join``, ``aggregate``, ``sort``, ``scan`` (scan inputs, no join/aggregate) or ``project``."""
     sql = " ".join(stage.sql.upper().split())
-    if re.search(r"\bJOIN\b", sql):
+    if stage.join_filters or re.search(r"\bJOIN\b", sql):
         return "join"
     if "GROUP BY" in sql or re.search(r"\b(SUM|COUNT|MIN|MAX|AVG)\(", sql) or "SELECT DISTINCT" in sql:
         return "aggregate"
