@@ -196,20 +196,26 @@ FORCED = PlannerOptions(
 )
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"w{w}")
+@pytest.fixture(
+    scope="module", params=[(2, "keys"), (4, "keys"), (3, "bloom")], ids=lambda p: f"w{p[0]}-{p[1]}"
+)
 def forced(request, sf001: Path) -> Iterator[squall.Connection]:
-    con = squall.connect(str(sf001), workers=request.param, planner_options=FORCED)
-    yield con
+    workers, kind = request.param
+    options = FORCED if kind == "keys" else dataclasses.replace(FORCED, join_filter_exact_keys=0)
+    con = squall.connect(str(sf001), workers=workers, planner_options=options)
+    yield con, kind
     con.close()
 
 
 @pytest.mark.parametrize("n", tpch.QUERY_NUMBERS, ids=lambda n: f"q{n:02d}")
 def test_tpch_with_forced_filters(forced, duck, n: int) -> None:
+    con, kind = forced
     sql = tpch.query(n)
-    result = forced.sql(sql)
+    result = con.sql(sql)
     assert_same_result(result.to_arrow(), duck.sql(sql).to_arrow_table(), sql)
     for f in result.stats["join_filters"]:
         assert 0 <= f["rows_after"] <= f["rows_before"]
+        assert f["filter"].startswith("bloom filter" if kind == "bloom" else "key set"), f["filter"]
 
 
 @pytest.fixture(scope="module")
