@@ -368,10 +368,11 @@ class Catalog:
     def ndv(self, table: str, column: str) -> int:
         """Estimated number of distinct values of a column, from a sample row group (cached).
 
-        Integer and date columns: the sample's density (distinct ÷ its value
-        range) times the table's range from the footers — robust to clustered
-        data. Other columns: the sample's distinct count when it is small
-        (low cardinality), else scaled to the table's row count.
+        Other columns: the sample's distinct count when it is small (low
+        cardinality), else scaled to the table's row count. Integer and date
+        columns: at least the sample's density (distinct ÷ its value range)
+        times the table's range from the footers — robust to clustered data —,
+        at most that range.
         """
         key = (table.lower(), column)
         with self._lock:
@@ -397,8 +398,10 @@ class Catalog:
             lo_hi = pc.min_max(data.cast(pa.int32()) if pa.types.is_date32(data.type) else data).as_py()
             table_range = _span(info.column_range(column))
             if lo_hi["min"] is not None and table_range is not None:
+                # clustered values (few in the sample, dense in its range) scale by the range; values spread
+                # over the whole range (a foreign key in random order: l_partkey) by the rows, up to the range
                 density = distinct / (lo_hi["max"] - lo_hi["min"] + 1)
-                estimate = density * table_range
+                estimate = min(max(estimate, density * table_range), table_range)
         estimate = min(max(estimate, 1.0), float(max(info.num_rows, 1)))
         with self._lock:
             self._ndv[key] = int(estimate)
