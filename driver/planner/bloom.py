@@ -65,9 +65,10 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     if decision is None:
         return joins.plan(ctx, node)
     build, bkeys, _pkeys, targets, broadcast = decision
-    if broadcast and _replicated(ctx, build):
-        # the side joins.plan broadcasts; else a key source on a left/semi/anti join's left (not replicated)
-        whole = build is node.right or (build is node.left and node.kind == "inner")
+    whole = build is node.right or (build is node.left and node.kind == "inner")
+    if broadcast and (_replicated(ctx, build) or not (build is node.left or build is node.right)):
+        # the side joins.plan broadcasts; else a key source on a left/semi/anti join's left: a replicated
+        # scan, or the side a join below broadcasts
         return _plan_local(ctx, node, build, bkeys, targets, whole)
     if broadcast:
         b_node: L.Node = scans.broadcast(ctx, build)
@@ -180,11 +181,14 @@ def _plan_local(
     targets: list[tuple[L.Scan, tuple[str, ...], float]],
     whole: bool = True,
 ) -> tuple[L.Node, Dist]:
-    """Filters whose build side every rank reads whole: exact keys computed in the probe's own stage.
-    ``whole``: ``build`` is a join side (planned as this replicated scan); else a key source inside one."""
+    """Filters whose build side every rank holds whole (a replicated scan, or a broadcast planned now):
+    exact keys computed in the probe's own stage. ``whole``: ``build`` is a join side; else a key source
+    inside one (a broadcast is then kept for the join below that broadcasts it)."""
+    replicated = _replicated(ctx, build)
     b_node = scans.broadcast(ctx, build)
-    if whole:
+    if whole or not replicated:
         ctx.prebuilt[id(build)] = (b_node, REPLICATED)
+    where = "replicated scan" if replicated else "a broadcast the plan makes anyway"
     key_sql = [L.sql_of(k) for k in bkeys]
     key_types = _key_types(ctx, b_node, key_sql)
     keys = build_node("keys", b_node, key_sql, key_types, 0)
@@ -194,9 +198,7 @@ def _plan_local(
         targets,
         key_types,
         label_keys,
-        lambda c: (
-            f"key set on {c} from {label_keys} computed on every rank (replicated scan, no extra round)"
-        ),
+        lambda c: f"key set on {c} from {label_keys} computed on every rank ({where}, no extra round)",
     ):
         f = JoinFilter("local", 0, "", cols, key_types, 0, scan.table, keep, label, source=keys)
         ctx.join_filters.setdefault(id(scan), []).append(f)
@@ -339,7 +341,15 @@ def _decide_from_left(ctx: Context, node: L.Join) -> Decision | None:
     if distinct is None:
         return None
     targets = _probe_targets(ctx, node.right, pkeys, distinct, 0.0)  # computed in place: costs nothing
+    if not _replicated(ctx, source):  # a broadcast's keys (a superset): the left's own keys may cut more
+        by_round = _decide_left_round(ctx, node)
+        if by_round is not None and (not targets or _best_keep(by_round[3]) < _best_keep(targets)):
+            return by_round
     return (source, skeys, pkeys, targets, True) if targets else None
+
+
+def _best_keep(targets: list[tuple[L.Scan, tuple[str, ...], float]]) -> float:
+    return min(keep for _s, _c, keep in targets)
 
 
 def _decide_left_round(ctx: Context, node: L.Join) -> Decision | None:
@@ -362,9 +372,9 @@ def _decide_left_round(ctx: Context, node: L.Join) -> Decision | None:
 
 
 def _key_source(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> tuple[L.Node, tuple[str, ...]] | None:
-    """A subtree every rank reads whole (a replicated scan) whose ``cols`` hold every non-NULL value
-    of ``node``'s ``cols``, following filters, plain renames and inner/semi joins (across their key
-    equalities); None if there is none."""
+    """A subtree every rank holds whole (a replicated scan, or the side an inner/semi join broadcasts) whose
+    ``cols`` hold every non-NULL value of ``node``'s ``cols``, following filters, plain renames and
+    inner/semi joins (across their key equalities); None if there is none."""
     if not all(c in node.names for c in cols):
         return None
     if _replicated(ctx, node):
@@ -385,6 +395,9 @@ def _key_source(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> tuple[L.No
                 across = _across(cols, own_keys, other_keys)
                 if found is None and across is not None:
                     found = _key_source(ctx, other, across)
+                    side = "right" if other is node.right else "left"
+                    if found is None and joins._broadcast_choice(ctx, node) == side:
+                        found = other, across  # broadcast to every rank anyway (TPC-H Q20's part at SF10)
                 return found
     return None
 
