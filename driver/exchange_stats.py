@@ -8,7 +8,9 @@
 - for a skew-aware hash exchange (``squall.operators.skew``): ``partitions``, ``assignment``
   (how partitions were assigned), ``partitions_per_rank``, ``rows_kept_local`` (rows whose partition
   was assigned to the rank that produced them: they did not cross the network), ``heavy_hitters``
-  (how many hot keys) and ``heavy_handling`` (what happened to their rows).
+  (how many hot keys) and ``heavy_handling`` (what happened to their rows); after a run-time broadcast
+  join (``assignment`` "run-time broadcast join"), ``run_time`` says what this side did ("broadcast to
+  every rank" / "kept where it is") and ``heavy_handling`` the sizes that decided it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def exchange_balance(stage: Stage, reports: list[dict[str, Any]]) -> dict[str, A
         out["heavy_rows_kept"] = sum(s["heavy_rows_kept"] for s in skews)
         out["heavy_rows_broadcast"] = sum(s["heavy_rows_broadcast"] for s in skews)
         out["histogram_s"] = max(s["histogram_s"] for s in skews)
+        if "run_time" in first:
+            out["run_time"] = first["run_time"]
     return out
 
 
@@ -62,7 +66,9 @@ def format_exchanges(stats: dict[str, Any]) -> str:
     for e in stats.get("exchanges", []):
         rows = e.get("rows_per_rank", [])
         text = f"  stage {e['stage']} {e['kind']}: rows {rows} skew {e.get('skew', 1.0):.2f}"
-        if "assignment" in e:
+        if "run_time" in e:
+            text += f"; run-time broadcast join: {e['run_time']}, rows moved {e['rows_moved']}"
+        elif "assignment" in e:
             text += (
                 f"; partitions={e['partitions']} assignment={e['assignment']}"
                 f" partitions/rank {e['partitions_per_rank']} rows kept local {e['rows_kept_local']}"

@@ -19,6 +19,13 @@ hash join) until the last member was computed, then:
    same one;
 4. **send** every member by the assignment; the worker then receives the members in plan order.
 
+Before 2-4, a run-time join decision (``Output.broadcast_limit`` > 0): the histogram also carries each
+sender's bytes per member. When a member that may go to every rank (role "broadcast" or "either") holds
+at most ``broadcast_limit`` bytes in all and sending it to the W - 1 other ranks moves fewer bytes than
+hashing both members (its bytes * (W - 1) < the other member's bytes), that member goes whole to every
+rank and the other member's rows stay on the rank that holds them: a broadcast join decided from actual
+sizes, where the planner's estimates had said to hash both sides.
+
 Each member's :class:`~squall.operators.worker.StageReport` gets a ``skew`` dict (partitions, the
 assignment, rows kept local / moved, heavy hitters and how they were handled) that the driver merges
 into ``Result.stats["exchanges"]``.
@@ -46,12 +53,14 @@ HISTOGRAM_BASE = 1_000_000
 TOP_K = 8
 #: a key is hot when its rows exceed this share of a rank's fair share of the group's rows
 HEAVY_SHARE = 0.5
+#: the histogram's ``partition`` of a row whose ``rows`` are a member's bytes on that sender
+BYTES_ROW = -2
 
 _HIST_SCHEMA = pa.schema(
     [
         ("sender", pa.int32()),
         ("member", pa.int32()),
-        ("partition", pa.int32()),  # -1: a top-k key row (``hash`` set)
+        ("partition", pa.int32()),  # -1: a top-k key row (``hash`` set); -2: ``rows`` = the member's bytes
         ("hash", pa.uint64()),
         ("rows", pa.int64()),
     ]
@@ -118,6 +127,11 @@ class SkewExchanges:
         senders, mems, partitions, hashes, rows = [], [], [], [], []
         for m, held in enumerate(members):
             nparts = held.stage.output.partitions
+            senders.append(self.rank)
+            mems.append(m)
+            partitions.append(BYTES_ROW)
+            hashes.append(0)
+            rows.append(int(held.table.nbytes - held.table.column(PART_COLUMN).nbytes))  # bytes it would send
             counts = np.bincount(held.parts, minlength=nparts)
             nz = np.nonzero(counts)[0]
             senders += [self.rank] * len(nz)
@@ -157,13 +171,35 @@ class SkewExchanges:
         self.exchange.send(spec, {r: self._histogram(members) for r in ranks})
         hist = self.exchange.receive(spec)
         decision = decide(hist, members_heavy=[m.stage.output.heavy for m in members], world=self.world,
-                          partitions=members[0].stage.output.partitions)  # fmt: skip
+                          partitions=members[0].stage.output.partitions,
+                          broadcast_limit=members[0].stage.output.broadcast_limit)  # fmt: skip
         histogram_s = time.perf_counter() - t0
         for m, held in enumerate(members):
             self._send(m, held, decision, spec_of(held.stage), histogram_s)
 
     def _send(self, m: int, held: _Held, d: Decision, spec: ExchangeSpec, histogram_s: float) -> None:
         data = held.table.drop_columns([PART_COLUMN])
+        if d.whole_broadcast >= 0:  # the run-time broadcast join (see module doc)
+            if m == d.whole_broadcast:
+                parts = {r: data for r in range(self.world)}
+            else:
+                parts = {r: data if r == self.rank else data.slice(0, 0) for r in range(self.world)}
+            self.exchange.send(spec, parts)
+            whole = m == d.whole_broadcast
+            held.report.skew = {
+                "partitions": held.stage.output.partitions,
+                "assignment": "run-time broadcast join",
+                "run_time": "broadcast to every rank" if whole else "kept where it is",
+                "partitions_per_rank": [0] * self.world,
+                "rows_kept_local": 0 if whole else data.num_rows,
+                "rows_moved": data.num_rows * (self.world - 1) if whole else 0,
+                "heavy_hitters": 0,
+                "heavy_handling": d.handling,
+                "heavy_rows_kept": 0,
+                "heavy_rows_broadcast": 0,
+                "histogram_s": histogram_s,
+            }
+            return
         dest = d.assignment[held.parts].astype(np.int64)
         keep = d.keep.get(m, set())
         bcast = d.broadcast.get(m, set())
@@ -210,23 +246,38 @@ class Decision:
     broadcast: dict[int, set[int]] = field(default_factory=dict)
     heavy_count: int = 0
     handling: str = "none"
+    #: the member that goes whole to every rank while the others stay in place (-1: none)
+    whole_broadcast: int = -1
 
 
-def decide(hist: pa.Table, *, members_heavy: list[str], world: int, partitions: int) -> Decision:
-    """Heavy hitters and the assignment from the gathered histograms (pure; deterministic)."""
+def decide(
+    hist: pa.Table, *, members_heavy: list[str], world: int, partitions: int, broadcast_limit: float = 0.0
+) -> Decision:
+    """Heavy hitters and the assignment from the gathered histograms (pure; deterministic); or the
+    run-time broadcast join when ``broadcast_limit`` allows it (see module doc)."""
     sender = hist.column("sender").to_numpy()
     member = hist.column("member").to_numpy()
     part = hist.column("partition").to_numpy()
     hashes = hist.column("hash").to_numpy()
     rows = hist.column("rows").to_numpy()
+    sizes = [int(rows[(part == BYTES_ROW) & (member == m)].sum()) for m in range(len(members_heavy))]
+    if (small := _broadcast_member(sizes, members_heavy, world, broadcast_limit)) >= 0:
+        other = sum(sizes) - sizes[small]
+        return Decision(
+            assignment=np.zeros(partitions, dtype=np.int64),
+            handling=f"run-time broadcast join: member {small} ({sizes[small]} bytes) to every rank, "
+            f"the other side ({other} bytes) stays in place",
+            whole_broadcast=small,
+        )
     is_hist = part >= 0
+    is_key = part == -1
     held = np.zeros((world, partitions), dtype=np.int64)
     np.add.at(held, (sender[is_hist], part[is_hist]), rows[is_hist])
     total = int(rows[is_hist].sum())
     threshold = HEAVY_SHARE * total / max(world, 1)
     # global counts of the reported keys, per member
     counts: dict[tuple[int, int], int] = {}
-    for m, h, n in zip(member[~is_hist].tolist(), hashes[~is_hist].tolist(), rows[~is_hist].tolist()):
+    for m, h, n in zip(member[is_key].tolist(), hashes[is_key].tolist(), rows[is_key].tolist()):
         counts[m, h] = counts.get((m, h), 0) + n
     keep: dict[int, set[int]] = {}
     bcast: dict[int, set[int]] = {}
@@ -248,7 +299,7 @@ def decide(hist: pa.Table, *, members_heavy: list[str], world: int, partitions: 
         for o in others:  # … the other side's rows of it go to every rank
             bcast.setdefault(o, set()).add(h)
         # the kept rows leave their partition's histogram and load their own rank
-        mask = (~is_hist) & (hashes == np.uint64(h)) & (member == k)
+        mask = is_key & (hashes == np.uint64(h)) & (member == k)
         p = int(np.uint64(h) % np.uint64(partitions))
         for s, n in zip(sender[mask].tolist(), rows[mask].tolist()):
             held[s, p] = max(held[s, p] - n, 0)
@@ -265,3 +316,21 @@ def decide(hist: pa.Table, *, members_heavy: list[str], world: int, partitions: 
         heavy_count=len(hot),
         handling=", ".join(parts) or "none",
     )
+
+
+def _broadcast_member(sizes: list[int], roles: list[str], world: int, limit: float) -> int:
+    """The member to send whole to every rank, or -1: the smallest that may be broadcast while every
+    other member may keep its rows, within ``limit`` bytes and moving fewer bytes than hashing."""
+    if limit <= 0 or world < 2 or len(sizes) != 2:
+        return -1
+    order = sorted(range(len(sizes)), key=lambda m: (sizes[m], m))
+    for b in order:
+        keepers = [m for m in range(len(sizes)) if m != b]
+        if roles[b] not in ("broadcast", "either") or any(
+            roles[k] not in ("keep", "either") for k in keepers
+        ):
+            continue
+        rest = sum(sizes[k] for k in keepers)
+        if sizes[b] <= limit and sizes[b] * (world - 1) < rest:
+            return b
+    return -1

@@ -135,6 +135,9 @@ class Output:
     #: heavy hitters (selective broadcast): "keep" (this side's hot-key rows stay on their rank),
     #: "broadcast" (this side's rows of the other side's hot keys go to every rank), "either", "" (none)
     heavy: str = ""
+    #: skew-aware groups: a side may go whole to every rank (the other side staying where it is) when its
+    #: actual bytes, summed over the senders, are at most this and the cheaper move (0: never)
+    broadcast_limit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,7 @@ class Plan:
                 partitions=o.get("partitions", 0),
                 group=o.get("group", 0),
                 heavy=o.get("heavy", ""),
+                broadcast_limit=o.get("broadcast_limit", 0.0),
             )
             stages.append(
                 Stage(

@@ -3,6 +3,9 @@ assignment, selective broadcast) on skewed data match DuckDB at W=1,3,4,8 on loc
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import duckdb
 import pytest
 
@@ -145,3 +148,65 @@ def test_skew_on_fabric_tcp(skewed):
         result = con.sql(JOIN)
     assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
     assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in _join_exchanges(result.stats))
+
+
+# --- the run-time broadcast join: the planner hashed both sides, their actual sizes say broadcast -------------
+
+#: the planner never broadcasts (broadcast_factor 0) but the run-time decision may (broadcast_limit default)
+RUN_TIME = PlannerOptions(broadcast_factor=0.0, skew_min_bytes=0.0, replicated_scan_rows=0.0)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_run_time_broadcast_join(skewed, workers):
+    with squall.connect(data=str(skewed), workers=workers, planner_options=RUN_TIME) as con:
+        plan = con.explain(JOIN)
+        results = {sql: con.sql(sql) for sql in (JOIN, JOIN_ROWS, LEFT_JOIN)}
+    assert "goes whole to every rank if its bytes are the cheaper move" in plan
+    for sql, result in results.items():
+        assert_same_result(result.to_arrow(), reference(skewed, sql), sql)
+    # JOIN sends dim (k, grp: 320 kB) and fact (k, v: 960 kB): dim to the W - 1 other ranks moves fewer
+    # bytes than hashing both at W = 2 and 3, not at W = 4 (3 x 320 kB = 960 kB), where the hot key is
+    # handled by selective broadcast instead
+    join = _join_exchanges(results[JOIN].stats)
+    assert len(join) == 2, join
+    fact = max(join, key=lambda e: e["rows_kept_local"])
+    dim = min(join, key=lambda e: e["rows_kept_local"])
+    if workers < 4:
+        assert fact["run_time"] == "kept where it is" and fact["rows_moved"] == 0
+        assert fact["rows_kept_local"] == FACT_ROWS
+        assert dim["run_time"] == "broadcast to every rank"
+        assert dim["rows_per_rank"] == [DIM_ROWS] * workers  # every rank holds the whole dim side
+        said = re.fullmatch(
+            r"run-time broadcast join: member 1 \((\d+) bytes\) to every rank, the other side \((\d+) bytes\) "
+            r"stays in place",
+            dim["heavy_handling"],
+        )
+        assert said and int(said[1]) * (workers - 1) < int(said[2]), dim["heavy_handling"]
+    else:
+        assert all("run_time" not in e and e["heavy_handling"] == "1 selective broadcast" for e in join)
+
+
+def test_run_time_broadcast_off_hashes_both_sides(skewed):
+    off = dataclasses.replace(RUN_TIME, runtime_broadcast=False)
+    with squall.connect(data=str(skewed), workers=3, planner_options=off) as con:
+        result = con.sql(JOIN)
+        plan = con.explain(JOIN)
+    assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
+    assert "goes whole to every rank" not in plan
+    assert all(
+        "run_time" not in e and e["assignment"] == "histogram+locality" for e in _join_exchanges(result.stats)
+    )
+
+
+def test_run_time_broadcast_join_on_s3_exchange(skewed):
+    from .s3server import moto_available, moto_s3
+
+    if reason := moto_available():
+        pytest.skip(reason)
+    with moto_s3("squall-rtb-xchg") as _s3, squall.connect(
+        data=str(skewed), workers=3, planner_options=RUN_TIME, exchange="s3://squall-rtb-xchg/t",
+    ) as con:  # fmt: skip
+        result = con.sql(JOIN)
+    assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
+    runs = sorted(e["run_time"] for e in _join_exchanges(result.stats))
+    assert runs == ["broadcast to every rank", "kept where it is"], result.stats["exchanges"]

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from squall.operators.skew import HEAVY_SHARE, decide
+from squall.operators.skew import BYTES_ROW, HEAVY_SHARE, decide
 from squall.operators.skew_assign import SLACK, assign, loads, moved, optimal, plain_hash
 from squall.plan import Output, Plan, Stage
 
@@ -136,3 +136,37 @@ def test_plan_round_trips_skew_fields():
     for key in ("partitions", "group", "heavy"):
         del old["stages"][0]["output"][key]
     assert Plan.from_dict(old).stages[0].output.partitions == 0
+
+
+# --- the run-time broadcast join: a side small enough goes whole to every rank ---------------------------------
+
+
+def _sized(small: int, big: int, world: int) -> pa.Table:
+    """A uniform histogram of two members whose senders hold ``small`` and ``big`` bytes in all."""
+    rows = [(s, m, p, 0, 10) for s in range(world) for m in range(2) for p in range(4)]
+    rows += [(s, 0, BYTES_ROW, 0, small // world) for s in range(world)]
+    rows += [(s, 1, BYTES_ROW, 0, big // world) for s in range(world)]
+    return _hist(rows)
+
+
+@pytest.mark.parametrize(
+    ("roles", "small", "big", "limit", "want"),
+    [
+        (["either", "either"], 1_000, 100_000, 1e6, 0),  # inner join: the small side goes to every rank
+        (["either", "either"], 100_000, 1_000, 1e6, 1),  # … whichever side it is
+        (["broadcast", "keep"], 1_000, 100_000, 1e6, 0),  # right join: its left side may be broadcast
+        (["keep", "broadcast"], 1_000, 100_000, 1e6, -1),  # left join: the preserved left side must stay
+        (["keep", "broadcast"], 100_000, 1_000, 1e6, 1),  # … its right side may go
+        (["either", "either"], 1_000, 100_000, 500, -1),  # over the limit
+        (["either", "either"], 1_000, 100_000, 0, -1),  # off
+        (["either", "either"], 40_000, 100_000, 1e6, -1),  # 40k to 3 more ranks moves more than hashing
+        (["", ""], 1_000, 100_000, 1e6, -1),  # full outer join
+    ],
+)
+def test_run_time_broadcast_join_decision(roles, small, big, limit, want):
+    d = decide(_sized(small, big, 4), members_heavy=roles, world=4, partitions=4, broadcast_limit=limit)
+    assert d.whole_broadcast == want
+    if want >= 0:
+        assert d.handling.startswith(f"run-time broadcast join: member {want} ")
+    else:
+        assert d.heavy_count == 0 and len(d.assignment) == 4  # the histogram assignment as before

@@ -67,6 +67,9 @@ class PlannerOptions:
     skew_min_bytes: float = 64e6
     #: … with this many radix partitions per rank
     skew_partitions_per_rank: int = 32
+    #: … and the join broadcasts a side instead when, at run time, its actual bytes are at most
+    #: ``broadcast_limit`` and broadcasting moves fewer bytes than hashing both sides
+    runtime_broadcast: bool = True
     #: with one worker, run the query as written in one DuckDB stage over Squall's scans (DuckDB plans
     #: the joins, subqueries and CTEs itself; the scans still prune, probe the predicate cache and
     #: count); off: Squall's own stage plan at W=1 too

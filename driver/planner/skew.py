@@ -14,6 +14,11 @@ hot key's rows are on every rank): the join's output :class:`Dist` names the gro
 that relies on the key partitioning (an aggregate or window in place, a co-located join) calls
 :meth:`Context.rely_on`, which turns the group back into plain hashing (said in the stages' notes).
 So a skew-aware join never adds an exchange to a plan.
+
+The same histogram round also decides broadcast vs hash-partitioning from the sides' actual sizes (a
+run-time join decision, ``PlannerOptions.runtime_broadcast``): when the side that may go to every rank
+(the "broadcast" role above) holds at most ``broadcast_limit`` bytes in all and sending it to W - 1 ranks
+moves fewer bytes than hashing both sides, it is broadcast and the other side's rows stay where they are.
 """
 
 from __future__ import annotations
@@ -62,7 +67,10 @@ def co_partition(ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes
         stage = ctx.stages[index[sid]]
         out = stage.output
         full_hash = out.partition_sql.removesuffix(suffix)
-        output = dataclasses.replace(out, partition_sql=full_hash, partitions=parts, group=group, heavy=role)
+        limit = opts.broadcast_limit if opts.runtime_broadcast else 0.0
+        output = dataclasses.replace(
+            out, partition_sql=full_hash, partitions=parts, group=group, heavy=role, broadcast_limit=limit
+        )
         ctx.stages[index[sid]] = dataclasses.replace(stage, output=output)
     return group
 
@@ -83,4 +91,6 @@ def describe(output: Output) -> str:
         text += ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank)"
     else:
         text += ", heavy hitters: assignment only (full outer join)"
+    if output.broadcast_limit > 0 and heavy in ("either", "broadcast"):
+        text += "; at run time this side goes whole to every rank if its bytes are the cheaper move"
     return text
