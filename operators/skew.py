@@ -181,10 +181,10 @@ class SkewExchanges:
         data = held.table.drop_columns([PART_COLUMN])
         if d.whole_broadcast >= 0:  # the run-time broadcast join (see module doc)
             if m == d.whole_broadcast:
-                parts = {r: data for r in range(self.world)}
+                addressed = {r: data for r in range(self.world)}
             else:
-                parts = {r: data if r == self.rank else data.slice(0, 0) for r in range(self.world)}
-            self.exchange.send(spec, parts)
+                addressed = {r: data if r == self.rank else data.slice(0, 0) for r in range(self.world)}
+            self.exchange.send(spec, addressed)
             whole = m == d.whole_broadcast
             held.report.skew = {
                 "partitions": held.stage.output.partitions,
