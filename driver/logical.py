@@ -9,6 +9,8 @@ built (transformations copy).
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,6 +306,18 @@ class OneRank(Node):
     @property
     def names(self) -> tuple[str, ...]:
         return self.out
+
+
+def with_children(node: Node, f: Callable[[Node], Node]) -> Node:
+    """``node`` with ``f`` applied to each child (every field holding a node or a tuple of nodes)."""
+    changes: dict[str, object] = {}
+    for fld in dataclasses.fields(node):
+        v = getattr(node, fld.name)
+        if isinstance(v, Node):
+            changes[fld.name] = f(v)
+        elif isinstance(v, tuple) and v and all(isinstance(c, Node) for c in v):
+            changes[fld.name] = tuple(f(c) for c in v)
+    return dataclasses.replace(node, **changes) if changes else node
 
 
 def describe(node: Node, indent: int = 0) -> str:

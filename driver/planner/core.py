@@ -229,14 +229,7 @@ class Context:
                 fields = [info.schema.field(src).with_name(internal) for src, internal in n.columns]
                 tables[name] = pa.schema(fields).empty_table()
                 return InputRef(name, n.names)
-            changes: dict[str, object] = {}
-            for f in dataclasses.fields(n):
-                v = getattr(n, f.name)
-                if isinstance(v, L.Node):
-                    changes[f.name] = swap(v)
-                elif isinstance(v, tuple) and v and all(isinstance(c, L.Node) for c in v):
-                    changes[f.name] = tuple(swap(c) for c in v)
-            return dataclasses.replace(n, **changes) if changes else n
+            return L.with_children(n, swap)
 
         registered = []
         try:

@@ -23,7 +23,6 @@ A NULL key never passes (NULLs never match an equality join).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from squall.driver import logical as L
@@ -148,14 +147,7 @@ def named_probes(node: L.Node) -> tuple[L.Node, tuple[tuple[str, str, str, str],
     found: list[tuple[str, str, str, str]] = []
 
     def swap(n: L.Node) -> L.Node:
-        changes: dict[str, object] = {}
-        for f in dataclasses.fields(n):
-            v = getattr(n, f.name)
-            if isinstance(v, L.Node):
-                changes[f.name] = swap(v)
-            elif isinstance(v, tuple) and v and all(isinstance(c, L.Node) for c in v):
-                changes[f.name] = tuple(swap(c) for c in v)
-        n = dataclasses.replace(n, **changes) if changes else n
+        n = L.with_children(n, swap)
         if not isinstance(n, FilterProbe):
             return n
         name = f"__jf{len(found)}"
