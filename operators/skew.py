@@ -180,12 +180,11 @@ class SkewExchanges:
     def _send(self, m: int, held: _Held, d: Decision, spec: ExchangeSpec, histogram_s: float) -> None:
         data = held.table.drop_columns([PART_COLUMN])
         if d.whole_broadcast >= 0:  # the run-time broadcast join (see module doc)
-            if m == d.whole_broadcast:
-                addressed = {r: data for r in range(self.world)}
-            else:
-                addressed = {r: data if r == self.rank else data.slice(0, 0) for r in range(self.world)}
-            self.exchange.send(spec, addressed)
             whole = m == d.whole_broadcast
+            empty = data.slice(0, 0)
+            self.exchange.send(
+                spec, {r: data if whole or r == self.rank else empty for r in range(self.world)}
+            )
             held.report.skew = {
                 "partitions": held.stage.output.partitions,
                 "assignment": "run-time broadcast join",
@@ -288,8 +287,8 @@ def decide(
         per = {m: counts.get((m, h), 0) for m in range(len(members_heavy))}
         k = max(per, key=lambda m: (per[m], -m))  # the hottest side keeps its rows …
         others = [m for m in per if m != k]
-        ok = members_heavy[k] in ("keep", "either") and all(
-            members_heavy[o] in ("broadcast", "either") and per[o] * (world - 1) <= per[k] for o in others
+        ok = _may_keep(members_heavy[k]) and all(
+            _may_broadcast(members_heavy[o]) and per[o] * (world - 1) <= per[k] for o in others
         )
         if not ok:
             unhandled += 1
@@ -318,19 +317,25 @@ def decide(
     )
 
 
+def _may_keep(role: str) -> bool:
+    """Whether a member with join role ``role`` may keep rows on the rank that holds them."""
+    return role in ("keep", "either")
+
+
+def _may_broadcast(role: str) -> bool:
+    """Whether a member with join role ``role`` may send rows to every rank."""
+    return role in ("broadcast", "either")
+
+
 def _broadcast_member(sizes: list[int], roles: list[str], world: int, limit: float) -> int:
-    """The member to send whole to every rank, or -1: the smallest that may be broadcast while every
-    other member may keep its rows, within ``limit`` bytes and moving fewer bytes than hashing."""
+    """Of a two-member group, the member to send whole to every rank, or -1: the smaller one that may be
+    broadcast while the other may keep its rows, within ``limit`` bytes and moving fewer bytes than
+    hashing both."""
     if limit <= 0 or world < 2 or len(sizes) != 2:
         return -1
-    order = sorted(range(len(sizes)), key=lambda m: (sizes[m], m))
-    for b in order:
-        keepers = [m for m in range(len(sizes)) if m != b]
-        if roles[b] not in ("broadcast", "either") or any(
-            roles[k] not in ("keep", "either") for k in keepers
-        ):
-            continue
-        rest = sum(sizes[k] for k in keepers)
-        if sizes[b] <= limit and sizes[b] * (world - 1) < rest:
+    for b in sorted((0, 1), key=lambda m: (sizes[m], m)):
+        k = 1 - b
+        ok = _may_broadcast(roles[b]) and _may_keep(roles[k])
+        if ok and sizes[b] <= limit and sizes[b] * (world - 1) < sizes[k]:
             return b
     return -1

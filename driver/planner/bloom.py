@@ -96,7 +96,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     key_sql = [L.sql_of(k) for k in bkeys]
     names = tuple(k.name for k in bkeys if isinstance(k, exp.Column))
     if not broadcast and (earlier := _earlier_filter(ctx, build, names)) is not None:
-        return _plan_reused(ctx, node, earlier, targets)
+        reused = " (reused: its keys hold this join's)"
+        return _attach(ctx, node, earlier, targets, ", ".join(earlier.cols), reused)
     key_types = _key_types(ctx, b_node, key_sql)
     n_build = max(estimate_rows(build), 1.0)
     kind = "keys" if n_build <= ctx.options.join_filter_exact_keys else "bloom"
@@ -112,40 +113,31 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     )
     stage_id = len(ctx.stages)
     assert stage_id >= first
+    built = BuiltFilter(names, kind, stage_id, ref.name, key_types, bits)
     if len(names) == len(bkeys):
-        built = BuiltFilter(names, kind, stage_id, ref.name, key_types, bits)
         ctx.filter_stages.setdefault(id(build), []).append(built)
-    what_kind = "key set" if kind == "keys" else "bloom filter"
-    for scan, cols, keep, label in _targets(
-        ctx, targets, key_types, label_keys, lambda c: f"{what_kind} on {c} from stage {stage_id}"
-    ):
-        f = JoinFilter(kind, stage_id, ref.name, cols, key_types, bits, scan.table, keep, label)
-        ctx.join_filters.setdefault(id(scan), []).append(f)
-    return joins.plan(ctx, node)
+    return _attach(ctx, node, built, targets, label_keys)
 
 
-def _plan_reused(
-    ctx: Context, node: L.Join, earlier: BuiltFilter, targets: list[tuple[L.Scan, tuple[str, ...], float]]
+def _attach(
+    ctx: Context,
+    node: L.Join,
+    built: BuiltFilter,
+    targets: list[tuple[L.Scan, tuple[str, ...], float]],
+    label_keys: str,
+    why: str = "",
 ) -> tuple[L.Node, Dist]:
-    """Filters from a filter stage planned earlier over keys that hold every key of this build side."""
-    what_kind = "key set" if earlier.kind == "keys" else "bloom filter"
+    """The filter of stage ``built`` at the probe scans ``targets``, then the join itself."""
+    what_kind = "key set" if built.kind == "keys" else "bloom filter"
     for scan, cols, keep, label in _targets(
         ctx,
         targets,
-        earlier.key_types,
-        ", ".join(earlier.cols),
-        lambda c: f"{what_kind} on {c} from stage {earlier.stage} (reused: its keys hold this join's)",
+        built.key_types,
+        label_keys,
+        lambda c: f"{what_kind} on {c} from stage {built.stage}{why}",
     ):
         f = JoinFilter(
-            earlier.kind,
-            earlier.stage,
-            earlier.input,
-            cols,
-            earlier.key_types,
-            earlier.bits,
-            scan.table,
-            keep,
-            label,
+            built.kind, built.stage, built.input, cols, built.key_types, built.bits, scan.table, keep, label
         )
         ctx.join_filters.setdefault(id(scan), []).append(f)
     return joins.plan(ctx, node)
@@ -157,7 +149,6 @@ def _earlier_filter(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> BuiltF
     if not cols:
         return None
     for built in ctx.filter_stages.get(id(node), []):
-        assert isinstance(built, BuiltFilter)
         if built.cols == cols:
             return built
     if isinstance(node, L.Filter):

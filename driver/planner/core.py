@@ -22,7 +22,7 @@ from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
 from squall.driver.planner.exprs import hashable, leaves
-from squall.driver.planner.joinfilter import named_probes
+from squall.driver.planner.joinfilter import BuiltFilter, named_probes
 from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import Names
 from squall.errors import NotSupportedError
@@ -165,8 +165,8 @@ class Context:
         self.prebuilt: dict[int, tuple[L.Node, Dist]] = {}
         #: join filters to apply at scans (id of the logical Scan → filters), see planner/bloom.py
         self.join_filters: dict[int, list[object]] = {}
-        #: filter stages planned over a subtree's keys (id of the logical node → BuiltFilter), for reuse
-        self.filter_stages: dict[int, list[object]] = {}
+        #: filter stages planned over a subtree's keys (id of the logical node → filters), for reuse
+        self.filter_stages: dict[int, list[BuiltFilter]] = {}
         self._names: Names | None = None
         self._own_db = db is None
         self._db = db if db is not None else Sandbox(threads=1)
@@ -273,13 +273,9 @@ class Context:
             partition_sql = self._partition_sql(sql, output.keys, refs)
         out = dataclasses.replace(output, senders=senders, receivers=receivers, partition_sql=partition_sql)
         note += _one_rank_note(node)
-        named, probes = named_probes(node)
-        run_sql = render(named) if probes else sql
-        stage = Stage(
-            stage_id, ranks, tuple(self.inputs[leaf.name] for leaf in refs), run_sql, out, types, note
-        )
-        if probes:
-            stage = dataclasses.replace(stage, join_filters=probes)
+        run_sql, probes = _with_named_probes(node, sql)
+        inputs = tuple(self.inputs[leaf.name] for leaf in refs)
+        stage = Stage(stage_id, ranks, inputs, run_sql, out, types, note, join_filters=probes)
         self.stages.append(stage)
         self.schemas[stage_id] = schema
         name = f"x{stage_id}"
@@ -355,12 +351,12 @@ class Context:
                 node = L.Project(node, tuple(exprs))
             sql = render(node)
             _schema, types = self.typecheck(sql, refs)
-        named, probes = named_probes(node)
+        run_sql, probes = _with_named_probes(node, sql)
         return Stage(
             len(self.stages) + 1,
             ranks,
             tuple(self.inputs[leaf.name] for leaf in refs),
-            render(named) if probes else sql,
+            run_sql,
             Output("result", ranks, (0,)),
             types,
             "final result" + _one_rank_note(node),
@@ -379,6 +375,13 @@ class Context:
             if user is not None and stage.output.kind == "broadcast" and user.ranks != stage.output.receivers:
                 output = dataclasses.replace(stage.output, receivers=user.ranks)
                 self.stages[i] = dataclasses.replace(stage, output=output)
+
+
+def _with_named_probes(node: L.Node, sql: str) -> tuple[str, tuple[tuple[str, str, str, str], ...]]:
+    """A stage's SQL (``sql`` renders ``node``) with its join filters read by name, and the filters
+    (see :func:`~squall.driver.planner.joinfilter.named_probes`)."""
+    named, probes = named_probes(node)
+    return (render(named) if probes else sql), probes
 
 
 def _one_rank_note(node: L.Node) -> str:
