@@ -6,6 +6,8 @@ import numpy as np
 import pyarrow as pa
 
 PART_COLUMN = "__squall_part"
+#: skew-aware exchanges keyed by one integer column: the key as BIGINT (``Output.range_sql``)
+RANGE_COLUMN = "__squall_range"
 
 
 def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLUMN) -> list[pa.Table]:

@@ -19,6 +19,14 @@ hash join) until the last member was computed, then:
    same one;
 4. **send** every member by the assignment; the worker then receives the members in plan order.
 
+Order-preserving partitions (Neo-Join's MSB radix partitioning, which keeps locality): when the group is
+keyed by one integer column (``Output.range_sql``, domain [``range_lo``, ``range_hi``] from the catalog),
+each sender also counts its rows per equal-width key range (P ranges over the domain; histogram partitions
+P..2P-1). Hash partitions spread every key range over all ranks; key ranges keep data that is clustered by
+the key (files written in key order, date-correlated keys) on the rank that holds it. Step 3 computes both
+assignments and takes the key ranges when their slowest rank's load is within ``SLACK`` of the hash's and
+they move fewer rows; otherwise the hash (a narrow filter can leave few ranges filled: balance first).
+
 Before 2-4, a run-time join decision (``Output.broadcast_limit`` > 0): the histogram also carries each
 sender's bytes per member. When a member that may go to every rank (role "broadcast" or "either") holds
 at most ``broadcast_limit`` bytes in all and sending it to the W - 1 other ranks moves fewer bytes than
@@ -43,8 +51,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squall.exchange.base import Exchange, ExchangeSpec
-from squall.operators.partition import PART_COLUMN, split_by_partition
-from squall.operators.skew_assign import assign
+from squall.operators.partition import PART_COLUMN, RANGE_COLUMN, split_by_partition
+from squall.operators.skew_assign import SLACK, assign, loads
 from squall.plan import Plan, Stage
 
 #: exchange ids of histogram rounds: HISTOGRAM_BASE + the group's id (stage ids stay far below)
@@ -63,6 +71,7 @@ _HIST_SCHEMA = pa.schema(
         ("partition", pa.int32()),  # -1: a top-k key row (``hash`` set); -2: ``rows`` = the member's bytes
         ("hash", pa.uint64()),
         ("rows", pa.int64()),
+        ("bucket", pa.int32()),  # a top-k key row's key range (-1: the group has no key ranges)
     ]
 )
 
@@ -74,6 +83,15 @@ class _Held:
     report: Any  # the member's StageReport
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     parts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    buckets: np.ndarray | None = None  # key range per row (Output.range_sql), else None
+
+
+def key_buckets(keys: np.ndarray, lo: int, hi: int, partitions: int) -> np.ndarray:
+    """Equal-width key ranges over [lo, hi]: range p holds keys lo + p·width … (order-preserving; keys
+    outside the domain go to the first or last range)."""
+    width = max(1, -(-(hi - lo + 1) // partitions))
+    shifted = np.clip(keys.astype(np.int64, copy=False), lo, hi) - np.int64(lo)
+    return np.minimum(shifted // np.int64(width), partitions - 1).astype(np.int64)
 
 
 def groups_of(plan: Plan) -> dict[int, list[int]]:
@@ -117,6 +135,11 @@ class SkewExchanges:
         hashes = table.column(PART_COLUMN).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
         held.hashes = hashes
         held.parts = (hashes % np.uint64(stage.output.partitions)).astype(np.int64)
+        out = stage.output
+        if out.range_sql:
+            keys = pc.fill_null(table.column(RANGE_COLUMN), out.range_lo).to_numpy(zero_copy_only=False)
+            held.buckets = key_buckets(keys, out.range_lo, out.range_hi, out.partitions)
+            held.table = table.drop_columns([RANGE_COLUMN])
         self._held.setdefault(group, []).append(held)
         if stage.id == self.groups[group][-1]:
             self._flush(group, self._held.pop(group), spec_of)
@@ -125,6 +148,7 @@ class SkewExchanges:
 
     def _histogram(self, members: list[_Held]) -> pa.Table:
         senders, mems, partitions, hashes, rows = [], [], [], [], []
+        buckets: list[int] = []
         for m, held in enumerate(members):
             nparts = held.stage.output.partitions
             senders.append(self.rank)
@@ -139,6 +163,14 @@ class SkewExchanges:
             partitions += nz.tolist()
             hashes += [0] * len(nz)
             rows += counts[nz].tolist()
+            if held.buckets is not None:  # key ranges: partitions P..2P-1
+                by_range = np.bincount(held.buckets, minlength=nparts)
+                nz = np.nonzero(by_range)[0]
+                senders += [self.rank] * len(nz)
+                mems += [m] * len(nz)
+                partitions += (nz + nparts).tolist()
+                hashes += [0] * len(nz)
+                rows += by_range[nz].tolist()
             if held.stage.output.heavy and len(held.hashes):
                 # candidates only in locally large partitions: a hot key makes its partition large
                 big = counts > max(2.0 * len(held.hashes) / nparts, 1.0)
@@ -153,6 +185,10 @@ class SkewExchanges:
                     partitions += [-1] * len(top)
                     hashes += values[top].tolist()
                     rows += cnts[top].tolist()
+                    buckets += [-1] * (len(senders) - len(top) - len(buckets))  # the rows before
+                    if held.buckets is not None:  # each key's range, from one of its rows
+                        buckets += [int(held.buckets[np.argmax(held.hashes == h)]) for h in values[top]]
+            buckets += [-1] * (len(senders) - len(buckets))
         return pa.table(
             [
                 pa.array(senders, pa.int32()),
@@ -160,6 +196,7 @@ class SkewExchanges:
                 pa.array(partitions, pa.int32()),
                 pa.array(hashes, pa.uint64()),
                 pa.array(rows, pa.int64()),
+                pa.array(buckets, pa.int32()),
             ],
             schema=_HIST_SCHEMA,
         )
@@ -199,7 +236,8 @@ class SkewExchanges:
                 "histogram_s": histogram_s,
             }
             return
-        dest = d.assignment[held.parts].astype(np.int64)
+        by_range = d.by_range and held.buckets is not None
+        dest = d.assignment[held.buckets if by_range else held.parts].astype(np.int64)
         keep = d.keep.get(m, set())
         bcast = d.broadcast.get(m, set())
         kept_heavy = bcast_rows = 0
@@ -223,7 +261,7 @@ class SkewExchanges:
         local = int((dest == self.rank).sum()) - kept_heavy
         held.report.skew = {
             "partitions": held.stage.output.partitions,
-            "assignment": "histogram+locality",
+            "assignment": "histogram+locality" + (", key ranges" if by_range else ""),
             "partitions_per_rank": np.bincount(d.assignment, minlength=self.world).tolist(),
             "rows_kept_local": local,
             "rows_moved": int(len(dest)) - local - kept_heavy,
@@ -247,6 +285,8 @@ class Decision:
     handling: str = "none"
     #: the member that goes whole to every rank while the others stay in place (-1: none)
     whole_broadcast: int = -1
+    #: partitions are the key ranges (``_Held.buckets``), not hash partitions
+    by_range: bool = False
 
 
 def decide(
@@ -268,10 +308,15 @@ def decide(
             f"the other side ({other} bytes) stays in place",
             whole_broadcast=small,
         )
-    is_hist = part >= 0
+    bucket = hist.column("bucket").to_numpy()
+    is_hist = (part >= 0) & (part < partitions)
+    is_range = part >= partitions
     is_key = part == -1
     held = np.zeros((world, partitions), dtype=np.int64)
     np.add.at(held, (sender[is_hist], part[is_hist]), rows[is_hist])
+    ranged = np.zeros((world, partitions), dtype=np.int64) if is_range.any() else None
+    if ranged is not None:
+        np.add.at(ranged, (sender[is_range], part[is_range] - partitions), rows[is_range])
     total = int(rows[is_hist].sum())
     threshold = HEAVY_SHARE * total / max(world, 1)
     # global counts of the reported keys, per member
@@ -300,21 +345,44 @@ def decide(
         # the kept rows leave their partition's histogram and load their own rank
         mask = is_key & (hashes == np.uint64(h)) & (member == k)
         p = int(np.uint64(h) % np.uint64(partitions))
-        for s, n in zip(sender[mask].tolist(), rows[mask].tolist()):
+        for s, n, b in zip(sender[mask].tolist(), rows[mask].tolist(), bucket[mask].tolist()):
             held[s, p] = max(held[s, p] - n, 0)
+            if ranged is not None and b >= 0:
+                ranged[s, b] = max(ranged[s, b] - n, 0)
             base[s] += n
+    assignment, by_range = _assignment(held, ranged, base)
     parts = []
     if handled:
         parts.append(f"{handled} selective broadcast")
     if unhandled:
         parts.append(f"{unhandled} left to the assignment (this join must move both sides' rows)")
     return Decision(
-        assignment=assign(held, base),
+        assignment=assignment,
         keep=keep,
         broadcast=bcast,
         heavy_count=len(hot),
         handling=", ".join(parts) or "none",
+        by_range=by_range,
     )
+
+
+def _assignment(held: np.ndarray, ranged: np.ndarray | None, base: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The hash partitions' assignment, or the key ranges' (True) when they balance as well (within
+    ``SLACK`` of the hash's slowest rank) and keep more rows where they are."""
+    by_hash = assign(held, base)
+    if ranged is None:
+        return by_hash, False
+    by_range = assign(ranged, base)
+    slowest_hash = int(loads(held, by_hash, base).max())
+    slowest_range = int(loads(ranged, by_range, base).max())
+    if slowest_range <= slowest_hash * (1.0 + SLACK) and _local(ranged, by_range) > _local(held, by_hash):
+        return by_range, True
+    return by_hash, False
+
+
+def _local(held: np.ndarray, assignment: np.ndarray) -> int:
+    """Rows that stay on the rank holding them under ``assignment``."""
+    return int(held[assignment, np.arange(held.shape[1])].sum())
 
 
 def _may_keep(role: str) -> bool:

@@ -25,7 +25,7 @@ from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
 from squall.operators.faults import before_stage, faults_from_env, scan_delay
-from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.partition import PART_COLUMN, RANGE_COLUMN, split_by_partition
 from squall.operators.rangepart import range_parts
 from squall.operators.scan import read_scan, scan_schema
 from squall.operators.skew import SkewExchanges
@@ -314,8 +314,9 @@ class Worker:
                 filtered.append(name)
                 sr.join_filters[label] = [_count(db, pre_sql), kept.num_rows]
             if output.kind == "hash":
+                key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
                 table = db.query(
-                    f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN} FROM ({stage.sql}) AS t"
+                    f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t"
                 )
             else:
                 table = db.query(stage.sql)

@@ -7,7 +7,7 @@
                  [--provider tcp|shm|efa]
     squall explain SQL | -f FILE --data DIR [--workers W] [--analyze]
     squall gen-tpch --sf SF --out DIR [--parts N] [--skew jcch [--hot-share H] [--hot-keys K] [--zipf Z]
-                 [--seed N] [--correlate-dates]]
+                 [--hot-orders K] [--order-zipf Z] [--seed N] [--correlate-dates]]
     squall gen-tpcds --sf SF --out DIR
     squall tables --data DIR | --endpoint URL
     squall serve --data DIR|s3://… [--port P] [--token T] [--workers W] [--state DIR|s3://…]
@@ -175,6 +175,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--zipf", type=float, default=None, help="--skew: Zipf exponent of the other keys (default 0: off)"
+    )
+    g.add_argument(
+        "--hot-orders",
+        type=int,
+        default=None,
+        help="--skew: hot orders the hot lineitems fall on (default: --hot-keys)",
+    )
+    g.add_argument(
+        "--order-zipf",
+        type=float,
+        default=None,
+        help="--skew: Zipf exponent of the order keys (default: --zipf)",
     )
     g.add_argument("--seed", type=int, default=None, help="--skew: seed of the hash-based draws (default 0)")
     g.add_argument(
@@ -424,13 +436,15 @@ def _gen_tpch(args: argparse.Namespace) -> int:
         "hot_share": args.hot_share,
         "hot_keys": args.hot_keys,
         "zipf": args.zipf,
+        "hot_orders": args.hot_orders,
+        "order_zipf": args.order_zipf,
         "seed": args.seed,
     }
     given = {k: v for k, v in skew_flags.items() if v is not None}
     if args.skew is None:
         if given or args.correlate_dates:
             raise OptionError(
-                "--hot-share, --hot-keys, --zipf, --seed and --correlate-dates need --skew jcch"
+                "--hot-share, --hot-keys, --zipf, --hot-orders, --order-zipf, --seed and --correlate-dates need --skew jcch"
             )
         files = tpch.generate(args.sf, args.out, args.parts, force=args.force)
     else:

@@ -138,6 +138,13 @@ class Output:
     #: skew-aware groups: a side may go whole to every rank (the other side staying where it is) when its
     #: actual bytes, summed over the senders, are at most this and the cheaper move (0: never)
     broadcast_limit: float = 0.0
+    #: skew-aware groups keyed by one integer column (Neo-Join's order-preserving radix partitioning): SQL
+    #: of the key as BIGINT, and the key domain [range_lo, range_hi] both sides share; the histogram round
+    #: also counts ``partitions`` equal-width key ranges, and the group is partitioned by range when that
+    #: balances as well as the hash and keeps more rows where they are (locality); "" = hash only
+    range_sql: str = ""
+    range_lo: int = 0
+    range_hi: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,6 +242,9 @@ class Plan:
                 group=o.get("group", 0),
                 heavy=o.get("heavy", ""),
                 broadcast_limit=o.get("broadcast_limit", 0.0),
+                range_sql=o.get("range_sql", ""),
+                range_lo=o.get("range_lo", 0),
+                range_hi=o.get("range_hi", 0),
             )
             stages.append(
                 Stage(

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from squall.operators.skew import BYTES_ROW, HEAVY_SHARE, decide
+from squall.operators.skew import BYTES_ROW, HEAVY_SHARE, decide, key_buckets
 from squall.operators.skew_assign import SLACK, assign, loads, moved, optimal, plain_hash
 from squall.plan import Output, Plan, Stage
 
@@ -73,8 +73,9 @@ def test_assignment_is_deterministic_and_uses_base_load():
     assert loads(held, b)[0] < 0.5 * loads(held, a)[0]  # rank 0 already has work: it gets less
 
 
-def _hist(rows: list[tuple[int, int, int, int, int]]) -> pa.Table:
-    s, m, p, h, n = zip(*rows)
+def _hist(rows: list[tuple[int, ...]]) -> pa.Table:
+    """Histogram rows (sender, member, partition, hash, rows[, key range of a top-k key row])."""
+    s, m, p, h, n, b = zip(*((*r, -1) if len(r) == 5 else r for r in rows))
     return pa.table(
         {
             "sender": pa.array(s, pa.int32()),
@@ -82,6 +83,7 @@ def _hist(rows: list[tuple[int, int, int, int, int]]) -> pa.Table:
             "partition": pa.array(p, pa.int32()),
             "hash": pa.array(h, pa.uint64()),
             "rows": pa.array(n, pa.int64()),
+            "bucket": pa.array(b, pa.int32()),
         }
     )
 
@@ -128,14 +130,73 @@ def test_no_heavy_hitters_on_uniform_histograms():
 
 
 def test_plan_round_trips_skew_fields():
-    out = Output("hash", (0, 1), (0, 1), ("k",), "hash(k)", partitions=64, group=3, heavy="keep")
+    out = Output("hash", (0, 1), (0, 1), ("k",), "hash(k)", partitions=64, group=3, heavy="keep",
+                 range_sql="(k)::BIGINT", range_lo=1, range_hi=6_000_000)  # fmt: skip
     plan = Plan("select 1", 2, (Stage(3, (0, 1), (), "SELECT 1 AS k", out),), ("k",))
     again = Plan.from_json(plan.to_json())
     assert again == plan and again.stages[0].output.partitions == 64
+    assert again.stages[0].output.range_hi == 6_000_000
     old = plan.to_dict()  # a plan written before the fields existed still loads
-    for key in ("partitions", "group", "heavy"):
+    for key in ("partitions", "group", "heavy", "range_sql", "range_lo", "range_hi"):
         del old["stages"][0]["output"][key]
     assert Plan.from_dict(old).stages[0].output.partitions == 0
+    assert Plan.from_dict(old).stages[0].output.range_sql == ""
+
+
+# --- key ranges (order-preserving partitions) keep clustered data where it is -----------------------------------
+
+
+def test_key_buckets_are_order_preserving_equal_width_ranges():
+    keys = np.array([1, 2, 25, 26, 100, -5, 10**12], dtype=np.int64)
+    b = key_buckets(keys, 1, 100, 4)  # width 25: 1..25, 26..50, 51..75, 76..100
+    assert b.tolist() == [0, 0, 0, 1, 3, 0, 3]  # outside the domain: the first or last range
+    many = np.sort(np.random.default_rng(3).integers(-(2**62), 2**62, 10_000))
+    assert np.all(np.diff(key_buckets(many, -(2**62), 2**62, 4096)) >= 0)  # no overflow, monotone
+    assert key_buckets(np.array([5]), 5, 6, 128).tolist() == [0]  # a domain smaller than the ranges
+
+
+def _clustered(world: int, parts: int, clustered: bool, narrow: bool = False) -> pa.Table:
+    """Both members uniform over the hash partitions; by key range each sender holds its own slice of the
+    ranges (``clustered``), every range evenly (not), or all rows in range 0 (``narrow``)."""
+    rows = [(s, m, p, 0, 100) for s in range(world) for m in range(2) for p in range(parts)]
+    for s in range(world):
+        for m in range(2):
+            if narrow:
+                rows.append((s, m, parts, 0, 100 * parts))
+            elif clustered:
+                own = range(s * parts // world, (s + 1) * parts // world)
+                rows += [(s, m, parts + r, 0, 100 * world) for r in own]
+            else:
+                rows += [(s, m, parts + r, 0, 100) for r in range(parts)]
+    return _hist(rows)
+
+
+def test_key_ranges_chosen_when_they_keep_clustered_rows_local():
+    d = decide(_clustered(4, 16, True), members_heavy=["either", "either"], world=4, partitions=16)
+    assert d.by_range
+    assert d.assignment.tolist() == [r * 4 // 16 for r in range(16)]  # every range stays with its holder
+
+
+@pytest.mark.parametrize(("clustered", "narrow"), [(False, False), (False, True)])
+def test_hash_partitions_kept_without_locality_or_balance(clustered, narrow):
+    d = decide(
+        _clustered(4, 16, clustered, narrow), members_heavy=["either", "either"], world=4, partitions=16
+    )
+    assert not d.by_range  # no rows kept by ranges that hashing would not keep / one range holds all
+    assert sorted(np.bincount(d.assignment, minlength=4).tolist()) == [4, 4, 4, 4]
+
+
+def test_hot_key_rows_leave_their_key_range():
+    """A kept heavy hitter's rows leave the key range the senders reported for it, so the ranges balance."""
+    rows = [(s, m, p, 0, 10) for s in range(2) for m in range(2) for p in range(4)]
+    for s in range(2):
+        rows += [(s, m, 4 + 2 * s + r, 0, 20) for m in range(2) for r in range(2)]  # clustered
+        rows.append((s, 0, 1, 0, 500))  # key hash 9: hash partition 1 …
+        rows.append((s, 0, 4, 0, 500))  # … key range 0
+        rows.append((s, 0, -1, 9, 500, 0))
+    d = decide(_hist(rows), members_heavy=["either", "either"], world=2, partitions=4)
+    assert d.keep == {0: {9}} and d.by_range  # without the subtraction range 0 would hold 1,040 rows
+    assert d.assignment.tolist() == [0, 0, 1, 1]
 
 
 # --- the run-time broadcast join: a side small enough goes whole to every rank ---------------------------------

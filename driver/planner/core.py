@@ -70,6 +70,9 @@ class PlannerOptions:
     #: … and the join broadcasts a side instead when, at run time, its actual bytes are at most
     #: ``broadcast_limit`` and broadcasting moves fewer bytes than hashing both sides
     runtime_broadcast: bool = True
+    #: … and, keyed by one integer column whose range the catalog knows, may partition by key range instead
+    #: of hash when that balances as well and moves fewer rows (locality: data clustered by the key stays)
+    skew_locality_ranges: bool = True
     #: with one worker, run the query as written in one DuckDB stage over Squall's scans (DuckDB plans
     #: the joins, subqueries and CTEs itself; the scans still prune, probe the predicate cache and
     #: count); off: Squall's own stage plan at W=1 too
@@ -319,8 +322,9 @@ class Context:
             out = s.output
             if out.group == dist.group and out.partitions:
                 plain = dataclasses.replace(
-                    out, partitions=0, group=0, heavy="", partition_sql=f"{out.partition_sql} % {self.world}"
-                )
+                    out, partitions=0, group=0, heavy="", partition_sql=f"{out.partition_sql} % {self.world}",
+                    range_sql="", range_lo=0, range_hi=0,
+                )  # fmt: skip
                 note = s.note + "; skew handling off: a later step uses this join's key partitioning"
                 self.stages[i] = dataclasses.replace(s, output=plain, note=note)
 

@@ -78,7 +78,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         right, dr = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
         left_keys, right_keys = lkeys, rkeys
         est = _est_bytes(ctx, node.left) + _est_bytes(ctx, node.right)
-        group = skew.co_partition(ctx, kind, left, right, est)  # skew-aware exchanges (0: plain hashing)
+        # skew-aware exchanges (0: plain hashing)
+        group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node))
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)

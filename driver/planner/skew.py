@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pyarrow as pa
+from sqlglot import exp
+
 from squall.driver import logical as L
 from squall.driver.planner.core import Context
+from squall.driver.planner.exprs import find_scan_column
 from squall.plan import ExchangeInput, Output
 
 #: which side may keep its hot-key rows ("keep") / have its rows of them broadcast, by join kind
@@ -40,10 +44,14 @@ _ROLES = {
 }
 
 
-def co_partition(ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes: float) -> int:
+def co_partition(
+    ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes: float, key_range: tuple[int, int] | None
+) -> int:
     """Make the just-cut hash exchanges feeding ``left`` and ``right`` one skew-aware group.
 
-    Returns the group's id (for the join's output :class:`Dist`), 0 when the join keeps plain hashing.
+    ``key_range`` (from :func:`key_range`) is the shared domain of a single integer join key: the group may
+    then be partitioned by key range (locality). Returns the group's id (for the join's output
+    :class:`Dist`), 0 when the join keeps plain hashing.
     """
     opts = ctx.options
     if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or kind not in _ROLES:
@@ -68,11 +76,45 @@ def co_partition(ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes
         out = stage.output
         full_hash = out.partition_sql.removesuffix(suffix)
         limit = opts.broadcast_limit if opts.runtime_broadcast else 0.0
+        lo, hi = key_range or (0, 0)
+        range_sql = f"({out.keys[0]})::BIGINT" if key_range and len(out.keys) == 1 else ""
         output = dataclasses.replace(
-            out, partition_sql=full_hash, partitions=parts, group=group, heavy=role, broadcast_limit=limit
-        )
+            out, partition_sql=full_hash, partitions=parts, group=group, heavy=role, broadcast_limit=limit,
+            range_sql=range_sql, range_lo=lo if range_sql else 0, range_hi=hi if range_sql else 0,
+        )  # fmt: skip
         ctx.stages[index[sid]] = dataclasses.replace(stage, output=output)
     return group
+
+
+def key_range(ctx: Context, node: L.Join) -> tuple[int, int] | None:
+    """The domain [lo, hi] of a join on one integer column per side, from the catalog's row-group
+    statistics of the columns the keys read (both sides' ranges joined); None otherwise."""
+    if not ctx.options.skew_locality_ranges or len(node.left_keys) != 1:
+        return None
+    bounds = []
+    for side, key in ((node.left, node.left_keys[0]), (node.right, node.right_keys[0])):
+        if not isinstance(key, exp.Column):
+            return None
+        found = find_scan_column(side, key.name)
+        if found is None:
+            return None
+        scan, source = found
+        try:
+            info = ctx.catalog.table(scan.table)
+        except (KeyError, OSError, ValueError):
+            return None
+        if source not in info.schema.names or not _fits_bigint(info.schema.field(source).type):
+            return None
+        span = info.column_range(source)
+        if span is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in span):
+            return None
+        bounds.append(span)
+    lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    return (int(lo), int(hi)) if hi > lo else None
+
+
+def _fits_bigint(t: pa.DataType) -> bool:
+    return pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)
 
 
 def describe(output: Output) -> str:
@@ -83,6 +125,8 @@ def describe(output: Output) -> str:
     text = (
         f"; skew-aware: partitions={output.partitions}, assignment=histogram+locality, group {output.group}"
     )
+    if output.range_sql:
+        text += f", by hash or by key range in [{output.range_lo}, {output.range_hi}] (whichever keeps more local)"
     if heavy == "either":
         text += ", heavy hitters: selective broadcast (hot side keeps, other side broadcasts)"
     elif heavy == "keep":

@@ -7,15 +7,17 @@ asked, and the skew crosses joins (hot orders belong to hot customers and hold h
 dbgen patch: its shares and parameters differ; the table below is exactly what this module does.
 
 Options (:class:`SkewSpec`): ``hot_share`` *h* (0 ≤ h < 1), ``hot_keys`` *K* (≥ 1), ``zipf`` *z* (0: off,
-else > 0), ``seed``, ``correlate_dates``. Every random choice is a hash of the row's primary key, the seed
+else > 0), ``seed``, ``correlate_dates``, and for the order keys alone ``hot_orders`` *K_o* (default *K*) and
+``order_zipf`` *z_o* (default *z*). Every random choice is a hash of the row's primary key, the seed
 and a tag (DuckDB's ``hash``, no ``random()``): the same options and DuckDB version give identical files.
 
 =====================================  ==========================================================================
 column                                 value after rewriting
 =====================================  ==========================================================================
-``lineitem.l_orderkey``                with probability *h* (one draw per row: the *hot row* draw) one of the *K*
-                                       hot orders, uniformly; else Zipf(*z*) over all orders when *z* > 0; else
-                                       unchanged. A single hot order (K = 1) holds a share *h* of all lineitems.
+``lineitem.l_orderkey``                with probability *h* (one draw per row: the *hot row* draw) one of the *K_o*
+                                       hot orders, uniformly; else Zipf(*z_o*) over all orders when *z_o* > 0;
+                                       else unchanged. A single hot order (K_o = 1) holds a share *h* of all
+                                       lineitems.
 ``lineitem.l_partkey``                 hot rows: one of the *K* hot parts (the same draw as the hot order: a hot
                                        order's lines are hot parts,
                                        but for its own ≤ 7 original lines); else Zipf(*z*) over all parts when *z* > 0;
@@ -25,7 +27,7 @@ column                                 value after rewriting
                                        ``partsupp`` pair; the hot part's 4 suppliers share its *h* of lineitems.
 ``lineitem.l_linenumber``              renumbered 1..n within each (new) order, in the original row order, so
                                        (l_orderkey, l_linenumber) stays a key.
-``orders.o_custkey``                   the *K* hot orders: hot customer ``i mod K`` (hot order *i*); other orders
+``orders.o_custkey``                   the *K_o* hot orders: hot customer ``i mod K`` (hot order *i*); other orders
                                        with probability *h* one of the *K* hot customers, else Zipf(*z*) over all
                                        customers when *z* > 0, else unchanged.
 ``orders.o_orderkey`` (dates)          ``--correlate-dates`` only: the same key set, reassigned in order of
@@ -43,7 +45,9 @@ size (ζ(1.5) ≈ 2.61), Zipf(1.0) 1/H_n (≈7 % for SF1's 1.5 M orders, ≈10 %
 
 Consequences to expect: o_totalprice and o_orderstatus no longer agree with the (moved) lineitems, and a hot
 order's lines keep their own dates; queries stay valid SQL over consistent keys. A self-join on
-``l_orderkey`` (Q21's EXISTS) costs (h·|lineitem|/K)² pairs on the hot orders: use enough hot keys at SF1.
+``l_orderkey`` (Q21's EXISTS) costs K_o·(h·|lineitem|/K_o)² pairs on the hot orders, and Zipf(z_o) orders
+|lineitem|²·ζ(2·z_o)/H(z_o)²: at SF1 spread the hot rows over many orders (``hot_orders``) and keep z_o ≤ 0.5,
+while parts and customers keep a few heavy hitters (the test suite's settings, tests/jcch_data.py).
 
 Output: like ``squall gen-tpch`` (``out/<table>.parquet`` or, with ``parts``, ``out/<table>/<table>.<i>.parquet``
 with the same per-part row counts), each part with the uniform part's number of row groups; plus
@@ -95,27 +99,51 @@ class SkewSpec:
     zipf: float = 0.0
     seed: int = 0
     correlate_dates: bool = False
+    hot_orders: int | None = None
+    """Hot orders (None: ``hot_keys``): the hot rows spread over this many orders, parts and customers stay K."""
+    order_zipf: float | None = None
+    """Zipf exponent of the other lineitems' order keys (None: ``zipf``; 0: unchanged)."""
 
     def __post_init__(self) -> None:
         h, k, z, s = self.hot_share, self.hot_keys, self.zipf, self.seed
         if isinstance(h, bool) or not isinstance(h, int | float) or not (0 <= h < 1):
             raise OptionError(f"--hot-share must be a number in [0, 1), got {h!r}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise OptionError(f"--hot-keys must be a positive integer, got {k!r}")
-        if isinstance(z, bool) or not isinstance(z, int | float) or not math.isfinite(z) or z < 0 or z > 10:
-            raise OptionError(f"--zipf must be 0 (off) or an exponent in (0, 10], got {z!r}")
+        for flag, count in (("--hot-keys", k), ("--hot-orders", self.hot_orders)):
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+                raise OptionError(f"{flag} must be a positive integer, got {count!r}")
+        for flag, exponent in (("--zipf", z), ("--order-zipf", self.order_zipf)):
+            if exponent is not None and (
+                isinstance(exponent, bool)
+                or not isinstance(exponent, int | float)
+                or not math.isfinite(exponent)
+                or not 0 <= exponent <= 10
+            ):
+                raise OptionError(f"{flag} must be 0 (off) or an exponent in (0, 10], got {exponent!r}")
         if isinstance(s, bool) or not isinstance(s, int) or not (0 <= s < 2**31):
             raise OptionError(f"--seed must be an integer in [0, 2^31), got {s!r}")
         if not isinstance(self.correlate_dates, bool):
             raise OptionError(f"correlate_dates must be a bool, got {self.correlate_dates!r}")
 
+    @property
+    def orders_hot(self) -> int:
+        """How many orders the hot rows fall on."""
+        return self.hot_keys if self.hot_orders is None else self.hot_orders
+
+    @property
+    def orders_zipf(self) -> float:
+        """The Zipf exponent of the other lineitems' order keys (0: unchanged)."""
+        return float(self.zipf if self.order_zipf is None else self.order_zipf)
+
     def label(self) -> str:
-        """A short name, e.g. ``hot0.3k1-s0`` or ``zipf1.5-s0-dates``."""
+        """A short name, e.g. ``hot0.3k1-s0``, ``hot0.3k1o1000-s0`` or ``zipf1.5-s0-dates``."""
         parts = []
         if self.hot_share:
-            parts.append(f"hot{self.hot_share:g}k{self.hot_keys}")
+            orders = f"o{self.hot_orders}" if self.hot_orders is not None else ""
+            parts.append(f"hot{self.hot_share:g}k{self.hot_keys}{orders}")
         if self.zipf:
             parts.append(f"zipf{self.zipf:g}")
+        if self.order_zipf is not None:
+            parts.append(f"ozipf{self.order_zipf:g}")
         name = "-".join(parts) or "uniform"
         return f"{name}-s{self.seed}" + ("-dates" if self.correlate_dates else "")
 
@@ -207,6 +235,7 @@ def _rewrite(src: dict[str, list[Path]], staged: Path, spec: SkewSpec, split: bo
             "preserve_insertion_order": True,
         }
     )
+    con.execute("set enable_progress_bar = false")
     try:
         for table, files in src.items():
             _view(con, table, files)
@@ -231,16 +260,16 @@ def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
 
 def _plan_keys(con: duckdb.DuckDBPyConnection, spec: SkewSpec) -> None:
     """Temp tables: each domain's hash ranking, Zipf CDFs, and the new keys of every orders/lineitem row."""
-    s, h, k, z = spec.seed, float(spec.hot_share), spec.hot_keys, float(spec.zipf)
-    for dom, table, key in (("cust", "customer", "c_custkey"), ("ord", "orders", "o_orderkey"),
-                            ("part", "part", "p_partkey")):  # fmt: skip
+    s, h, k, z, zo = spec.seed, float(spec.hot_share), spec.hot_keys, float(spec.zipf), spec.orders_zipf
+    for dom, table, key, exponent in (("cust", "customer", "c_custkey", z), ("ord", "orders", "o_orderkey", zo),
+                                      ("part", "part", "p_partkey", z)):  # fmt: skip
         con.execute(
             f"create temp table {dom}_dom as select {key} as key, "
             f"row_number() over (order by {_h(key, s, dom)}, {key}) - 1 as idx from {table}"
         )
-        if z > 0:
+        if exponent > 0:
             n = _count(con, f"{dom}_dom")
-            con.register("zipf_cdf_input", _zipf_cdf(n, z))
+            con.register("zipf_cdf_input", _zipf_cdf(n, exponent))
             con.execute(f"create temp table {dom}_cdf as select * from zipf_cdf_input")
             con.unregister("zipf_cdf_input")
     con.execute(
@@ -251,13 +280,13 @@ def _plan_keys(con: duckdb.DuckDBPyConnection, spec: SkewSpec) -> None:
     n_cust = _count(con, "cust_dom")
     n_part = _count(con, "part_dom")
     n_ord = _count(con, "ord_dom")
-    kc, kp, ko = min(k, n_cust), min(k, n_part), min(k, n_ord)
+    kc, kp, ko = min(k, n_cust), min(k, n_part), min(spec.orders_hot, n_ord)
 
-    def zipf_join(alias: str, dom: str, draw: str) -> str:
-        return f" asof left join {dom}_cdf {alias} on {draw} >= {alias}.lo" if z > 0 else ""
+    def zipf_join(alias: str, dom: str, draw: str, exponent: float) -> str:
+        return f" asof left join {dom}_cdf {alias} on {draw} >= {alias}.lo" if exponent > 0 else ""
 
-    def zipf_idx(alias: str) -> str:
-        return f"{alias}.rnk - 1" if z > 0 else "null"
+    def zipf_idx(alias: str, exponent: float) -> str:
+        return f"{alias}.rnk - 1" if exponent > 0 else "null"
 
     # orders: the new customer index (null: unchanged)
     hot_order = f"d.idx < {ko}" if h > 0 else "false"
@@ -271,8 +300,8 @@ def _plan_keys(con: duckdb.DuckDBPyConnection, spec: SkewSpec) -> None:
         select pk, odate,
                case when hot_order then oidx % {kc}
                     when uh < {h} then pick % {kc}
-                    else {zipf_idx("zc")} end as cidx
-        from b{zipf_join("zc", "cust", "b.uz")}"""
+                    else {zipf_idx("zc", z)} end as cidx
+        from b{zipf_join("zc", "cust", "b.uz", z)}"""
     )
     # lineitem: new order and part indexes (null: unchanged), the supplier pick
     con.execute(
@@ -286,9 +315,9 @@ def _plan_keys(con: duckdb.DuckDBPyConnection, spec: SkewSpec) -> None:
                    {_h("l_orderkey, l_linenumber", s, "l_supp")} as spick
             from lineitem)
         select ok, ln, opk, osk, spick,
-               case when uh < {h} then pick % {ko} else {zipf_idx("zo")} end as oidx,
-               case when uh < {h} then pick % {kp} else {zipf_idx("zp")} end as pidx
-        from b{zipf_join("zo", "ord", "b.uo")}{zipf_join("zp", "part", "b.up")}"""
+               case when uh < {h} then pick % {ko} else {zipf_idx("zo", zo)} end as oidx,
+               case when uh < {h} then pick % {kp} else {zipf_idx("zp", z)} end as pidx
+        from b{zipf_join("zo", "ord", "b.uo", zo)}{zipf_join("zp", "part", "b.up", z)}"""
     )
     con.execute(
         """create temp table l_new as

@@ -186,14 +186,15 @@ def test_missing_sender_times_out_naming_ranks(backend):
 # --- skew-aware group exchange (squall.operators.skew): histogram round + assignment + selective broadcast
 
 
-def _skew_group(exchange, rank, world, query_id):
+def _skew_group(exchange, rank, world, query_id, clustered=False):
     from types import SimpleNamespace
 
-    from squall.operators.partition import PART_COLUMN
+    from squall.operators.partition import PART_COLUMN, RANGE_COLUMN
     from squall.operators.skew import SkewExchanges
     from squall.plan import Output, Plan, Stage
 
     everyone = tuple(range(world))
+    ranged = {"range_sql": "(k)::BIGINT", "range_lo": 1, "range_hi": 4999} if clustered else {}
     stages = tuple(
         Stage(
             sid,
@@ -201,20 +202,34 @@ def _skew_group(exchange, rank, world, query_id):
             (),
             "",
             Output(
-                "hash", everyone, everyone, ("k",), "hash(k)", partitions=32 * world, group=1, heavy="either"
+                "hash",
+                everyone,
+                everyone,
+                ("k",),
+                "hash(k)",
+                partitions=32 * world,
+                group=1,
+                heavy="either",
+                **ranged,
             ),
         )
         for sid in (1, 2)
     )
     plan = Plan("", world, stages, ("k",))
     rng = np.random.default_rng(rank)
-    probe = rng.integers(1, 5000, 3000)
+    if clustered:  # each rank holds one key range of both sides (e.g. files written in key order)
+        lo, hi = 1 + rank * 4999 // world, 1 + (rank + 1) * 4999 // world
+        probe, build = rng.integers(lo, hi, 3000), np.arange(lo, hi)
+    else:
+        probe, build = rng.integers(1, 5000, 3000), np.arange(1 + rank, 5000, world)  # build: each key once
     probe[:900] = 7  # 30 % of every rank's probe rows carry the hot key
-    build = np.arange(1 + rank, 5000, world)  # every key exactly once over all ranks
 
     def table(keys):
         hashes = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(0xABCDEF)
-        return pa.table({"k": pa.array(keys, pa.int64()), PART_COLUMN: pa.array(hashes, pa.uint64())})
+        columns = {"k": pa.array(keys, pa.int64()), PART_COLUMN: pa.array(hashes, pa.uint64())}
+        if clustered:
+            columns[RANGE_COLUMN] = pa.array(keys, pa.int64())
+        return pa.table(columns)
 
     reports = {1: SimpleNamespace(skew={}), 2: SimpleNamespace(skew={})}
     sx = SkewExchanges(plan, rank, exchange, query_id)
@@ -226,22 +241,29 @@ def _skew_group(exchange, rank, world, query_id):
     return got, {k: r.skew for k, r in reports.items()}
 
 
+@pytest.mark.parametrize("clustered", [False, True], ids=["hash", "key-ranges"])
 @pytest.mark.parametrize("world", [3, 4])
-def test_skew_aware_group_exchange(backend, world):
+def test_skew_aware_group_exchange(backend, world, clustered):
     b, factory, config, query_id = _prepare(backend, world)
     try:
-        results, _ = run_ranks(_skew_group, config, world, env=b.env, args=(query_id,))
+        results, _ = run_ranks(_skew_group, config, world, env=b.env, args=(query_id, clustered))
     finally:
         factory.cleanup(config)
+    owner = 0 if clustered else 6 % world  # the rank the hot key's build row starts on
     probe_rows = [len(results[r][0][1]) for r in range(world)]
     assert sum(probe_rows) == 3000 * world  # every probe row exactly once
     assert max(probe_rows) / (sum(probe_rows) / world) <= 1.25  # balanced despite the hot key
     for r in range(world):
         got, skew = results[r]
         assert 7 in got[2]  # the hot key's build row is on every rank (selective broadcast)
-        assert got[1].count(7) == 900  # and each rank kept its own hot probe rows
-        assert skew[1]["heavy_hitters"] == 1 and skew[1]["heavy_rows_kept"] == 900
-        assert skew[2]["heavy_rows_broadcast"] == (1 if 6 % world == r else 0)
+        # and each rank kept its own hot probe rows (with key ranges rank 0 also drew a few 7s itself)
+        kept = got[1].count(7)
+        assert kept == 900 or (clustered and r == 0 and 900 <= kept <= 910), kept
+        assert skew[1]["heavy_hitters"] == 1 and skew[1]["heavy_rows_kept"] == kept
+        assert skew[2]["heavy_rows_broadcast"] == (1 if owner == r else 0)
+        assert skew[1]["assignment"] == "histogram+locality" + (", key ranges" if clustered else "")
+        if clustered:  # key ranges: (almost) every row stays on its rank
+            assert skew[1]["rows_moved"] <= 0.05 * 2100 and skew[2]["rows_moved"] <= 0.05 * len(got[2])
         # every other key: its probe rows are where its build row is (one shared assignment)
         assert {k for k in got[1] if k != 7} <= set(got[2])
     assert sorted(k for r in range(world) for k in results[r][0][2] if k != 7) == [
