@@ -5,6 +5,8 @@
 - ``rows_per_rank`` / ``bytes_per_rank``: what each receiver took in (in receiver order; its own rows
   included: they are work it does), from the workers' stage reports;
 - ``skew``: max/mean of ``rows_per_rank`` (1.0 = perfectly even; 1.0 too when nothing moved);
+- ``bytes_moved``: Arrow bytes the senders addressed to other ranks (what crossed the network; a
+  sender's rows to itself stay local);
 - for a skew-aware hash exchange (``squall.operators.skew``): ``partitions``, ``assignment``
   (how partitions were assigned), ``partitions_per_rank``, ``rows_kept_local`` (rows whose partition
   was assigned to the rank that produced them: they did not cross the network), ``heavy_hitters``
@@ -41,6 +43,7 @@ def exchange_balance(stage: Stage, reports: list[dict[str, Any]]) -> dict[str, A
         "rows_per_rank": rows,
         "bytes_per_rank": nbytes,
         "skew": round(skew_factor(rows), 4),
+        "bytes_moved": sum(int(s.get("bytes_to_others", 0)) for s in by_rank.values()),
     }
     skews = [by_rank[r]["skew"] for r in sorted(by_rank) if by_rank[r].get("skew")]
     if skews:

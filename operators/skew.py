@@ -86,6 +86,11 @@ class _Held:
     buckets: np.ndarray | None = None  # key range per row (Output.range_sql), else None
 
 
+def remote_bytes(addressed: dict[int, pa.Table], rank: int) -> int:
+    """Arrow bytes of the tables in ``addressed`` (receiver → rows) bound for ranks other than ``rank``."""
+    return sum(t.nbytes for r, t in addressed.items() if r != rank)
+
+
 def key_buckets(keys: np.ndarray, lo: int, hi: int, partitions: int) -> np.ndarray:
     """Equal-width key ranges over [lo, hi]: range p holds keys lo + p·width … (order-preserving; keys
     outside the domain go to the first or last range)."""
@@ -219,9 +224,9 @@ class SkewExchanges:
         if d.whole_broadcast >= 0:  # the run-time broadcast join (see module doc)
             whole = m == d.whole_broadcast
             empty = data.slice(0, 0)
-            self.exchange.send(
-                spec, {r: data if whole or r == self.rank else empty for r in range(self.world)}
-            )
+            addressed = {r: data if whole or r == self.rank else empty for r in range(self.world)}
+            held.report.bytes_to_others = remote_bytes(addressed, self.rank)
+            self.exchange.send(spec, addressed)
             held.report.skew = {
                 "partitions": held.stage.output.partitions,
                 "assignment": "run-time broadcast join",
@@ -257,7 +262,9 @@ class SkewExchanges:
         parts = split_by_partition(with_dest, self.world)
         if bcast_table is not None:
             parts = [pa.concat_tables([p, bcast_table]) for p in parts]
-        self.exchange.send(spec, {r: parts[r] for r in range(self.world)})
+        addressed = {r: parts[r] for r in range(self.world)}
+        held.report.bytes_to_others = remote_bytes(addressed, self.rank)
+        self.exchange.send(spec, addressed)
         local = int((dest == self.rank).sum()) - kept_heavy
         held.report.skew = {
             "partitions": held.stage.output.partitions,

@@ -28,7 +28,7 @@ from squall.operators.faults import before_stage, faults_from_env, scan_delay
 from squall.operators.partition import PART_COLUMN, RANGE_COLUMN, split_by_partition
 from squall.operators.rangepart import range_parts
 from squall.operators.scan import read_scan, scan_schema
-from squall.operators.skew import SkewExchanges
+from squall.operators.skew import SkewExchanges, remote_bytes
 from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
 from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
@@ -62,6 +62,7 @@ class StageReport:
     rows_received: int = 0
     bytes_received: int = 0
     sampled: int = 0  # keys this rank sampled for a range output's splitters
+    bytes_to_others: int = 0  # Arrow bytes of the rows this rank sent to other ranks (crossed the network)
     skew: dict[str, Any] = field(default_factory=dict)  # a skew-aware exchange's summary (operators/skew.py)
     #: join filters applied here: label → [rows before, rows after] (see Stage.join_filters)
     join_filters: dict[str, list[int]] = field(default_factory=dict)
@@ -343,6 +344,7 @@ class Worker:
                 sr.partition_s += time.perf_counter() - t2
             else:
                 addressed = {r: table for r in output.receivers}
+            sr.bytes_to_others = remote_bytes(addressed, self.rank)
             self.exchange.send(exchange_spec(self.query_id, stage), addressed)
         sr.send_s += time.perf_counter() - t2
         return table

@@ -50,7 +50,7 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         return L.Aggregate(child, node.keys, node.aggs), (dist if dist.kind != "random" else RANDOM)
     if dist.kind == "hash" and node.keys and all(any(t in eq for t in key_texts) for eq in dist.keys):
         mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
-        ctx.rely_on(dist)
+        ctx.rely_on(dist, exact=False)
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
     gather = not node.keys or _est_groups(ctx, node) <= ctx.options.gather_groups
     if all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs):

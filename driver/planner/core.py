@@ -297,9 +297,10 @@ class Context:
         return self.stage(node, dist, Output("gather"), note)
 
     def to_hash(
-        self, node: L.Node, dist: Dist, keys: tuple[exp.Expression, ...], note: str
+        self, node: L.Node, dist: Dist, keys: tuple[exp.Expression, ...], note: str, exact: bool = True
     ) -> tuple[L.Node, Dist]:
-        """Make ``node`` hash-partitioned on ``keys`` (no-op when it already is)."""
+        """Make ``node`` hash-partitioned on ``keys`` (no-op when it already is; ``exact`` as in
+        :meth:`rely_on`)."""
         texts = tuple(L.sql_of(k) for k in keys)
         if self.world == 1:
             return node, hashed(texts)
@@ -308,18 +309,27 @@ class Context:
             and len(dist.keys) == len(texts)
             and all(t in eq for t, eq in zip(texts, dist.keys))
         ):
-            self.rely_on(dist)
+            self.rely_on(dist, exact)
             return node, dist
         ref = self.stage(node, dist, Output("hash", keys=texts), note)
         return ref, hashed(texts)
 
-    def rely_on(self, dist: Dist) -> None:
-        """A rule uses ``dist``'s key partitioning as it is: if a skew-aware join produced it, that join's
-        exchanges fall back to plain ``hash % W`` (selective broadcast would spread its hot keys)."""
+    def rely_on(self, dist: Dist, exact: bool = True) -> None:
+        """A rule uses ``dist``'s key partitioning as it is. If a skew-aware join produced it: with ``exact``
+        (another input is hashed to match, e.g. a co-located join's other side) that join's exchanges fall
+        back to plain ``hash % W``; otherwise (an aggregate or window in place: every key's rows on one rank
+        is all it needs) they keep the histogram assignment but neither spread hot keys (selective
+        broadcast) nor broadcast a side at run time."""
         if not dist.group:
             return
         for i, s in enumerate(self.stages):
             out = s.output
+            if not exact and out.group == dist.group and out.partitions:
+                if out.heavy or out.broadcast_limit:
+                    kept = dataclasses.replace(out, heavy="", broadcast_limit=0.0)
+                    note = s.note + "; hot keys not spread: a later step keeps this join's key partitioning"
+                    self.stages[i] = dataclasses.replace(s, output=kept, note=note)
+                continue
             if out.group == dist.group and out.partitions:
                 plain = dataclasses.replace(
                     out, partitions=0, group=0, heavy="", partition_sql=f"{out.partition_sql} % {self.world}",

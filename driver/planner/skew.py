@@ -11,9 +11,11 @@ kept must be one whose unmatched rows need no other rank (inner: either side; le
 left side; right: the right side), and the other side's rows of a hot key go to every rank. A full
 outer join gets the assignment only. The join's output is then no longer partitioned by its key (a
 hot key's rows are on every rank): the join's output :class:`Dist` names the group, and a later rule
-that relies on the key partitioning (an aggregate or window in place, a co-located join) calls
-:meth:`Context.rely_on`, which turns the group back into plain hashing (said in the stages' notes).
-So a skew-aware join never adds an exchange to a plan.
+that relies on the key partitioning calls :meth:`Context.rely_on`: a co-located join (its other side is
+hashed by ``hash % W``) turns the group back into plain hashing; an aggregate or window in place needs
+only every key on one rank, so the group keeps its assignment (and key ranges) without selective
+broadcast or the run-time broadcast (said in the stages' notes). So a skew-aware join never adds an
+exchange to a plan.
 
 The same histogram round also decides broadcast vs hash-partitioning from the sides' actual sizes (a
 run-time join decision, ``PlannerOptions.runtime_broadcast``): when the side that may go to every rank
@@ -134,7 +136,7 @@ def describe(output: Output) -> str:
     elif heavy == "broadcast":
         text += ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank)"
     else:
-        text += ", heavy hitters: assignment only (full outer join)"
+        text += ", heavy hitters: assignment only (full outer join, or the key partitioning is kept)"
     if output.broadcast_limit > 0 and heavy in ("either", "broadcast"):
         text += "; at run time this side goes whole to every rank if its bytes are the cheaper move"
     return text

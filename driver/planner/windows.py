@@ -18,7 +18,7 @@ def plan(ctx: Context, node: L.Window) -> tuple[L.Node, Dist]:
     if ctx.world == 1:
         return L.Window(child, node.exprs, node.partition_by), dist
     if node.partition_by:
-        child, dist = ctx.to_hash(child, dist, node.partition_by, "window: rows by PARTITION BY")
+        child, dist = ctx.to_hash(child, dist, node.partition_by, "window: rows by PARTITION BY", exact=False)
         return L.Window(child, node.exprs, node.partition_by), dist
     if dist.kind != "single":
         child = ctx.gather(child, dist, "window without PARTITION BY on rank 0")
