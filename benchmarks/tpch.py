@@ -13,11 +13,12 @@ run (a plan-cache miss: bind, translate, plan), then of the best timed run (a ca
 (dispatch to the workers and result transfer: the run minus the slowest worker), and per stage the slowest
 rank's scan, compute, send (partition + write) and receive (wait + read) seconds.
 
-Each line also gives the bytes Squall's exchanges sent for the query (from ``Result.stats``).
+Each line also gives the bytes Squall's exchanges sent for the query (from ``Result.stats``; a rank's rows
+to itself included) and, as ``network``, the bytes they sent to other ranks (``bytes_moved``).
 ``--no-join-filters`` plans without join filters (Bloom filter / key set pushdown);
 ``--before-after`` runs every query on a second connection without the rules that cut bytes (join filters,
-and join sides narrowed to the columns read above them) as well and prints its time, ratio and bytes on an
-indented line, then the totals and geomeans of both.
+join sides narrowed to the columns read above them, and key ranges in skew-aware joins) as well and prints
+its time, ratio and bytes on an indented line, then the totals and geomeans of both.
 """
 
 from __future__ import annotations
@@ -100,15 +101,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--before-after",
         action="store_true",
-        help="also run each query without the byte-cutting rules (join filters, narrowed join sides; same run) "
+        help="also run each query without the byte-cutting rules (join filters, narrowed join sides, key ranges; "
+        "same run) "
         "and compare bytes exchanged and time",
     )
     return parser
 
 
 def exchanged_bytes(stats: dict[str, Any]) -> int:
-    """Bytes all exchanges of one query sent."""
+    """Bytes all exchanges of one query sent (a rank's rows to itself included)."""
     return sum(int(e.get("bytes_sent", 0)) for e in stats.get("exchanges", []))
+
+
+def network_bytes(stats: dict[str, Any]) -> int:
+    """Arrow bytes of the rows all exchanges of one query sent to other ranks (what crossed the network)."""
+    return sum(int(e.get("bytes_moved", 0)) for e in stats.get("exchanges", []))
 
 
 def _geomean(ratios: list[float]) -> str:
@@ -195,7 +202,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 **{
                     **connect_kwargs,
                     "planner_options": dataclasses.replace(
-                        options, join_filters=False, narrow_join_sides=False
+                        options, join_filters=False, narrow_join_sides=False, skew_locality_ranges=False
                     ),
                 }
             )
@@ -220,6 +227,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     ratios: list[float] = []
     base_ratios: list[float] = []
     total_bytes = [0, 0]  # after, before (--before-after)
+    total_network = [0, 0]
     try:
         for n in args.queries:
             params = (
@@ -253,10 +261,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             if math.isfinite(ratio) and ratio > 0:
                 ratios.append(ratio)
             verdict = "ok" if problem is None else "DIFFERS"
-            sent = exchanged_bytes(best_stats)
+            sent, moved = exchanged_bytes(best_stats), network_bytes(best_stats)
             print(
                 f"{label}  squall {best_squall:.3f}s  duckdb {best_duck:.3f}s  ratio {ratio:.2f}  "
-                f"bytes {sent}  {verdict}",
+                f"bytes {sent}  network {moved}  {verdict}",
                 file=out,
                 flush=True,
             )
@@ -273,7 +281,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     base_time, base_stats = min(runs, key=lambda r: r[0])
                 except Exception as exc:
                     print(
-                        f"     before (no join filters, no narrowing) FAILED: {_one_line(exc)}",
+                        f"     before (no join filters, no narrowing, no key ranges) FAILED: {_one_line(exc)}",
                         file=out,
                         flush=True,
                     )
@@ -285,10 +293,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                         base_ratios.append(base_ratio)
                     total_bytes[0] += sent
                     total_bytes[1] += base_sent
+                    total_network[0] += moved
+                    total_network[1] += network_bytes(base_stats)
                     removed = sum(f.get("rows_removed", 0) for f in best_stats.get("join_filters", []))
                     print(
-                        f"     before (no join filters, no narrowing): squall {base_time:.3f}s  ratio {base_ratio:.2f}  "
-                        f"bytes {base_sent}  (after: {sent / base_sent if base_sent else 1:.2f}x bytes, "
+                        f"     before (no join filters, no narrowing, no key ranges): squall {base_time:.3f}s  "
+                        f"ratio {base_ratio:.2f}  bytes {base_sent}  network {network_bytes(base_stats)}  "
+                        f"(after: {sent / base_sent if base_sent else 1:.2f}x bytes, "
                         f"{removed} rows removed)  {'ok' if base_problem is None else 'DIFFERS'}",
                         file=out,
                         flush=True,
@@ -311,6 +322,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         before, after = total_bytes[1], total_bytes[0]
         change = f"{(1 - after / before) * 100:.1f} % less" if before else "n/a"
         print(f"bytes exchanged: {after} after, {before} before ({change})", file=out)
+        before, after = total_network[1], total_network[0]
+        change = f"{(1 - after / before) * 100:.1f} % less" if before else "n/a"
+        print(f"bytes to other ranks (network): {after} after, {before} before ({change})", file=out)
         print(f"geomean ratio squall/duckdb before: {_geomean(base_ratios)}", file=out)
     return 1 if failed else 0
 
