@@ -156,6 +156,34 @@ def test_key_ranges_keep_clustered_rows_local(clustered, workers):
     assert moved["ranges"] < 0.1 * moved["hash"], moved
 
 
+def test_aggregate_by_key_ranges_keeps_partial_groups_local(clustered):
+    """A GROUP BY on the clustered key: the partial groups' exchange goes by key range and barely moves."""
+    by_key = dataclasses.replace(ON, gather_groups=0)  # 20,000 groups would otherwise gather to rank 0
+    with squall.connect(data=str(clustered), workers=4, planner_options=by_key) as con:
+        plan = con.explain(AGG_SUM)
+        result = con.sql(AGG_SUM)
+    assert_same_result(result.to_arrow(), reference(clustered, AGG_SUM), AGG_SUM)
+    assert "partial aggregates by group key" in plan and "by key range in [1, " in plan, plan
+    (e,) = _join_exchanges(result.stats)
+    assert e["assignment"] == "histogram+locality, key ranges" and e["skew"] <= 1.25, e
+    assert e["rows_moved"] <= 0.1 * (e["rows_moved"] + e["rows_kept_local"]), e
+    assert e["bytes_moved"] <= 0.1 * sum(e["bytes_per_rank"]), e
+
+
+@pytest.mark.parametrize("workers", [3, 4])
+def test_count_distinct_spreads_a_hot_key(skewed, workers):
+    """COUNT(DISTINCT v) GROUP BY k: the hot key's 18,000 values move by (k, v), not all to one rank."""
+    for opts in (ON, PlannerOptions(**NO_BROADCAST)):
+        with squall.connect(data=str(skewed), workers=workers, planner_options=opts) as con:
+            plan = con.explain(AGG)
+            result = con.sql(AGG)
+        assert_same_result(result.to_arrow(), reference(skewed, AGG), AGG)
+        assert "distinct aggregate: (group keys, value) pairs by both" in plan, plan
+        pairs = result.stats["exchanges"][0]
+        assert pairs["kind"] == "hash" and pairs["skew"] <= 1.25, pairs
+        assert sum(pairs["rows_per_rank"]) > HOT_SHARE * FACT_ROWS  # the hot key's distinct values moved
+
+
 def test_key_ranges_not_taken_without_locality(skewed):
     """Random keys (``fact``) and a hot key: ranges would keep no more rows local than the hash's locality
     does on ``dim``; whichever is taken, the result is right and the exchanges balance."""

@@ -8,7 +8,10 @@ exchange: a gather to rank 0 when there are few groups (no keys, or at most
 ``gather_groups`` by the catalog's NDVs), else hash-partitioned by the group keys. Aggregates that cannot
 be split (DISTINCT, holistic ones) move their rows instead — deduped locally on
 (keys, arguments) first when that cannot change the result — and complete after
-the move.
+the move. DISTINCT aggregates that all read one argument (``count``/``sum``/``min``/``max``) go in two
+steps instead (as Spark plans one distinct aggregate): the (keys, argument) pairs move by both and are
+deduped where they land, then the aggregates, no longer DISTINCT, split partial → final as above; a hot
+group key's values are spread over the ranks by value, and each rank sends one partial row per group.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import re
 from sqlglot import exp
 
 from squall.driver import logical as L
+from squall.driver.planner import skew
 from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
 from squall.driver.planner.exprs import find_scan_column, parse, rewrite_cols
 from squall.driver.sqlgen import q
@@ -54,19 +58,9 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
     gather = not node.keys or _est_groups(ctx, node) <= ctx.options.gather_groups
     if all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs):
-        partial, final, post = _split_aggs(ctx, node)
-        part_node = L.Aggregate(child, node.keys, partial)
-        key_cols = tuple((n, L.col(n)) for n, _e in node.keys)
-        if gather:
-            ref = ctx.gather(part_node, dist, "partial aggregates to rank 0")
-            out_dist = SINGLE
-        else:
-            by = tuple(q(n) for n, _ in node.keys)
-            ref = ctx.stage(part_node, dist, Output("hash", keys=by), "partial aggregates by group key")
-            out_dist = Dist("hash", out_dist_keys)
-        final_node: L.Node = L.Aggregate(ref, key_cols, final)
-        final_node = L.Project(final_node, tuple((n, L.col(n)) for n, _ in node.keys) + post)
-        return final_node, out_dist
+        return _partial_final(ctx, node, child, dist, gather)
+    if (arg := _one_distinct_argument(node)) is not None:
+        return _distinct_in_two_steps(ctx, node, child, dist, arg, gather)
     # not decomposable (DISTINCT, holistic aggregates): move rows, then aggregate completely
     pre: L.Node = child
     if all((a.distinct or a.func in _IDEMPOTENT) and not a.filtered for _n, a in node.aggs) and node.aggs:
@@ -90,6 +84,69 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         key_exprs = tuple(L.col(n) for n, _e in node.keys)
     ref, _ = ctx.to_hash(pre, dist, key_exprs, "aggregate that cannot be split: rows by group key")
     return L.Aggregate(ref, node.keys, node.aggs), Dist("hash", out_dist_keys)
+
+
+def _partial_final(
+    ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist, gather: bool
+) -> tuple[L.Node, Dist]:
+    """Decomposable aggregates of ``node`` over ``child``: partial on every rank, then final after a gather to
+    rank 0 (``gather``) or a hash exchange by the group keys."""
+    partial, final, post = _split_aggs(ctx, node)
+    part_node = L.Aggregate(child, node.keys, partial)
+    key_cols = tuple((n, L.col(n)) for n, _e in node.keys)
+    if gather:
+        ref = ctx.gather(part_node, dist, "partial aggregates to rank 0")
+        out_dist = SINGLE
+    else:
+        by = tuple(q(n) for n, _ in node.keys)
+        ref = ctx.stage(part_node, dist, Output("hash", keys=by), "partial aggregates by group key")
+        domain = skew.column_domain(ctx, node.input, node.keys[0][1]) if len(node.keys) == 1 else None
+        rows = min(_est_groups(ctx, node) * ctx.world, estimate_rows(node.input))
+        group = skew.by_key_ranges(ctx, ref, rows * 8.0 * len(part_node.names), domain)
+        out_dist = Dist("hash", tuple(frozenset([q(n)]) for n, _e in node.keys), group)
+    final_node: L.Node = L.Aggregate(ref, key_cols, final)
+    final_node = L.Project(final_node, tuple((n, L.col(n)) for n, _ in node.keys) + post)
+    return final_node, out_dist
+
+
+#: DISTINCT aggregates that, over (keys, argument) pairs deduped, are the plain aggregate of the argument
+_DISTINCT_SPLIT = {"count", "sum", "min", "max"}
+
+
+def _one_distinct_argument(node: L.Aggregate) -> exp.Expression | None:
+    """The argument every aggregate of ``node`` reads, when all are DISTINCT ``count``/``sum``/``min``/``max``
+    of that one argument (no FILTER); else None."""
+    if not node.aggs:
+        return None
+    args = set()
+    for _n, a in node.aggs:
+        if not a.distinct or a.filtered or a.func not in _DISTINCT_SPLIT or len(a.args) != 1:
+            return None
+        args.add(L.sql_of(a.args[0]))
+    return node.aggs[0][1].args[0] if len(args) == 1 else None
+
+
+def _distinct_in_two_steps(
+    ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist, arg: exp.Expression, gather: bool
+) -> tuple[L.Node, Dist]:
+    """DISTINCT aggregates of one argument: (keys, argument) pairs deduped locally, moved by both and deduped
+    where they land; then the plain aggregates of the argument, partial → final (see module doc)."""
+    value = ctx.fresh("distinct_arg")
+    cols = (*node.keys, (value, arg))
+    pre = L.Aggregate(child, cols, ())
+    ref, pairs_dist = ctx.to_hash(
+        pre,
+        dist,
+        tuple(L.col(n) for n, _e in cols),
+        "distinct aggregate: (group keys, value) pairs by both, deduped where they land",
+    )
+    deduped = L.Aggregate(ref, tuple((n, L.col(n)) for n, _e in cols), ())
+    plain = tuple(
+        (n, L.AggCall(a.func, (L.col(value),), False, parse(f"{a.func.upper()}({q(value)})")))
+        for n, a in node.aggs
+    )
+    keys = tuple((n, L.col(n)) for n, _e in node.keys)
+    return _partial_final(ctx, L.Aggregate(deduped, keys, plain), deduped, pairs_dist, gather)
 
 
 def _plan_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tuple[L.Node, Dist]:

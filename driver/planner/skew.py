@@ -58,61 +58,94 @@ def co_partition(
     opts = ctx.options
     if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or kind not in _ROLES:
         return 0
-    ids = []
-    for side in (left, right):
-        spec = ctx.inputs.get(getattr(side, "name", ""))
-        if not isinstance(spec, ExchangeInput):
-            return 0
-        ids.append(spec.stage)
-    everyone = tuple(range(ctx.world))
-    index = {s.id: i for i, s in enumerate(ctx.stages)}
-    for sid in ids:
-        out = ctx.stages[index[sid]].output
-        if out.kind != "hash" or out.senders != everyone or out.receivers != everyone:
-            return 0
-    group = min(ids)
-    parts = int(max(1, min(opts.skew_partitions_per_rank * ctx.world, 65536)))
-    suffix = f" % {ctx.world}"
+    ids = [_hash_stage(ctx, side) for side in (left, right)]
+    if None in ids:
+        return 0
+    group = min(i for i in ids if i is not None)
+    limit = opts.broadcast_limit if opts.runtime_broadcast else 0.0
     for sid, role in zip(ids, _ROLES[kind]):
-        stage = ctx.stages[index[sid]]
-        out = stage.output
-        full_hash = out.partition_sql.removesuffix(suffix)
-        limit = opts.broadcast_limit if opts.runtime_broadcast else 0.0
-        lo, hi = key_range or (0, 0)
-        range_sql = f"({out.keys[0]})::BIGINT" if key_range and len(out.keys) == 1 else ""
-        output = dataclasses.replace(
-            out, partition_sql=full_hash, partitions=parts, group=group, heavy=role, broadcast_limit=limit,
-            range_sql=range_sql, range_lo=lo if range_sql else 0, range_hi=hi if range_sql else 0,
-        )  # fmt: skip
-        ctx.stages[index[sid]] = dataclasses.replace(stage, output=output)
+        assert sid is not None
+        _mark(ctx, sid, group, role, limit, key_range)
     return group
+
+
+def by_key_ranges(ctx: Context, ref: L.Node, est_bytes: float, key_range: tuple[int, int] | None) -> int:
+    """Make the just-cut hash exchange feeding ``ref`` (an aggregate's partial rows by one integer group key
+    of domain ``key_range``) a one-member skew-aware group, so that it may go by key range: partial groups
+    of data clustered by the key stay on the rank that made them (hot keys need nothing: each rank sends
+    one partial row per group). Returns the group's id, 0 when it keeps plain hashing."""
+    opts = ctx.options
+    if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or key_range is None:
+        return 0
+    sid = _hash_stage(ctx, ref)
+    if sid is None:
+        return 0
+    _mark(ctx, sid, sid, "", 0.0, key_range)
+    return sid
+
+
+def _hash_stage(ctx: Context, ref: L.Node) -> int | None:
+    """The id of the stage whose hash exchange over all ranks feeds input ``ref``, else None."""
+    spec = ctx.inputs.get(getattr(ref, "name", ""))
+    if not isinstance(spec, ExchangeInput):
+        return None
+    everyone = tuple(range(ctx.world))
+    out = next(s for s in ctx.stages if s.id == spec.stage).output
+    if out.kind != "hash" or out.senders != everyone or out.receivers != everyone:
+        return None
+    return spec.stage
+
+
+def _mark(
+    ctx: Context, sid: int, group: int, role: str, limit: float, key_range: tuple[int, int] | None
+) -> None:
+    """Turn stage ``sid``'s ``hash % W`` exchange into a member of skew-aware group ``group``."""
+    index = next(i for i, s in enumerate(ctx.stages) if s.id == sid)
+    stage = ctx.stages[index]
+    out = stage.output
+    parts = int(max(1, min(ctx.options.skew_partitions_per_rank * ctx.world, 65536)))
+    lo, hi = key_range or (0, 0)
+    range_sql = f"({out.keys[0]})::BIGINT" if key_range and len(out.keys) == 1 else ""
+    output = dataclasses.replace(
+        out, partition_sql=out.partition_sql.removesuffix(f" % {ctx.world}"), partitions=parts, group=group,
+        heavy=role, broadcast_limit=limit, range_sql=range_sql, range_lo=lo if range_sql else 0,
+        range_hi=hi if range_sql else 0,
+    )  # fmt: skip
+    ctx.stages[index] = dataclasses.replace(stage, output=output)
 
 
 def key_range(ctx: Context, node: L.Join) -> tuple[int, int] | None:
     """The domain [lo, hi] of a join on one integer column per side, from the catalog's row-group
     statistics of the columns the keys read (both sides' ranges joined); None otherwise."""
-    if not ctx.options.skew_locality_ranges or len(node.left_keys) != 1:
+    if len(node.left_keys) != 1:
         return None
-    bounds = []
-    for side, key in ((node.left, node.left_keys[0]), (node.right, node.right_keys[0])):
-        if not isinstance(key, exp.Column):
-            return None
-        found = find_scan_column(side, key.name)
-        if found is None:
-            return None
-        scan, source = found
-        try:
-            info = ctx.catalog.table(scan.table)
-        except (KeyError, OSError, ValueError):
-            return None
-        if source not in info.schema.names or not _fits_bigint(info.schema.field(source).type):
-            return None
-        span = info.column_range(source)
-        if span is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in span):
-            return None
-        bounds.append(span)
-    lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
-    return (int(lo), int(hi)) if hi > lo else None
+    left = column_domain(ctx, node.left, node.left_keys[0])
+    right = column_domain(ctx, node.right, node.right_keys[0])
+    if left is None or right is None:
+        return None
+    lo, hi = min(left[0], right[0]), max(left[1], right[1])
+    return (lo, hi) if hi > lo else None
+
+
+def column_domain(ctx: Context, below: L.Node, key: exp.Expression) -> tuple[int, int] | None:
+    """[min, max] of ``key`` when it is an integer column of a scan below ``below`` (row-group statistics)
+    and key ranges are on; else None."""
+    if not ctx.options.skew_locality_ranges or not isinstance(key, exp.Column):
+        return None
+    found = find_scan_column(below, key.name)
+    if found is None:
+        return None
+    scan, source = found
+    try:
+        info = ctx.catalog.table(scan.table)
+    except (KeyError, OSError, ValueError):
+        return None
+    if source not in info.schema.names or not _fits_bigint(info.schema.field(source).type):
+        return None
+    span = info.column_range(source)
+    if span is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in span):
+        return None
+    return (int(span[0]), int(span[1])) if span[1] > span[0] else None
 
 
 def _fits_bigint(t: pa.DataType) -> bool:
@@ -136,7 +169,7 @@ def describe(output: Output) -> str:
     elif heavy == "broadcast":
         text += ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank)"
     else:
-        text += ", heavy hitters: assignment only (full outer join, or the key partitioning is kept)"
+        text += ", heavy hitters: left to the assignment"
     if output.broadcast_limit > 0 and heavy in ("either", "broadcast"):
         text += "; at run time this side goes whole to every rank if its bytes are the cheaper move"
     return text
