@@ -313,9 +313,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     folders = {name: _dataset(cache, args.sf, name, out) for name in args.settings}
     failed = False
     summary: dict[tuple[int, str], dict[str, float]] = {}
-    runs = list(args.settings) + ([NO_RANGES] if "dates" in args.settings else [])
+    names = list(args.settings) + ([NO_RANGES] if "dates" in args.settings else [])
     for w in args.workers:
-        for name in runs:
+        for name in names:
             folder = folders[name.split("/")[0]]
             ref = _reference(folder)
             opts = dataclasses.replace(options, skew_locality_ranges=False) if name == NO_RANGES else options
