@@ -137,12 +137,21 @@ def _fraction(op: str, value: Any, lo: Any, hi: Any) -> float | None:
     return None
 
 
+ColumnRange = Callable[[str], tuple[Any, Any] | None]
+ColumnNdv = Callable[[str], float | None]
+
+
+def _no_ndv(_name: str) -> float | None:
+    return None
+
+
 def conjunction_selectivity(
-    preds: Iterable[exp.Expression], column_range: Callable[[str], tuple[Any, Any] | None]
+    preds: Iterable[exp.Expression], column_range: ColumnRange, column_ndv: ColumnNdv = _no_ndv
 ) -> float:
     """A rough fraction of rows passing all of ``preds``. Range bounds on one column combine into one
     interval (``d >= '1993-07-01' AND d < '1993-10-01'`` is a quarter of the dates, not the product of
-    "after July 1993" and "before October 1993"); everything else multiplies as if independent."""
+    "after July 1993" and "before October 1993"); everything else multiplies as if independent.
+    ``column_ndv`` gives a column's number of distinct values (None: unknown), for equality and IN."""
     conjuncts: list[exp.Expression] = []
     for p in preds:
         conjuncts += (
@@ -154,7 +163,7 @@ def conjunction_selectivity(
         c = column_constraint(pred)
         rng = column_range(c[0]) if c is not None and c[1] in _RANGE_OPS else None
         if c is None or rng is None or _fraction("between", (rng[0], rng[1]), rng[0], rng[1]) is None:
-            sel *= selectivity(pred, column_range)
+            sel *= selectivity(pred, column_range, column_ndv)
             continue
         name, op, value = c
         lo, hi = value if op == "between" else (value, None) if op in ("gt", "gte") else (None, value)
@@ -165,7 +174,7 @@ def conjunction_selectivity(
             if hi is not None and (cur[1] is None or hi < cur[1]):
                 cur[1] = hi
         except TypeError:  # bounds of different types: estimate this one on its own
-            sel *= selectivity(pred, column_range)
+            sel *= selectivity(pred, column_range, column_ndv)
     for name, (lo, hi) in bounds.items():
         rng = column_range(name)
         assert rng is not None
@@ -177,24 +186,34 @@ def conjunction_selectivity(
 _RANGE_OPS = ("lt", "lte", "gt", "gte", "between")
 
 
-def selectivity(pred: exp.Expression, column_range: Callable[[str], tuple[Any, Any] | None]) -> float:
-    """A rough fraction of rows passing ``pred``; ``column_range`` gives min/max of a column."""
+def _equality_selectivity(values: int, ndv: float | None) -> float:
+    """Fraction of rows equal to one of ``values`` distinct constants: one NDV-th of the rows each when the
+    column's NDV is known (values spread evenly over the distinct values), else 5 % each, up to a half."""
+    if ndv is None or ndv < 1.0:
+        return min(0.05 * values, 0.5)
+    return min(values / ndv, 1.0)
+
+
+def selectivity(pred: exp.Expression, column_range: ColumnRange, column_ndv: ColumnNdv = _no_ndv) -> float:
+    """A rough fraction of rows passing ``pred``; ``column_range`` gives min/max of a column, ``column_ndv``
+    its number of distinct values (None: unknown)."""
     if isinstance(pred, exp.And):
-        return conjunction_selectivity([pred], column_range)
+        return conjunction_selectivity([pred], column_range, column_ndv)
     if isinstance(pred, exp.Or):
-        a, b = selectivity(pred.this, column_range), selectivity(pred.expression, column_range)
+        a = selectivity(pred.this, column_range, column_ndv)
+        b = selectivity(pred.expression, column_range, column_ndv)
         return min(a + b - a * b, 1.0)
     if isinstance(pred, exp.Not):
-        return max(1.0 - selectivity(pred.this, column_range), 0.05)
+        return max(1.0 - selectivity(pred.this, column_range, column_ndv), 0.05)
     if isinstance(pred, exp.Paren):
-        return selectivity(pred.this, column_range)
+        return selectivity(pred.this, column_range, column_ndv)
     c = column_constraint(pred)
     if c is not None:
         name, op, value = c
         if op == "eq":
-            return 0.05
+            return _equality_selectivity(1, column_ndv(name))
         if op == "in":
-            return min(0.05 * len(value), 0.5)
+            return _equality_selectivity(len(set(value)), column_ndv(name))
         rng = column_range(name)
         if rng is not None:
             frac = _fraction(op, value, rng[0], rng[1])

@@ -527,7 +527,10 @@ class Translator(SubqueryMixin):
             def rng(name: str):
                 return info.column_range(source_of[name]) if name in source_of else None
 
-            sel = conjunction_selectivity(converted, rng)
+            def ndv(name: str) -> float | None:
+                return float(self.catalog.ndv(node.table, source_of[name])) if name in source_of else None
+
+            sel = conjunction_selectivity(converted, rng, ndv)
             scan = L.Scan(
                 node.table, node.columns, node.filters + tuple(converted), node.est_rows * sel, node.row_width
             )

@@ -41,6 +41,32 @@ def test_other_conjuncts_multiply_and_empty_ranges_keep_a_floor() -> None:
     assert _sel("x = 4") == pytest.approx(0.05)
 
 
+NDVS = {"flag": 3.0, "mode": 7.0, "x": 101.0}
+
+
+def test_equality_is_one_distinct_value_of_the_column() -> None:
+    assert conjunction_selectivity([parse_one("flag = 'R'")], RANGES.get, NDVS.get) == pytest.approx(1 / 3)
+    assert selectivity(parse_one("'R' = flag"), RANGES.get, NDVS.get) == pytest.approx(1 / 3)
+    # IN: one NDV-th per distinct listed value, at most every row
+    assert selectivity(parse_one("mode IN ('MAIL', 'SHIP')"), RANGES.get, NDVS.get) == pytest.approx(2 / 7)
+    assert selectivity(parse_one("mode IN ('MAIL', 'MAIL')"), RANGES.get, NDVS.get) == pytest.approx(1 / 7)
+    assert selectivity(parse_one("flag IN ('A', 'N', 'R', 'X')"), RANGES.get, NDVS.get) == 1.0
+    got = conjunction_selectivity([parse_one("flag = 'R' AND x > 10 AND x < 20")], RANGES.get, NDVS.get)
+    assert got == pytest.approx(0.1 / 3)
+    assert selectivity(parse_one("NOT flag = 'R'"), RANGES.get, NDVS.get) == pytest.approx(2 / 3)
+
+
+def test_equality_without_a_known_ndv_keeps_the_flat_default() -> None:
+    assert _sel("y = 3") == pytest.approx(0.05)  # no NDV source at all
+    assert selectivity(parse_one("y = 3"), RANGES.get, NDVS.get) == pytest.approx(0.05)  # column unknown
+    assert selectivity(parse_one("y IN (1, 2, 3)"), RANGES.get, NDVS.get) == pytest.approx(0.15)
+    # an expression is no column: its NDV is not asked
+    asked: list[str] = []
+    ndv = lambda name: asked.append(name) or 3.0  # noqa: E731
+    assert selectivity(parse_one("UPPER(flag) = 'R'"), RANGES.get, ndv) == pytest.approx(0.1)
+    assert asked == []
+
+
 def test_separate_predicates_combine_like_one_conjunction() -> None:
     preds = [parse_one("x >= 10"), parse_one("x < 30"), exp.column("flag").is_(exp.null())]
     assert conjunction_selectivity(preds, RANGES.get) == pytest.approx(0.2 * 0.1)
@@ -81,8 +107,8 @@ def test_a_filtered_dimension_keeps_its_share_of_the_fact_rows() -> None:
             "ON c_nationkey = n_nationkey WHERE n_name = 'FRANCE'"
         )
     )
-    # nation keeps 5 % (one of 25 rows at the default equality selectivity): so do customer and orders
-    assert estimate_rows(join) == pytest.approx(1_500_000 * 1.25 / 25, rel=0.05)
+    # nation keeps one of its 25 rows (n_name's NDV is 25): so do customer and orders
+    assert estimate_rows(join) == pytest.approx(1_500_000 / 25, rel=0.05)
 
 
 def test_a_composite_key_has_at_most_one_value_per_row() -> None:

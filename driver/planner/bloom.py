@@ -25,11 +25,16 @@ It pays when ``(1 - keep) * probe scan bytes`` exceeds the filter's bytes times 
 over the probe key's distinct values: for a build key (nearly) unique in its table
 (``join_filter_min_key_share``) or a GROUP BY key, from the build side's share of its table's rows
 (a filtered dimension keeps that share of the fact rows); for a key that repeats (TPC-H Q21's
-``l_orderkey`` of one nation's suppliers), at most one key per build row.
+``l_orderkey`` of one nation's suppliers), at most one key per build row, bet on only for few rows (up to
+``REPEATED_KEY_ROWS``, or a ``REPEATED_KEY_MARGIN``-th of the key's distinct values) — where the key also
+reaches a table it is unique in (an inner join's key equality: ``l_orderkey = o_orderkey``), the smaller estimate.
 
 A filter stage planned over a subtree's keys is reused by a later join whose build side keeps only keys
 of that subtree (through filters, renames and the row-keeping side of a join): Q21's anti join takes the
-key set its semi join's left side sent, with no second round. The decision shows in
+key set its semi join's left side sent, with no second round. When an inner join lies between (Q21's semi join
+left side is lineitem ⋈ supplier ⋈ nation, whose keys cut ``orders``, joined with the status-'F' orders), the
+later join's own keys may be far fewer: a new round when the rows it saves at the probe scans outweigh its
+bytes (:func:`_fresh_pays`). The decision shows in
 the plan's notes and the filter stage's note; the effect (rows removed) in
 ``Result.stats["join_filters"]``.
 """
@@ -58,6 +63,9 @@ MIN_BITS, MAX_BITS = 1 << 12, 1 << 24
 #: a build side whose key repeats in its table: at most this many estimated rows (its distinct keys are only
 #: bounded by its rows, and its rows are an estimate: a small bet)
 REPEATED_KEY_ROWS = 1 << 17
+#: ... or at most this fraction of the key's distinct values (rows several times the estimate would still not hold
+#: every key: TPC-H Q21's lineitem of one nation's suppliers at SF10)
+REPEATED_KEY_MARGIN = 4.0
 
 
 def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
@@ -95,9 +103,10 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     ctx.prebuilt[id(build)] = (b_node, b_dist)
     key_sql = [L.sql_of(k) for k in bkeys]
     names = tuple(k.name for k in bkeys if isinstance(k, exp.Column))
-    if not broadcast and (earlier := _earlier_filter(ctx, build, names)) is not None:
+    earlier = _earlier_filter(ctx, build, names) if not broadcast else None
+    if earlier is not None and not (earlier[2] and _fresh_pays(ctx, build, bkeys, *earlier[:2], targets)):
         reused = " (reused: its keys hold this join's)"
-        return _attach(ctx, node, earlier, targets, ", ".join(earlier.cols), reused)
+        return _attach(ctx, node, earlier[1], targets, ", ".join(earlier[1].cols), reused)
     key_types = _key_types(ctx, b_node, key_sql)
     n_build = max(estimate_rows(build), 1.0)
     kind = "keys" if n_build <= ctx.options.join_filter_exact_keys else "bloom"
@@ -143,25 +152,57 @@ def _attach(
     return joins.plan(ctx, node)
 
 
-def _earlier_filter(ctx: Context, node: L.Node, cols: tuple[str, ...]) -> BuiltFilter | None:
+def _earlier_filter(
+    ctx: Context, node: L.Node, cols: tuple[str, ...], joined: bool = False
+) -> tuple[L.Node, BuiltFilter, bool] | None:
     """A filter stage already planned over a subtree of ``node`` whose ``cols`` hold every value of
-    ``node``'s ``cols`` (through filters, renames, and the side of a join that keeps its rows' keys)."""
+    ``node``'s ``cols`` (through filters, renames, and the side of a join that keeps its rows' keys), with
+    that subtree and whether an inner join lies between them (one that may drop many of the subtree's keys)."""
     if not cols:
         return None
     for built in ctx.filter_stages.get(id(node), []):
         if built.cols == cols:
-            return built
+            return node, built, joined
     if isinstance(node, L.Filter):
-        return _earlier_filter(ctx, node.input, cols)
+        return _earlier_filter(ctx, node.input, cols, joined)
     if isinstance(node, L.Project):
         src = _renamed(dict(node.exprs), cols)
-        return _earlier_filter(ctx, node.input, src) if src is not None else None
+        return _earlier_filter(ctx, node.input, src, joined) if src is not None else None
     if isinstance(node, L.Join) and node.kind in ("inner", "semi", "anti", "left"):
+        joined = joined or node.kind == "inner"
         if all(c in node.left.names for c in cols):
-            return _earlier_filter(ctx, node.left, cols)
+            return _earlier_filter(ctx, node.left, cols, joined)
         if node.kind == "inner" and all(c in node.right.names for c in cols):
-            return _earlier_filter(ctx, node.right, cols)
+            return _earlier_filter(ctx, node.right, cols, joined)
     return None
+
+
+def _fresh_pays(
+    ctx: Context,
+    build: L.Node,
+    bkeys: tuple[exp.Expression, ...],
+    subtree: L.Node,
+    earlier: BuiltFilter,
+    targets: list[tuple[L.Scan, tuple[str, ...], float]],
+) -> bool:
+    """Whether a new filter round over ``build``'s own keys pays instead of reusing ``earlier`` (planned over
+    ``subtree``, a part of ``build`` below an inner join): the subtree may hold many more keys than ``build``
+    keeps (Q21's lineitem ⋈ supplier ⋈ nation before its ``o_orderstatus = 'F'`` orders join), and the rows
+    the probe scans then keep for nothing can outweigh the new round's filter bytes. Unknown: reuse. (Below
+    only semi/anti joins and filters, whose estimates are flat guesses, the earlier filter is always reused.)"""
+    old = _distinct_build(ctx, subtree, tuple(exp.column(c) for c in earlier.cols))
+    new = _distinct_build(ctx, build, bkeys)
+    if old is None or new is None or new >= old:
+        return False
+    n_build = max(estimate_rows(build), 1.0)
+    cost = (
+        _filter_bytes(ctx, n_build, len(bkeys)) * ctx.world * ctx.world + ctx.options.join_filter_round_bytes
+    )
+    saved = 0.0
+    for scan, cols, keep in targets:
+        ndv = _ndv(ctx, scan, cols, float(ctx.catalog.table(scan.table).num_rows))
+        saved += max(min(1.0, old / ndv) - keep, 0.0) * scan.est_rows * max(scan.row_width, 1.0)
+    return saved > cost
 
 
 def _plan_local(
@@ -417,13 +458,21 @@ def _replicated(ctx: Context, node: L.Node) -> bool:
 
 def _distinct_build(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ...]) -> float | None:
     """Estimated distinct build keys: a share ``sel`` of a table's rows holds ``D * (1 - (1 - sel) ** (R / D))``
-    of its ``D`` distinct keys (``R`` rows); a GROUP BY's groups are distinct already."""
+    of its ``D`` distinct keys (``R`` rows); a GROUP BY's groups are distinct already. When the keys reach
+    several scans (across inner joins' key equalities), the smallest estimate: a key that repeats in one
+    table may be another's key (Q21's ``l_orderkey`` joined with ``o_orderkey``: at most one key per row)."""
     if not all(isinstance(k, exp.Column) for k in bkeys):
         return None
-    traced = _trace(build, tuple(k.name for k in bkeys))
-    if not traced:
-        return None
-    scan, cols = traced[0]
+    found = [
+        d
+        for scan, cols in _trace(build, tuple(k.name for k in bkeys))
+        if (d := _distinct_in(ctx, build, scan, cols)) is not None
+    ]
+    return min(found) if found else None
+
+
+def _distinct_in(ctx: Context, build: L.Node, scan: L.Scan, cols: tuple[str, ...]) -> float | None:
+    """:func:`_distinct_build` from one scan the build keys come from (None: too unsure)."""
     rows = max(float(ctx.catalog.table(scan.table).num_rows), 1.0)
     ndv = _ndv(ctx, scan, cols, rows)
     sel = min(1.0, estimate_rows(build) / rows)
@@ -431,7 +480,8 @@ def _distinct_build(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ..
         # many rows per key: at most one key per row, bet on only for few rows (TPC-H Q10's
         # l_returnflag = 'R' lineitem holds 68 % of the orders, not the 20 % its estimated rows allow)
         rows_est = estimate_rows(build)
-        return min(rows_est, ndv) if rows_est <= REPEATED_KEY_ROWS else None
+        few = rows_est <= REPEATED_KEY_ROWS or rows_est * REPEATED_KEY_MARGIN <= ndv
+        return min(rows_est, ndv) if few else None
     return min(estimate_rows(build), ndv * (1.0 - (1.0 - sel) ** (rows / ndv)))
 
 
