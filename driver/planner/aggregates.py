@@ -1,7 +1,9 @@
 """Aggregates: partial → exchange → final, or complete where the rows already are.
 
 An aggregate whose input is already hash-partitioned on a subset of its group
-keys (or is on one rank, or replicated) completes in place. Otherwise decomposable
+keys (or is on one rank, or replicated) completes in place — except decomposable aggregates over a
+skew-aware join that may spread hot keys (selective broadcast), which go partial → final so that the join
+keeps that freedom. Otherwise decomposable
 aggregates run partial on every rank (AVG as SUM and COUNT, VAR/STDDEV as
 count, mean and M2, merged pairwise as DuckDB does) and final after the
 exchange: a gather to rank 0 when there are few groups (no keys, or at most
@@ -52,12 +54,14 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
     out_dist_keys = tuple(frozenset([q(n)]) for n, _e in node.keys)
     if ctx.world == 1 or dist.kind in ("single", "replicated"):
         return L.Aggregate(child, node.keys, node.aggs), (dist if dist.kind != "random" else RANDOM)
-    if dist.kind == "hash" and node.keys and all(any(t in eq for t in key_texts) for eq in dist.keys):
+    decomposable = all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs)
+    in_place = dist.kind == "hash" and node.keys and all(any(t in eq for t in key_texts) for eq in dist.keys)
+    if in_place and not (decomposable and _spreads_hot_keys(ctx, node, dist)):
         mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
         ctx.rely_on(dist, exact=False)
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
     gather = not node.keys or _est_groups(ctx, node) <= ctx.options.gather_groups
-    if all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs):
+    if decomposable:
         return _partial_final(ctx, node, child, dist, gather)
     if (arg := _one_distinct_argument(node)) is not None:
         return _distinct_in_two_steps(ctx, node, child, dist, arg, gather)
@@ -84,6 +88,17 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         key_exprs = tuple(L.col(n) for n, _e in node.keys)
     ref, _ = ctx.to_hash(pre, dist, key_exprs, "aggregate that cannot be split: rows by group key")
     return L.Aggregate(ref, node.keys, node.aggs), Dist("hash", out_dist_keys)
+
+
+def _spreads_hot_keys(ctx: Context, node: L.Aggregate, dist: Dist) -> bool:
+    """Whether ``dist`` comes from a skew-aware join that may spread a hot key's rows over the ranks
+    (selective broadcast) and ``node``'s input is estimated at ``skew_min_bytes`` or more. An aggregate of
+    decomposable functions over it then goes partial → final (one partial row per hot group and rank)
+    rather than in place, which would give up the spreading; over a small input one rank's hot group costs
+    less than the extra exchange."""
+    if not dist.group or not any(s.output.group == dist.group and s.output.heavy for s in ctx.stages):
+        return False
+    return estimate_rows(node.input) * 8.0 * len(node.input.names) >= ctx.options.skew_min_bytes
 
 
 def _partial_final(
