@@ -16,7 +16,8 @@ hash join) until the last member was computed, then:
    rows (the preserved side of an outer join is the one that keeps) is left to the assignment;
 3. **assignment**: :func:`squall.operators.skew_assign.assign` over the combined histogram of the group
    (hot-key rows left out, the kept ones counted as each rank's base load) — every rank computes the
-   same one;
+   same one. Loads are bytes: each member's rows weigh its average row width (the senders' byte counts
+   over their rows), so a few wide rows count as what they cost to receive;
 4. **send** every member by the assignment; the worker then receives the members in plan order.
 
 Order-preserving partitions (Neo-Join's MSB radix partitioning, which keeps locality): when the group is
@@ -319,11 +320,14 @@ def decide(
     is_hist = (part >= 0) & (part < partitions)
     is_range = part >= partitions
     is_key = part == -1
+    # loads in bytes (Neo-Join balances the network phase): a member's rows weigh its average row width
+    width = _row_widths(sizes, [int(rows[is_hist & (member == m)].sum()) for m in range(len(sizes))])
+    weighed = np.rint(rows * width[np.clip(member, 0, len(width) - 1)]).astype(np.int64)
     held = np.zeros((world, partitions), dtype=np.int64)
-    np.add.at(held, (sender[is_hist], part[is_hist]), rows[is_hist])
+    np.add.at(held, (sender[is_hist], part[is_hist]), weighed[is_hist])
     ranged = np.zeros((world, partitions), dtype=np.int64) if is_range.any() else None
     if ranged is not None:
-        np.add.at(ranged, (sender[is_range], part[is_range] - partitions), rows[is_range])
+        np.add.at(ranged, (sender[is_range], part[is_range] - partitions), weighed[is_range])
     total = int(rows[is_hist].sum())
     threshold = HEAVY_SHARE * total / max(world, 1)
     # global counts of the reported keys, per member
@@ -352,7 +356,7 @@ def decide(
         # the kept rows leave their partition's histogram and load their own rank
         mask = is_key & (hashes == np.uint64(h)) & (member == k)
         p = int(np.uint64(h) % np.uint64(partitions))
-        for s, n, b in zip(sender[mask].tolist(), rows[mask].tolist(), bucket[mask].tolist()):
+        for s, n, b in zip(sender[mask].tolist(), weighed[mask].tolist(), bucket[mask].tolist()):
             held[s, p] = max(held[s, p] - n, 0)
             if ranged is not None and b >= 0:
                 ranged[s, b] = max(ranged[s, b] - n, 0)
@@ -371,6 +375,14 @@ def decide(
         handling=", ".join(parts) or "none",
         by_range=by_range,
     )
+
+
+def _row_widths(sizes: list[int], rows: list[int]) -> np.ndarray:
+    """Bytes per row of each member from the senders' byte and row counts; all 1 (loads in rows) when a
+    member with rows has no byte count (histograms without byte rows)."""
+    if not any(sizes) or any(n and not b for b, n in zip(sizes, rows)):
+        return np.ones(max(len(sizes), 1))
+    return np.array([b / n if n else 1.0 for b, n in zip(sizes, rows)])
 
 
 def _assignment(held: np.ndarray, ranged: np.ndarray | None, base: np.ndarray) -> tuple[np.ndarray, bool]:

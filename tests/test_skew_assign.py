@@ -186,6 +186,20 @@ def test_hash_partitions_kept_without_locality_or_balance(clustered, narrow):
     assert sorted(np.bincount(d.assignment, minlength=4).tolist()) == [4, 4, 4, 4]
 
 
+def test_loads_weigh_each_side_by_its_row_width():
+    """Key ranges that balance rows but put every wide row (100 bytes) on one rank are not taken: loads are
+    bytes (the senders' byte counts / rows), as the network phase is."""
+    rows = []
+    for s in range(2):
+        rows += [(s, 0, BYTES_ROW, 0, 10_000), (s, 1, BYTES_ROW, 0, 1_000)]
+        rows += [(s, 0, p, 0, 50) for p in range(2)] + [(s, 1, p, 0, 500) for p in range(2)]
+        rows.append((s, 0, 2, 0, 100))  # every wide row in key range 0
+    rows += [(0, 1, 2, 0, 900), (0, 1, 3, 0, 100), (1, 1, 3, 0, 1000)]  # narrow rows: 1,100 per range
+    assert not decide(_hist(rows), members_heavy=["either", "either"], world=2, partitions=2).by_range
+    unweighed = [r for r in rows if r[2] != BYTES_ROW]  # rows only: the ranges look balanced and local
+    assert decide(_hist(unweighed), members_heavy=["either", "either"], world=2, partitions=2).by_range
+
+
 def test_hot_key_rows_leave_their_key_range():
     """A kept heavy hitter's rows leave the key range the senders reported for it, so the ranges balance."""
     rows = [(s, m, p, 0, 10) for s in range(2) for m in range(2) for p in range(4)]
