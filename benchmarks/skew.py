@@ -25,8 +25,11 @@ shows only on skew-aware joins: ``skew_min_bytes=0`` makes every join of two has
 Q21 is not in the default queries: its self-join on ``l_orderkey`` is quadratic in the lines of the one hot
 order of ``hot10``/``hot30`` (DuckDB too); the test suite's SF1 settings spread hot lines over many orders.
 
+For a skew-aware join, ``group skew (bytes)`` is max/mean of the bytes each rank received over both sides:
+what the assignment balances (a small side may be uneven where the large side makes up for it).
+
 Last, per W and setting: the worst skew factor (also over the exchanges that moved at least 1 MB: a
-few-kB exchange of partial aggregates is uneven by nature and costs nothing), bytes moved (all exchanges) and the summed per-query max-worker CPU, each as a
+few-kB exchange of partial aggregates is uneven by nature and costs nothing; and over join groups), bytes moved (all exchanges) and the summed per-query max-worker CPU, each as a
 ratio to ``uniform`` measured in the same run. Skewed datasets are generated on first use beside the uniform
 one (``$SQUALL_TPCH_CACHE`` or ``--cache``). ``--planner-option NAME=VALUE`` sets a PlannerOptions field (e.g. the
 skew handling's switch, printed when the engine has one). Exits 1 if any result differs or fails, 2 on bad
@@ -204,8 +207,22 @@ def _exchanges(stats: dict[str, Any], plan: Any, reports: list[dict[str, Any]]) 
         for key in ("assignment", "heavy_hitters", "heavy_handling", "rows_kept_local"):
             if key in e:
                 item[key] = e[key]
+        if stage.output.group and "bytes_per_rank" in e:
+            item["group"], item["bytes_per_rank"] = stage.output.group, e["bytes_per_rank"]
         out.append(item)
     return out
+
+
+def _group_skews(exchanges: list[dict[str, Any]]) -> dict[int, float]:
+    """Per skew-aware group (a join's two sides): max/mean of the bytes each rank received over all members,
+    what the assignment balances (a small side alone may be uneven where the large side makes up for it)."""
+    summed: dict[int, list[int]] = {}
+    for e in exchanges:
+        if "group" in e:
+            got = summed.setdefault(e["group"], [0] * len(e["bytes_per_rank"]))
+            for i, b in enumerate(e["bytes_per_rank"]):
+                got[i] += int(b)
+    return {g: _skew(per_rank) for g, per_rank in summed.items()}
 
 
 def _run(con: squall.Connection, captured: list[list[dict[str, Any]]], sql: str) -> tuple[Run, Any]:
@@ -282,6 +299,9 @@ def _line(w: int, name: str, n: int, run: Run) -> str:
         )
         for e in run.exchanges
     )
+    groups = _group_skews(run.exchanges)
+    if groups:
+        xs += " | group skew (bytes) " + ", ".join(f"{g}: {v:.2f}" for g, v in sorted(groups.items()))
     mean = sum(run.cpu) / len(run.cpu) if run.cpu else 0.0
     balance = run.cpu_max / mean if mean else 1.0
     status = "ok" if run.error is None else f"DIFFERS: {run.error}"
@@ -324,7 +344,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             opts = dataclasses.replace(options, skew_locality_ranges=False) if name == NO_RANGES else options
             con = squall.connect(data=str(folder), workers=w, planner_options=opts)
             captured = _capture_reports(con)
-            totals = {"skew": 1.0, "skew_1mb": 1.0, "bytes": 0.0, "cpu_max": 0.0, "cpu_sum": 0.0}
+            totals = {
+                "skew": 1.0,
+                "skew_1mb": 1.0,
+                "group": 1.0,
+                "bytes": 0.0,
+                "cpu_max": 0.0,
+                "cpu_sum": 0.0,
+            }
             try:
                 for n in args.queries:
                     sql = tpch.query(n, sf=args.sf)
@@ -341,6 +368,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
                     totals["skew"] = max([totals["skew"], *(e["skew"] for e in best.exchanges)])
                     big = (e["skew"] for e in best.exchanges if e["bytes"] >= BIG_EXCHANGE)
                     totals["skew_1mb"] = max([totals["skew_1mb"], *big])
+                    totals["group"] = max([totals["group"], *_group_skews(best.exchanges).values()])
                     totals["bytes"] += best.moved
                     totals["cpu_max"] += best.cpu_max
                     totals["cpu_sum"] += sum(best.cpu)
@@ -360,7 +388,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         if base and base["cpu_max"]:
             ratio += f"  cpu max x{t['cpu_max'] / base['cpu_max']:.2f}"
         print(
-            f"W{w} {name:8s} worst skew {t['skew']:5.2f} (moving >= 1 MB: {t['skew_1mb']:5.2f})"
+            f"W{w} {name:8s} worst skew {t['skew']:5.2f} (moving >= 1 MB: {t['skew_1mb']:5.2f}; join groups, bytes:"
+            f" {t['group']:5.2f})"
             f"  bytes {_fmt_bytes(t['bytes'])}  cpu max {t['cpu_max']:6.2f}s"
             f"  cpu sum {t['cpu_sum']:6.2f}s{ratio}",
             file=out,
