@@ -26,7 +26,8 @@ each sender also counts its rows per equal-width key range (P ranges over the do
 P..2P-1). Hash partitions spread every key range over all ranks; key ranges keep data that is clustered by
 the key (files written in key order, date-correlated keys) on the rank that holds it. Step 3 computes both
 assignments and takes the key ranges when their slowest rank's load is within ``SLACK`` of the hash's and
-they move fewer rows; otherwise the hash (a narrow filter can leave few ranges filled: balance first).
+they keep more bytes where they are; otherwise the hash (a narrow filter can leave few ranges filled:
+balance first).
 
 Before 2-4, a run-time join decision (``Output.broadcast_limit`` > 0): the histogram also carries each
 sender's bytes per member. When a member that may go to every rank (role "broadcast" or "either") holds
@@ -387,7 +388,7 @@ def _row_widths(sizes: list[int], rows: list[int]) -> np.ndarray:
 
 def _assignment(held: np.ndarray, ranged: np.ndarray | None, base: np.ndarray) -> tuple[np.ndarray, bool]:
     """The hash partitions' assignment, or the key ranges' (True) when they balance as well (within
-    ``SLACK`` of the hash's slowest rank) and keep more rows where they are."""
+    ``SLACK`` of the hash's slowest rank) and keep more of the (byte-weighted) load where it is."""
     by_hash = assign(held, base)
     if ranged is None:
         return by_hash, False
@@ -400,7 +401,7 @@ def _assignment(held: np.ndarray, ranged: np.ndarray | None, base: np.ndarray) -
 
 
 def _local(held: np.ndarray, assignment: np.ndarray) -> int:
-    """Rows that stay on the rank holding them under ``assignment``."""
+    """Load (rows, or bytes when weighed) that stays on the rank holding it under ``assignment``."""
     return int(held[assignment, np.arange(held.shape[1])].sum())
 
 
