@@ -25,6 +25,11 @@ JOIN_ROWS = "SELECT f.k, f.v, d.name FROM fact f JOIN dim d ON f.k = d.k WHERE f
 LEFT_JOIN = "SELECT d.grp, count(*) AS n, count(d.name) AS m FROM fact f LEFT JOIN dim d ON f.k = d.k GROUP BY 1 ORDER BY 1"
 AGG = "SELECT k, count(DISTINCT v) AS n FROM fact GROUP BY k ORDER BY n DESC, k LIMIT 20"
 AGG_SUM = "SELECT k, sum(v) AS s, count(*) AS n FROM fact GROUP BY k ORDER BY k"
+#: a window on the join key runs where the join put the rows (the join then spreads no hot key)
+WINDOW = (
+    "SELECT f.k, f.v, d.grp, rank() OVER (PARTITION BY f.k ORDER BY f.v) AS r "
+    "FROM fact f JOIN dim d ON f.k = d.k WHERE f.v % 97 = 0"
+)
 
 
 def write_skewed(

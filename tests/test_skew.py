@@ -16,7 +16,18 @@ from squall.driver.exchange_stats import skew_factor
 from squall.driver.planner import PlannerOptions
 from squall.testing import assert_same_result
 
-from .skew_data import AGG, AGG_SUM, DIM_ROWS, FACT_ROWS, HOT_SHARE, JOIN, JOIN_ROWS, LEFT_JOIN, write_skewed
+from .skew_data import (
+    AGG,
+    AGG_SUM,
+    DIM_ROWS,
+    FACT_ROWS,
+    HOT_SHARE,
+    JOIN,
+    JOIN_ROWS,
+    LEFT_JOIN,
+    WINDOW,
+    write_skewed,
+)
 
 #: force partitioned joins on the small test tables (no broadcast)
 NO_BROADCAST = dict(broadcast_limit=0.0)
@@ -68,7 +79,7 @@ def test_explain_analyze_prints_a_line_per_exchange(skewed, capsys):
 
 ON = PlannerOptions(**NO_BROADCAST, skew_min_bytes=0.0)
 OFF = PlannerOptions(**NO_BROADCAST, skew_min_bytes=0.0, skew_handling=False)
-QUERIES = (JOIN, JOIN_ROWS, LEFT_JOIN, AGG, AGG_SUM)
+QUERIES = (JOIN, JOIN_ROWS, LEFT_JOIN, AGG, AGG_SUM, WINDOW)
 
 
 def _check_all(con, folder) -> dict[str, dict]:

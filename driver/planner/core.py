@@ -71,7 +71,7 @@ class PlannerOptions:
     #: ``broadcast_limit`` and broadcasting moves fewer bytes than hashing both sides
     runtime_broadcast: bool = True
     #: … and, keyed by one integer column whose range the catalog knows, may partition by key range instead
-    #: of hash when that balances as well and moves fewer rows (locality: data clustered by the key stays)
+    #: of hash when that balances as well and keeps more bytes in place (locality: data clustered by the key stays)
     skew_locality_ranges: bool = True
     #: with one worker, run the query as written in one DuckDB stage over Squall's scans (DuckDB plans
     #: the joins, subqueries and CTEs itself; the scans still prune, probe the predicate cache and
