@@ -154,59 +154,45 @@ class SkewExchanges:
     # --- the group's exchange ------------------------------------------------------------------------
 
     def _histogram(self, members: list[_Held]) -> pa.Table:
-        senders, mems, partitions, hashes, rows = [], [], [], [], []
-        buckets: list[int] = []
+        cols: dict[str, list[int]] = {name: [] for name in _HIST_SCHEMA.names}
+
+        def add(m: int, partition: list[int], rows: list[int], hashes: list[int] | None = None,
+                buckets: list[int] | None = None) -> None:  # fmt: skip
+            n = len(rows)
+            cols["sender"] += [self.rank] * n
+            cols["member"] += [m] * n
+            cols["partition"] += partition
+            cols["hash"] += [0] * n if hashes is None else hashes
+            cols["rows"] += rows
+            cols["bucket"] += [-1] * n if buckets is None else buckets
+
         for m, held in enumerate(members):
             nparts = held.stage.output.partitions
-            senders.append(self.rank)
-            mems.append(m)
-            partitions.append(BYTES_ROW)
-            hashes.append(0)
-            rows.append(int(held.table.nbytes - held.table.column(PART_COLUMN).nbytes))  # bytes it would send
+            sending = held.table.nbytes - held.table.column(PART_COLUMN).nbytes
+            add(m, [BYTES_ROW], [int(sending)])  # the bytes it would send
             counts = np.bincount(held.parts, minlength=nparts)
             nz = np.nonzero(counts)[0]
-            senders += [self.rank] * len(nz)
-            mems += [m] * len(nz)
-            partitions += nz.tolist()
-            hashes += [0] * len(nz)
-            rows += counts[nz].tolist()
+            add(m, nz.tolist(), counts[nz].tolist())
             if held.buckets is not None:  # key ranges: partitions P..2P-1
                 by_range = np.bincount(held.buckets, minlength=nparts)
                 nz = np.nonzero(by_range)[0]
-                senders += [self.rank] * len(nz)
-                mems += [m] * len(nz)
-                partitions += (nz + nparts).tolist()
-                hashes += [0] * len(nz)
-                rows += by_range[nz].tolist()
+                add(m, (nz + nparts).tolist(), by_range[nz].tolist())
             if held.stage.output.heavy and len(held.hashes):
                 # candidates only in locally large partitions: a hot key makes its partition large
-                big = counts > max(2.0 * len(held.hashes) / nparts, 1.0)
-                cand = held.hashes[big[held.parts]]
+                in_big = (counts > max(2.0 * len(held.hashes) / nparts, 1.0))[held.parts]
+                cand = held.hashes[in_big]
                 if len(cand):
                     vc = pc.value_counts(pa.array(cand))
                     values = vc.field("values").to_numpy(zero_copy_only=False)
                     cnts = vc.field("counts").to_numpy(zero_copy_only=False)
-                    top = np.argsort(-cnts, kind="stable")[:TOP_K]
-                    senders += [self.rank] * len(top)
-                    mems += [m] * len(top)
-                    partitions += [-1] * len(top)
-                    hashes += values[top].tolist()
-                    rows += cnts[top].tolist()
-                    buckets += [-1] * (len(senders) - len(top) - len(buckets))  # the rows before
+                    idx = np.argsort(-cnts, kind="stable")[:TOP_K]
+                    top = values[idx]
+                    ranges = None
                     if held.buckets is not None:  # each key's range, from one of its rows
-                        buckets += [int(held.buckets[np.argmax(held.hashes == h)]) for h in values[top]]
-            buckets += [-1] * (len(senders) - len(buckets))
-        return pa.table(
-            [
-                pa.array(senders, pa.int32()),
-                pa.array(mems, pa.int32()),
-                pa.array(partitions, pa.int32()),
-                pa.array(hashes, pa.uint64()),
-                pa.array(rows, pa.int64()),
-                pa.array(buckets, pa.int32()),
-            ],
-            schema=_HIST_SCHEMA,
-        )
+                        cand_ranges = held.buckets[in_big]
+                        ranges = [int(cand_ranges[np.argmax(cand == h)]) for h in top]
+                    add(m, [-1] * len(top), cnts[idx].tolist(), top.tolist(), ranges)
+        return pa.table(cols, schema=_HIST_SCHEMA)
 
     def _flush(self, group: int, members: list[_Held], spec_of: Callable[[Stage], ExchangeSpec]) -> None:
         t0 = time.perf_counter()
@@ -323,7 +309,7 @@ def decide(
     is_key = part == -1
     # loads in bytes (Neo-Join balances the network phase): a member's rows weigh its average row width
     width = _row_widths(sizes, [int(rows[is_hist & (member == m)].sum()) for m in range(len(sizes))])
-    weighed = np.rint(rows * width[np.clip(member, 0, len(width) - 1)]).astype(np.int64)
+    weighed = np.rint(rows * width[member]).astype(np.int64)
     held = np.zeros((world, partitions), dtype=np.int64)
     np.add.at(held, (sender[is_hist], part[is_hist]), weighed[is_hist])
     ranged = np.zeros((world, partitions), dtype=np.int64) if is_range.any() else None
