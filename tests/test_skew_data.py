@@ -218,6 +218,8 @@ def test_correlated_dates_co_locate_orders_and_lineitem(tmp_path_factory: pytest
         ({"hot_keys": 0}, "--hot-keys"),
         ({"zipf": -1.0}, "--zipf"),
         ({"zipf": float("nan")}, "--zipf"),
+        ({"hot_keys": None}, "--hot-keys"),
+        ({"zipf": None}, "--zipf"),
         ({"hot_orders": 0}, "--hot-orders"),
         ({"order_zipf": -0.5}, "--order-zipf"),
         ({"seed": -1}, "--seed"),

@@ -108,11 +108,14 @@ class SkewSpec:
         h, k, z, s = self.hot_share, self.hot_keys, self.zipf, self.seed
         if isinstance(h, bool) or not isinstance(h, int | float) or not (0 <= h < 1):
             raise OptionError(f"--hot-share must be a number in [0, 1), got {h!r}")
-        for flag, count in (("--hot-keys", k), ("--hot-orders", self.hot_orders)):
-            if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        # hot_keys and zipf are required; hot_orders and order_zipf may be None (= hot_keys, zipf)
+        for flag, count, optional in (("--hot-keys", k, False), ("--hot-orders", self.hot_orders, True)):
+            if not (optional and count is None) and (
+                isinstance(count, bool) or not isinstance(count, int) or count < 1
+            ):
                 raise OptionError(f"{flag} must be a positive integer, got {count!r}")
-        for flag, exponent in (("--zipf", z), ("--order-zipf", self.order_zipf)):
-            if exponent is not None and (
+        for flag, exponent, optional in (("--zipf", z, False), ("--order-zipf", self.order_zipf, True)):
+            if not (optional and exponent is None) and (
                 isinstance(exponent, bool)
                 or not isinstance(exponent, int | float)
                 or not math.isfinite(exponent)
