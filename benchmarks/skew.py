@@ -52,6 +52,7 @@ import duckdb
 
 import squall
 import squall.tpch as tpch
+from squall.driver.exchange_stats import skew_factor
 from squall.driver.planner import PlannerOptions
 from squall.errors import SquallError
 from squall.testing import compare_results
@@ -177,11 +178,6 @@ class Run:
         return max(self.cpu, default=0.0)
 
 
-def _skew(values: list[int]) -> float:
-    total = sum(values)
-    return max(values) / (total / len(values)) if values and total else 1.0
-
-
 def _exchanges(stats: dict[str, Any], plan: Any, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Hash exchanges with several receivers: skew factor of rows per receiving rank, bytes moved."""
     out = []
@@ -201,7 +197,7 @@ def _exchanges(stats: dict[str, Any], plan: Any, reports: list[dict[str, Any]]) 
             rows = [got.get(rank, 0) for rank in stage.output.receivers]
         item = {
             "stage": e["stage"],
-            "skew": _skew(rows),
+            "skew": skew_factor(rows),
             "bytes": int(e.get("bytes_moved", e.get("bytes_received", 0))),
         }
         for key in ("assignment", "heavy_hitters", "heavy_handling", "rows_kept_local"):
@@ -222,7 +218,7 @@ def _group_skews(exchanges: list[dict[str, Any]]) -> dict[int, float]:
             got = summed.setdefault(e["group"], [0] * len(e["bytes_per_rank"]))
             for i, b in enumerate(e["bytes_per_rank"]):
                 got[i] += int(b)
-    return {g: _skew(per_rank) for g, per_rank in summed.items()}
+    return {g: skew_factor(per_rank) for g, per_rank in summed.items()}
 
 
 def _run(con: squall.Connection, captured: list[list[dict[str, Any]]], sql: str) -> tuple[Run, Any]:
