@@ -3,15 +3,11 @@
 Header keys: ``seed`` (and query index), ``schema`` (``tpch``, the default, or ``tpcds``: the data it runs
 on), ``workers`` (where it was found), ``kind`` (wrong/error/internal),
 ``differs`` (what differed), ``fails-at`` (worker counts that failed when saved; the replay marks those
-``xfail(strict=True)`` until the bug is fixed — then remove the line), ``original`` (the unminimised query),
-``expect`` (only where DuckDB itself answers wrongly: the right rows as a Python literal list of tuples, checked
-instead of DuckDB's answer; ``duckdb-wrong`` then says why, and W=1 — the whole query in DuckDB — may repeat
-DuckDB's answer).
+``xfail(strict=True)`` until the bug is fixed — then remove the line), ``original`` (the unminimised query).
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +28,6 @@ class Case:
     def schema(self) -> str:
         """The schema (data) the case runs on: ``tpch`` (no header line: cases saved before TPC-DS) or ``tpcds``."""
         return self.header.get("schema", "tpch").strip() or "tpch"
-
-    def expected_rows(self) -> list[tuple] | None:
-        """The ``expect`` header's rows (the right answer where DuckDB's is wrong), or None."""
-        text = self.header.get("expect", "").strip()
-        return [tuple(row) for row in ast.literal_eval(text)] if text else None
 
     def fails_at(self) -> set[int]:
         text = self.header.get("fails-at", "").strip()

@@ -4,15 +4,10 @@ its ``schema`` header line (TPC-H with its NULL-heavy twins when absent, or TPC-
 A case whose header says ``xfail`` and lists the worker count in ``fails-at`` is an open bug:
 ``xfail(strict=True)``, so the test reports XPASS (and fails) once the bug is fixed — then delete the
 ``xfail``/``fails-at`` lines of the case and it stays as a regression test.
-
-A case with an ``expect`` header is one where DuckDB answers wrongly: Squall is checked against those rows.
-At W=1 Squall runs the whole query in DuckDB, so it may repeat DuckDB's answer (non-strict xfail there:
-whether DuckDB's bug shows has been seen to vary between machines).
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from .cases import load_cases
@@ -29,9 +24,6 @@ def _params():
             if "xfail" in case.header and w in case.fails_at():
                 reason = f"{case.header['xfail']}: {case.header.get('differs', '')[:200]}"
                 marks.append(pytest.mark.xfail(strict=True, reason=reason))
-            if case.expected_rows() is not None and w == 1:
-                reason = f"the whole query runs in DuckDB, which is wrong here: {case.header.get('duckdb-wrong', '')}"
-                marks.append(pytest.mark.xfail(strict=False, reason=reason))
             yield pytest.param(case, w, id=f"{case.name}-w{w}", marks=marks)
 
 
@@ -42,11 +34,6 @@ def test_fuzz_case(request, case, workers):
     oracle = request.getfixturevalue(ORACLES[case.schema])
     expected = oracle.reference(case.sql)
     assert not isinstance(expected, Exception), f"DuckDB rejects case {case.name}: {expected}"
-    rows = case.expected_rows()
-    if rows is not None:  # DuckDB's answer is wrong: its schema, the header's rows
-        expected = pa.Table.from_pylist(
-            [dict(zip(expected.column_names, row)) for row in rows], expected.schema
-        )
     out = oracle.run_squall(case.sql, workers, expected)
     if out.kind == "refused":
         pytest.skip(f"refused: {out.detail}")
