@@ -58,6 +58,9 @@ def exchange_balance(stage: Stage, reports: list[dict[str, Any]]) -> dict[str, A
         out["heavy_rows_kept"] = sum(s["heavy_rows_kept"] for s in skews)
         out["heavy_rows_broadcast"] = sum(s["heavy_rows_broadcast"] for s in skews)
         out["histogram_s"] = max(s["histogram_s"] for s in skews)
+        for key in ("null_key_rows_dropped", "null_key_rows_kept_local"):  # outer joins' NULL keys
+            if any(key in s for s in skews):
+                out[key] = sum(s.get(key, 0) for s in skews)
         if "run_time" in first:
             out["run_time"] = first["run_time"]
     return out
@@ -79,5 +82,9 @@ def format_exchanges(stats: dict[str, Any]) -> str:
             )
             if e["heavy_hitters"]:
                 text += f"; heavy hitters: {e['heavy_hitters']} ({e['heavy_handling']})"
+            if "null_key_rows_dropped" in e:
+                text += f"; NULL-key rows dropped {e['null_key_rows_dropped']} (they match nothing)"
+            if "null_key_rows_kept_local" in e:
+                text += f"; NULL-key rows kept local {e['null_key_rows_kept_local']} (they match nothing)"
         lines.append(text)
     return "\n".join(lines)

@@ -8,6 +8,8 @@ import pyarrow as pa
 PART_COLUMN = "__squall_part"
 #: skew-aware exchanges keyed by one integer column: the key as BIGINT (``Output.range_sql``)
 RANGE_COLUMN = "__squall_range"
+#: skew-aware exchanges of an outer join: whether a partitioning key is NULL (``Output.null_sql``)
+NULL_COLUMN = "__squall_nullkey"
 
 
 def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLUMN) -> list[pa.Table]:

@@ -12,8 +12,15 @@ hash join) until the last member was computed, then:
 2. **heavy hitters**: a key hash is hot when its rows (summed over the senders' reports) exceed
    ``HEAVY_SHARE`` * (all rows of the group / W). Selective broadcast (Neo-Join): on the side that
    may keep rows (``Output.heavy`` "keep"/"either") the hot key's rows stay on the rank that holds
-   them; the other side's rows of that key go to every rank. A hot key on a side that may not keep its
-   rows (the preserved side of an outer join is the one that keeps) is left to the assignment;
+   them; the other side's rows of that key go to every rank. The preserved side of an outer join is the
+   one that keeps: a copy of a preserved row on a rank without its matches would come out NULL-extended
+   there. Hot keys on the null-supplied side of an outer join without residual condition (Q13: one
+   customer with many orders) are kept **at their holders**: the ranks that reported the key keep their
+   rows of it, the other ranks send theirs to the holder with the most, and the preserved side's rows of
+   the key go to every holder only. Every copy of a preserved row then finds a match where it lands, so it
+   is joined exactly once with each matching row and never NULL-extended. Rows with a NULL key never
+   match and are never hot (``Output.null_sql``). A hot key on a side that may do neither is left to the
+   assignment;
 3. **assignment**: :func:`squall.operators.skew_assign.assign` over the combined histogram of the group
    (hot-key rows left out, the kept ones counted as each rank's base load) — every rank computes the
    same one. Loads are bytes: each member's rows weigh its average row width (the senders' byte counts
@@ -53,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squall.exchange.base import Exchange, ExchangeSpec
-from squall.operators.partition import PART_COLUMN, RANGE_COLUMN, split_by_partition
+from squall.operators.partition import NULL_COLUMN, PART_COLUMN, RANGE_COLUMN, split_by_partition
 from squall.operators.skew_assign import SLACK, assign, loads
 from squall.plan import Plan, Stage
 
@@ -65,12 +72,16 @@ TOP_K = 8
 HEAVY_SHARE = 0.5
 #: the histogram's ``partition`` of a row whose ``rows`` are a member's bytes on that sender
 BYTES_ROW = -2
+#: … of a row whose ``rows`` are an outer join member's rows with a NULL key on that sender (not partitioned:
+#: the preserved side keeps them, the null-supplied side drops them)
+NULL_ROW = -3
 
 _HIST_SCHEMA = pa.schema(
     [
         ("sender", pa.int32()),
         ("member", pa.int32()),
-        ("partition", pa.int32()),  # -1: a top-k key row (``hash`` set); -2: ``rows`` = the member's bytes
+        ("partition", pa.int32()),  # -1: a top-k key row (``hash`` set); -2: ``rows`` = the member's bytes;
+        # -3: ``rows`` = the member's rows with a NULL key
         ("hash", pa.uint64()),
         ("rows", pa.int64()),
         ("bucket", pa.int32()),  # a top-k key row's key range (-1: the group has no key ranges)
@@ -86,6 +97,7 @@ class _Held:
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     parts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     buckets: np.ndarray | None = None  # key range per row (Output.range_sql), else None
+    null_key: np.ndarray | None = None  # whether a row's key is NULL (Output.null_sql), else None
 
 
 def remote_bytes(addressed: dict[int, pa.Table], rank: int) -> int:
@@ -146,7 +158,11 @@ class SkewExchanges:
         if out.range_sql:
             keys = pc.fill_null(table.column(RANGE_COLUMN), out.range_lo).to_numpy(zero_copy_only=False)
             held.buckets = key_buckets(keys, out.range_lo, out.range_hi, out.partitions)
-            held.table = table.drop_columns([RANGE_COLUMN])
+            held.table = held.table.drop_columns([RANGE_COLUMN])
+        if out.null_sql:
+            nulls = pc.fill_null(held.table.column(NULL_COLUMN), True).to_numpy(zero_copy_only=False)
+            held.null_key = nulls.astype(bool, copy=False)
+            held.table = held.table.drop_columns([NULL_COLUMN])
         self._held.setdefault(group, []).append(held)
         if stage.id == self.groups[group][-1]:
             self._flush(group, self._held.pop(group), spec_of)
@@ -170,16 +186,21 @@ class SkewExchanges:
             nparts = held.stage.output.partitions
             sending = held.table.nbytes - held.table.column(PART_COLUMN).nbytes
             add(m, [BYTES_ROW], [int(sending)])  # the bytes it would send
-            counts = np.bincount(held.parts, minlength=nparts)
+            live = slice(None) if held.null_key is None else ~held.null_key
+            if held.null_key is not None:
+                add(m, [NULL_ROW], [int(held.null_key.sum())])
+            counts = np.bincount(held.parts[live], minlength=nparts)
             nz = np.nonzero(counts)[0]
             add(m, nz.tolist(), counts[nz].tolist())
             if held.buckets is not None:  # key ranges: partitions P..2P-1
-                by_range = np.bincount(held.buckets, minlength=nparts)
+                by_range = np.bincount(held.buckets[live], minlength=nparts)
                 nz = np.nonzero(by_range)[0]
                 add(m, (nz + nparts).tolist(), by_range[nz].tolist())
             if held.stage.output.heavy and len(held.hashes):
                 # candidates only in locally large partitions: a hot key makes its partition large
                 in_big = (counts > max(2.0 * len(held.hashes) / nparts, 1.0))[held.parts]
+                if held.null_key is not None:  # a NULL key matches nothing: never a heavy hitter
+                    in_big &= ~held.null_key
                 cand = held.hashes[in_big]
                 if len(cand):
                     vc = pc.value_counts(pa.array(cand))
@@ -231,25 +252,46 @@ class SkewExchanges:
             return
         by_range = d.by_range and held.buckets is not None
         dest = d.assignment[held.buckets if by_range else held.parts].astype(np.int64)
+        hashes = held.hashes
+        null_rows = 0
+        if held.null_key is not None and (null_rows := int(held.null_key.sum())):
+            # an outer join's NULL keys match nothing: the preserved side's rows stay where they are, the
+            # null-supplied side's are dropped (they would come out nowhere)
+            if held.stage.output.heavy == "null_supplied":
+                live = ~held.null_key
+                data, dest, hashes = data.filter(pa.array(live)), dest[live], hashes[live]
+            else:
+                dest[held.null_key] = self.rank
         keep = d.keep.get(m, set())
         bcast = d.broadcast.get(m, set())
         kept_heavy = bcast_rows = 0
         if keep:
-            mask = np.isin(held.hashes, np.fromiter(keep, np.uint64, len(keep)))
+            mask = np.isin(hashes, np.fromiter(keep, np.uint64, len(keep)))
             dest[mask] = self.rank
+            for h in keep & d.holders.keys():  # kept at their holders: a rank that is none sends to the first
+                if self.rank not in d.holders[h]:
+                    away = hashes == np.uint64(h)
+                    dest[away] = d.holders[h][0]
+                    mask &= ~away
             kept_heavy = int(mask.sum())
-        bcast_table = None
-        if bcast and len(held.hashes):
-            mask = np.isin(held.hashes, np.fromiter(bcast, np.uint64, len(bcast)))
+        extra: list[tuple[pa.Table, tuple[int, ...]]] = []  # (rows, the ranks they all go to)
+        if bcast and len(hashes):
+            for h in sorted(bcast & d.holders.keys()):  # to the key's holders only
+                mask = hashes == np.uint64(h)
+                if mask.any():
+                    extra.append((data.filter(pa.array(mask)), d.holders[h]))
+                    data, dest, hashes = data.filter(pa.array(~mask)), dest[~mask], hashes[~mask]
+            everywhere = bcast - d.holders.keys()
+            mask = np.isin(hashes, np.fromiter(everywhere, np.uint64, len(everywhere)))
             if mask.any():
-                bcast_rows = int(mask.sum())
-                bcast_table = data.filter(pa.array(mask))
-                data = data.filter(pa.array(~mask))
-                dest = dest[~mask]
+                extra.append((data.filter(pa.array(mask)), tuple(range(self.world))))
+                data, dest = data.filter(pa.array(~mask)), dest[~mask]
+            bcast_rows = sum(t.num_rows for t, _to in extra)
         with_dest = data.append_column(PART_COLUMN, pa.array(dest.astype(np.int32)))
         parts = split_by_partition(with_dest, self.world)
-        if bcast_table is not None:
-            parts = [pa.concat_tables([p, bcast_table]) for p in parts]
+        for rows, to in extra:
+            for r in to:
+                parts[r] = pa.concat_tables([parts[r], rows])
         addressed = {r: parts[r] for r in range(self.world)}
         held.report.bytes_to_others = remote_bytes(addressed, self.rank)
         self.exchange.send(spec, addressed)
@@ -266,6 +308,9 @@ class SkewExchanges:
             "heavy_rows_broadcast": bcast_rows,
             "histogram_s": histogram_s,
         }
+        if null_rows:  # an outer join's NULL keys match nothing
+            what = "dropped" if held.stage.output.heavy == "null_supplied" else "kept_local"
+            held.report.skew[f"null_key_rows_{what}"] = null_rows
 
 
 @dataclass
@@ -282,6 +327,10 @@ class Decision:
     whole_broadcast: int = -1
     #: partitions are the key ranges (``_Held.buckets``), not hash partitions
     by_range: bool = False
+    #: hot keys kept at their holders (outer joins): key hash → the ranks that keep its rows, most first;
+    #: the keeping member's other ranks send their rows of it to the first, the other member's rows of it
+    #: go to all of them (instead of every rank)
+    holders: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 def decide(
@@ -308,7 +357,10 @@ def decide(
     is_range = part >= partitions
     is_key = part == -1
     # loads in bytes (Neo-Join balances the network phase): a member's rows weigh its average row width
-    width = _row_widths(sizes, [int(rows[is_hist & (member == m)].sum()) for m in range(len(sizes))])
+    nulls = part == NULL_ROW
+    width = _row_widths(
+        sizes, [int(rows[(is_hist | nulls) & (member == m)].sum()) for m in range(len(sizes))]
+    )
     weighed = np.rint(rows * width[member]).astype(np.int64)
     held = np.zeros((world, partitions), dtype=np.int64)
     np.add.at(held, (sender[is_hist], part[is_hist]), weighed[is_hist])
@@ -323,25 +375,36 @@ def decide(
         counts[m, h] = counts.get((m, h), 0) + n
     keep: dict[int, set[int]] = {}
     bcast: dict[int, set[int]] = {}
+    holders: dict[int, tuple[int, ...]] = {}
     hot = sorted({h for (m, h), n in counts.items() if n > threshold})
-    handled = unhandled = 0
-    base = np.zeros(world, dtype=np.int64)
+    handled = at_holders = unhandled = 0
+    base = np.zeros(world, dtype=np.int64)  # load that stays where it is: kept hot keys, preserved NULL keys
+    kept_nulls = nulls & np.isin(member, [m for m, role in enumerate(members_heavy) if role == "preserved"])
+    np.add.at(base, sender[kept_nulls], weighed[kept_nulls])
     for h in hot:
         per = {m: counts.get((m, h), 0) for m in range(len(members_heavy))}
         k = max(per, key=lambda m: (per[m], -m))  # the hottest side keeps its rows …
         others = [m for m in per if m != k]
-        ok = _may_keep(members_heavy[k]) and all(
+        mask = is_key & (hashes == np.uint64(h)) & (member == k)
+        if _may_keep(members_heavy[k]) and all(
             _may_broadcast(members_heavy[o]) and per[o] * (world - 1) <= per[k] for o in others
-        )
-        if not ok:
+        ):
+            handled += 1
+        elif members_heavy[k] == "null_supplied" and all(members_heavy[o] == "preserved" for o in others):
+            reported = sorted(zip((-rows[mask]).tolist(), sender[mask].tolist()))
+            holders[h] = tuple(dict.fromkeys(s for n, s in reported if n < 0))  # most rows first
+            if not holders[h] or any(per[o] * (len(holders[h]) - 1) > per[k] for o in others):
+                del holders[h]
+                unhandled += 1
+                continue
+            at_holders += 1
+        else:
             unhandled += 1
             continue
-        handled += 1
         keep.setdefault(k, set()).add(h)
-        for o in others:  # … the other side's rows of it go to every rank
+        for o in others:  # … the other side's rows of it go to every rank (or to the key's holders)
             bcast.setdefault(o, set()).add(h)
         # the kept rows leave their partition's histogram and load their own rank
-        mask = is_key & (hashes == np.uint64(h)) & (member == k)
         p = int(np.uint64(h) % np.uint64(partitions))
         for s, n, b in zip(sender[mask].tolist(), weighed[mask].tolist(), bucket[mask].tolist()):
             held[s, p] = max(held[s, p] - n, 0)
@@ -352,6 +415,8 @@ def decide(
     parts = []
     if handled:
         parts.append(f"{handled} selective broadcast")
+    if at_holders:
+        parts.append(f"{at_holders} kept at their holders (outer join: the preserved side's rows go to them)")
     if unhandled:
         parts.append(f"{unhandled} left to the assignment (this join must move both sides' rows)")
     return Decision(
@@ -361,6 +426,7 @@ def decide(
         heavy_count=len(hot),
         handling=", ".join(parts) or "none",
         by_range=by_range,
+        holders=holders,
     )
 
 
@@ -393,12 +459,12 @@ def _local(held: np.ndarray, assignment: np.ndarray) -> int:
 
 def _may_keep(role: str) -> bool:
     """Whether a member with join role ``role`` may keep rows on the rank that holds them."""
-    return role in ("keep", "either")
+    return role in ("keep", "either", "preserved")
 
 
 def _may_broadcast(role: str) -> bool:
     """Whether a member with join role ``role`` may send rows to every rank."""
-    return role in ("broadcast", "either")
+    return role in ("broadcast", "either", "null_supplied")
 
 
 def _broadcast_member(sizes: list[int], roles: list[str], world: int, limit: float) -> int:

@@ -25,7 +25,7 @@ from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
 from squall.operators.faults import before_stage, faults_from_env, scan_delay
-from squall.operators.partition import PART_COLUMN, RANGE_COLUMN, split_by_partition
+from squall.operators.partition import NULL_COLUMN, PART_COLUMN, RANGE_COLUMN, split_by_partition
 from squall.operators.rangepart import range_parts
 from squall.operators.scan import read_scan, scan_schema
 from squall.operators.skew import SkewExchanges, remote_bytes
@@ -316,6 +316,7 @@ class Worker:
                 sr.join_filters[label] = [_count(db, pre_sql), kept.num_rows]
             if output.kind == "hash":
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
+                key += f", ({output.null_sql}) AS {NULL_COLUMN}" if output.null_sql else ""
                 table = db.query(
                     f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t"
                 )

@@ -133,7 +133,10 @@ class Output:
     #: the co-partition group (id of its first stage): its exchanges share one assignment
     group: int = 0
     #: heavy hitters (selective broadcast): "keep" (this side's hot-key rows stay on their rank),
-    #: "broadcast" (this side's rows of the other side's hot keys go to every rank), "either", "" (none)
+    #: "broadcast" (this side's rows of the other side's hot keys go to every rank), "either", "" (none);
+    #: an outer join without residual condition: "preserved" (keeps its hot keys; its rows of the other
+    #: side's hot keys go to the ranks holding that key's rows) and "null_supplied" (rows of the other side's
+    #: hot keys go to every rank; its own hot keys' rows stay on the ranks that reported them)
     heavy: str = ""
     #: skew-aware groups: a side may go whole to every rank (the other side staying where it is) when its
     #: actual bytes, summed over the senders, are at most this and the cheaper move (0: never)
@@ -145,6 +148,9 @@ class Output:
     range_sql: str = ""
     range_lo: int = 0
     range_hi: int = 0
+    #: skew-aware groups of an outer join: SQL that is true when a partitioning key is NULL (such rows
+    #: never match, so their key is never handled as a heavy hitter); "" = not needed
+    null_sql: str = ""
 
 
 @dataclass(frozen=True)
@@ -245,6 +251,7 @@ class Plan:
                 range_sql=o.get("range_sql", ""),
                 range_lo=o.get("range_lo", 0),
                 range_hi=o.get("range_hi", 0),
+                null_sql=o.get("null_sql", ""),
             )
             stages.append(
                 Stage(

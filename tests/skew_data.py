@@ -23,6 +23,17 @@ JOIN = (
 )
 JOIN_ROWS = "SELECT f.k, f.v, d.name FROM fact f JOIN dim d ON f.k = d.k WHERE f.v % 97 = 0"
 LEFT_JOIN = "SELECT d.grp, count(*) AS n, count(d.name) AS m FROM fact f LEFT JOIN dim d ON f.k = d.k GROUP BY 1 ORDER BY 1"
+#: the hot key on the null-supplied side of outer joins (Q13's shape), and NULL keys on both sides
+OUTER_HOT = (
+    "SELECT d.grp, count(*) AS n, count(f.v) AS m, sum(f.v) AS s FROM dim d LEFT JOIN fact f ON d.k = f.k "
+    "GROUP BY 1 ORDER BY 1"
+)
+OUTER_ROWS = "SELECT d.k, d.name, f.v FROM fact f RIGHT JOIN dim d ON f.k = d.k WHERE d.k < 100"
+OUTER_NULLS = (
+    "SELECT d.grp, count(*) AS n, count(f.v) AS m FROM "
+    "(SELECT CASE WHEN k % 3 = 0 THEN NULL ELSE k END AS k, grp FROM dim) d LEFT JOIN "
+    "(SELECT CASE WHEN v % 4 = 0 THEN NULL ELSE k END AS k, v FROM fact) f ON d.k = f.k GROUP BY 1 ORDER BY 1"
+)
 AGG = "SELECT k, count(DISTINCT v) AS n FROM fact GROUP BY k ORDER BY n DESC, k LIMIT 20"
 AGG_SUM = "SELECT k, sum(v) AS s, count(*) AS n FROM fact GROUP BY k ORDER BY k"
 #: a window on the join key runs where the join put the rows (the join then spreads no hot key)

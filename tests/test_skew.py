@@ -25,6 +25,9 @@ from .skew_data import (
     JOIN,
     JOIN_ROWS,
     LEFT_JOIN,
+    OUTER_HOT,
+    OUTER_NULLS,
+    OUTER_ROWS,
     WINDOW,
     write_skewed,
 )
@@ -79,7 +82,7 @@ def test_explain_analyze_prints_a_line_per_exchange(skewed, capsys):
 
 ON = PlannerOptions(**NO_BROADCAST, skew_min_bytes=0.0)
 OFF = PlannerOptions(**NO_BROADCAST, skew_min_bytes=0.0, skew_handling=False)
-QUERIES = (JOIN, JOIN_ROWS, LEFT_JOIN, AGG, AGG_SUM, WINDOW)
+QUERIES = (JOIN, JOIN_ROWS, LEFT_JOIN, OUTER_HOT, OUTER_ROWS, OUTER_NULLS, AGG, AGG_SUM, WINDOW)
 
 
 def _check_all(con, folder) -> dict[str, dict]:
@@ -117,6 +120,25 @@ def test_skewed_queries_match_duckdb_and_balance(skewed, workers):
     assert sum(dim["rows_per_rank"]) == DIM_ROWS + workers - 1
     left = _join_exchanges(stats[LEFT_JOIN])
     assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in left), left
+    # the hot key on an outer join's null-supplied side: kept at the ranks that hold it, the preserved
+    # side's one row of it goes to those ranks only
+    for sql in (OUTER_HOT, OUTER_ROWS):
+        outer = _join_exchanges(stats[sql])
+        assert len(outer) == 2 and all(
+            e["heavy_handling"].startswith("1 kept at their holders") for e in outer
+        )
+        fact = max(outer, key=lambda e: sum(e["rows_per_rank"]))
+        dim = min(outer, key=lambda e: sum(e["rows_per_rank"]))
+        assert fact["skew"] <= 1.25, (sql, fact)  # (OUTER_ROWS' dim side is 99 rows: no balance to see)
+        assert fact["heavy_rows_kept"] > 0.9 * HOT_SHARE * FACT_ROWS and fact["heavy_rows_broadcast"] == 0
+        assert dim["heavy_rows_broadcast"] == 1 and dim["heavy_rows_kept"] == 0
+        assert sum(dim["rows_per_rank"]) <= DIM_ROWS + workers - 1  # one copy per holder (here: every rank)
+    # NULL keys never match: the null-supplied side drops them, the preserved side keeps them in place
+    dim_side, fact_side = sorted(_join_exchanges(stats[OUTER_NULLS]), key=lambda e: sum(e["rows_per_rank"]))
+    assert dim_side["null_key_rows_kept_local"] == DIM_ROWS // 3, dim_side  # k % 3 = 0
+    assert fact_side["null_key_rows_dropped"] > FACT_ROWS // 5, fact_side  # v % 4 = 0
+    assert sum(fact_side["rows_per_rank"]) == FACT_ROWS - fact_side["null_key_rows_dropped"]
+    assert dim_side["skew"] <= 1.25 and fact_side["skew"] <= 1.25, (dim_side, fact_side)
 
 
 @pytest.mark.parametrize("workers", [4, 8])

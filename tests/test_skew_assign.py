@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from squall.operators.skew import BYTES_ROW, HEAVY_SHARE, decide, key_buckets
+from squall.operators.skew import BYTES_ROW, HEAVY_SHARE, NULL_ROW, decide, key_buckets
 from squall.operators.skew_assign import SLACK, assign, loads, moved, optimal, plain_hash
 from squall.plan import Output, Plan, Stage
 
@@ -121,6 +121,37 @@ def test_heavy_hitters_follow_the_join_roles(roles, hot, handled):
         assert d.keep == {} and d.broadcast == {} and "left to the assignment" in d.handling
 
 
+def test_outer_join_hot_key_of_the_null_supplied_side_kept_at_its_holders():
+    """A left join (left preserved, right null-supplied) whose right side holds a hot key on ranks 1 and 3
+    only: they keep its rows, the left side's rows of it go to those two ranks (not to all four)."""
+    rows = [(s, m, p, 0, 100) for s in range(4) for m in range(2) for p in range(8)]
+    rows += [(3, 1, 5, 0, 1500), (3, 1, -1, 77, 1500), (1, 1, 5, 0, 700), (1, 1, -1, 77, 700)]
+    rows += [(0, 0, -1, 77, 1)]  # the left side's one row of the key
+    d = decide(_hist(rows), members_heavy=["preserved", "null_supplied"], world=4, partitions=8)
+    assert d.heavy_count == 1 and d.handling.startswith("1 kept at their holders")
+    assert d.holders == {77: (3, 1)}  # most rows first
+    assert d.keep == {1: {77}} and d.broadcast == {0: {77}}
+    # the same key hot on the preserved side: plain selective broadcast (kept where it is)
+    flipped = [(s, 1 - m, p, h, n) for s, m, p, h, n in rows]
+    d = decide(_hist(flipped), members_heavy=["preserved", "null_supplied"], world=4, partitions=8)
+    assert d.holders == {} and d.keep == {0: {77}} and d.broadcast == {1: {77}}
+    # with a residual condition the join gets the plain roles: the right side cannot keep its hot rows
+    d = decide(_hist(rows), members_heavy=["keep", "broadcast"], world=4, partitions=8)
+    assert d.keep == {} and "left to the assignment" in d.handling
+
+
+def test_preserved_null_key_rows_load_their_own_rank():
+    """An outer join's preserved NULL-key rows stay where they are: the assignment counts them as the
+    holder's base load (rank 0 holds 4,000 of them and gets fewer partitions)."""
+    rows = [(s, m, p, 0, 100) for s in range(4) for m in range(2) for p in range(8)]
+    rows += [(0, 0, NULL_ROW, 0, 4000)]
+    d = decide(_hist(rows), members_heavy=["preserved", "null_supplied"], world=4, partitions=8)
+    per_rank = np.bincount(d.assignment, minlength=4)
+    assert per_rank[0] < min(per_rank[1:]), per_rank
+    plain = decide(_hist(rows[:-1]), members_heavy=["preserved", "null_supplied"], world=4, partitions=8)
+    assert sorted(np.bincount(plain.assignment, minlength=4).tolist()) == [2, 2, 2, 2]
+
+
 def test_no_heavy_hitters_on_uniform_histograms():
     rows = [(s, m, p, 0, 100) for s in range(4) for m in range(2) for p in range(8)]
     rows += [(s, 0, -1, 1000 + s, 5) for s in range(4)]
@@ -130,14 +161,14 @@ def test_no_heavy_hitters_on_uniform_histograms():
 
 
 def test_plan_round_trips_skew_fields():
-    out = Output("hash", (0, 1), (0, 1), ("k",), "hash(k)", partitions=64, group=3, heavy="keep",
-                 range_sql="(k)::BIGINT", range_lo=1, range_hi=6_000_000)  # fmt: skip
+    out = Output("hash", (0, 1), (0, 1), ("k",), "hash(k)", partitions=64, group=3, heavy="preserved",
+                 range_sql="(k)::BIGINT", range_lo=1, range_hi=6_000_000, null_sql="(k) IS NULL")  # fmt: skip
     plan = Plan("select 1", 2, (Stage(3, (0, 1), (), "SELECT 1 AS k", out),), ("k",))
     again = Plan.from_json(plan.to_json())
     assert again == plan and again.stages[0].output.partitions == 64
-    assert again.stages[0].output.range_hi == 6_000_000
+    assert again.stages[0].output.range_hi == 6_000_000 and again.stages[0].output.null_sql == "(k) IS NULL"
     old = plan.to_dict()  # a plan written before the fields existed still loads
-    for key in ("partitions", "group", "heavy", "range_sql", "range_lo", "range_hi"):
+    for key in ("partitions", "group", "heavy", "range_sql", "range_lo", "range_hi", "null_sql"):
         del old["stages"][0]["output"][key]
     assert Plan.from_dict(old).stages[0].output.partitions == 0
     assert Plan.from_dict(old).stages[0].output.range_sql == ""

@@ -326,14 +326,14 @@ class Context:
             out = s.output
             if not exact and out.group == dist.group and out.partitions:
                 if out.heavy or out.broadcast_limit:
-                    kept = dataclasses.replace(out, heavy="", broadcast_limit=0.0)
+                    kept = dataclasses.replace(out, heavy="", broadcast_limit=0.0, null_sql="")
                     note = s.note + "; hot keys not spread: a later step keeps this join's key partitioning"
                     self.stages[i] = dataclasses.replace(s, output=kept, note=note)
                 continue
             if out.group == dist.group and out.partitions:
                 plain = dataclasses.replace(
                     out, partitions=0, group=0, heavy="", partition_sql=f"{out.partition_sql} % {self.world}",
-                    range_sql="", range_lo=0, range_hi=0,
+                    range_sql="", range_lo=0, range_hi=0, null_sql="",
                 )  # fmt: skip
                 note = s.note + "; skew handling off: a later step uses this join's key partitioning"
                 self.stages[i] = dataclasses.replace(s, output=plain, note=note)

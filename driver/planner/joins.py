@@ -79,7 +79,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         left_keys, right_keys = lkeys, rkeys
         est = _est_bytes(ctx, node.left) + _est_bytes(ctx, node.right)
         # skew-aware exchanges (0: plain hashing)
-        group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node))
+        equi_only = node.residual is None and not node.null_aware
+        group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)

@@ -8,8 +8,11 @@ assignment computed at run time (``squall.operators.skew``), so equal keys still
 
 Heavy hitters are handled by selective broadcast where the join allows it: the side whose rows are
 kept must be one whose unmatched rows need no other rank (inner: either side; left, semi, anti: the
-left side; right: the right side), and the other side's rows of a hot key go to every rank. A full
-outer join gets the assignment only. The join's output is then no longer partitioned by its key (a
+left side; right: the right side), and the other side's rows of a hot key go to every rank. A left or
+right join whose condition is only its equality keys also handles hot keys of its null-supplied side:
+they stay at the ranks that hold them, and the preserved side's rows of them go to those ranks only,
+where each copy finds its matches (``Output.null_sql`` keeps NULL keys out). A full outer join gets the
+assignment only. The join's output is then no longer partitioned by its key (a
 hot key's rows are on every rank): the join's output :class:`Dist` names the group, and a later rule
 that relies on the key partitioning calls :meth:`Context.rely_on`: a co-located join (its other side is
 hashed by ``hash % W``) turns the group back into plain hashing; an aggregate or window in place needs
@@ -44,16 +47,25 @@ _ROLES = {
     "right": ("broadcast", "keep"),
     "full": ("", ""),
 }
+#: outer joins whose condition is only their equality keys: hot keys of the null-supplied side too
+_OUTER_ROLES = {"left": ("preserved", "null_supplied"), "right": ("null_supplied", "preserved")}
 
 
 def co_partition(
-    ctx: Context, kind: str, left: L.Node, right: L.Node, est_bytes: float, key_range: tuple[int, int] | None
+    ctx: Context,
+    kind: str,
+    left: L.Node,
+    right: L.Node,
+    est_bytes: float,
+    key_range: tuple[int, int] | None,
+    equi_only: bool = False,
 ) -> int:
     """Make the just-cut hash exchanges feeding ``left`` and ``right`` one skew-aware group.
 
     ``key_range`` (from :func:`key_range`) is the shared domain of a single integer join key: the group may
-    then be partitioned by key range (locality). Returns the group's id (for the join's output
-    :class:`Dist`), 0 when the join keeps plain hashing.
+    then be partitioned by key range (locality). ``equi_only``: the join's condition is only its equality
+    keys (an outer join may then keep the null-supplied side's hot keys at their holders). Returns the
+    group's id (for the join's output :class:`Dist`), 0 when the join keeps plain hashing.
     """
     opts = ctx.options
     if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or kind not in _ROLES:
@@ -63,7 +75,8 @@ def co_partition(
         return 0
     group = min(i for i in ids if i is not None)
     limit = opts.broadcast_limit if opts.runtime_broadcast else 0.0
-    for sid, role in zip(ids, _ROLES[kind]):
+    roles = _OUTER_ROLES[kind] if equi_only and kind in _OUTER_ROLES else _ROLES[kind]
+    for sid, role in zip(ids, roles):
         assert sid is not None
         _mark(ctx, sid, group, role, limit, key_range)
     return group
@@ -106,10 +119,11 @@ def _mark(
     parts = int(max(1, min(ctx.options.skew_partitions_per_rank * ctx.world, 65536)))
     lo, hi = key_range or (0, 0)
     range_sql = f"({out.keys[0]})::BIGINT" if key_range and len(out.keys) == 1 else ""
+    null_sql = " OR ".join(f"({k}) IS NULL" for k in out.keys) if role in _OUTER_ROLES["left"] else ""
     output = dataclasses.replace(
         out, partition_sql=out.partition_sql.removesuffix(f" % {ctx.world}"), partitions=parts, group=group,
         heavy=role, broadcast_limit=limit, range_sql=range_sql, range_lo=lo if range_sql else 0,
-        range_hi=hi if range_sql else 0,
+        range_hi=hi if range_sql else 0, null_sql=null_sql,
     )  # fmt: skip
     ctx.stages[index] = dataclasses.replace(stage, output=output)
 
@@ -164,12 +178,25 @@ def describe(output: Output) -> str:
         text += f", by hash or by key range in [{output.range_lo}, {output.range_hi}] (whichever keeps more local)"
     if heavy == "either":
         text += ", heavy hitters: selective broadcast (hot side keeps, other side broadcasts)"
+    elif heavy == "preserved":
+        text += (
+            ", heavy hitters: selective broadcast (hot keys' rows stay local; rows of the other side's hot"
+            " keys to the ranks holding them)"
+        )
+    elif heavy == "null_supplied":
+        text += (
+            ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank; hot keys'"
+            " rows stay at the ranks holding them)"
+        )
     elif heavy == "keep":
         text += ", heavy hitters: selective broadcast (hot keys' rows stay local)"
     elif heavy == "broadcast":
         text += ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank)"
     else:
         text += ", heavy hitters: left to the assignment"
-    if output.broadcast_limit > 0 and heavy in ("either", "broadcast"):
+    if output.null_sql:
+        text += "; rows with a NULL key " + ("stay where they are" if heavy == "preserved" else "are dropped")
+        text += " (they match nothing)"
+    if output.broadcast_limit > 0 and heavy in ("either", "broadcast", "null_supplied"):
         text += "; at run time this side goes whole to every rank if its bytes are the cheaper move"
     return text
