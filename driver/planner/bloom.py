@@ -51,7 +51,7 @@ from squall.driver.planner import joins, scans
 from squall.driver.planner.core import REPLICATED, Context, Dist
 from squall.driver.planner.exprs import NUMERIC, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, build_node
-from squall.driver.sqlgen import render
+from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import estimate_rows
 from squall.plan import Output, ScanInput
 
@@ -119,7 +119,9 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         b_dist,
         Output("broadcast"),
         f"{'key set' if kind == 'keys' else 'bloom filter'} ({what}) of the build keys {label_keys}",
+        reuse=False,  # filters are reused by their keys (filter_stages)
     )
+    assert isinstance(ref, InputRef)
     stage_id = len(ctx.stages)
     assert stage_id >= first
     built = BuiltFilter(names, kind, stage_id, ref.name, key_types, bits)

@@ -23,6 +23,7 @@ from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
 from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, named_probes
+from squall.driver.planner.reuse import stage_key
 from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import Names
 from squall.errors import NotSupportedError
@@ -95,6 +96,9 @@ class PlannerOptions:
     #: W=2, Q4 (570k keys) 1.14 s vs 3.24 s (2.19 s without a filter), Q18 (570 keys, estimated 2.8M)
     #: 4.2 s vs 5.1 s (8.1 s without)
     join_filter_exact_keys: float = 1 << 22
+    #: a stage equal to one already cut (a subquery read twice, up to column names) reads that stage's
+    #: exchange instead of computing it again (see planner/reuse.py)
+    reuse_subplans: bool = True
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,10 @@ class Context:
         self.join_filters: dict[int, list[object]] = {}
         #: filter stages planned over a subtree's keys (id of the logical node → filters), for reuse
         self.filter_stages: dict[int, list[BuiltFilter]] = {}
+        #: stages by canonical form (planner/reuse.py) → (stage id, the first consumer's input)
+        self.reusable: dict[tuple[object, ...], tuple[int, InputRef]] = {}
+        #: ids of stages read by more than one consumer through reuse (never skew-aware group members)
+        self.shared: set[int] = set()
         self._names: Names | None = None
         self._own_db = db is None
         self._db = db if db is not None else Sandbox(threads=1)
@@ -262,13 +270,20 @@ class Context:
             exprs.append((name, e))
         return L.Project(node, tuple(exprs))
 
-    def stage(self, node: L.Node, dist: Dist, output: Output, note: str = "") -> InputRef:
-        """Cut ``node`` into a stage whose output goes to ``output``; return the consumer's input."""
+    def stage(self, node: L.Node, dist: Dist, output: Output, note: str = "", reuse: bool = True) -> L.Node:
+        """Cut ``node`` into a stage whose output goes to ``output``; return the consumer's input (an
+        :class:`InputRef`; with ``reuse``, an earlier equal stage's input renamed to ``node``'s columns when
+        there is one, see planner/reuse.py)."""
         stage_id = len(self.stages) + 1
         refs = leaves(node)
         sql = render(node)
-        schema, types = self.typecheck(sql, refs)
         ranks = (0,) if dist.kind == "single" or self.world == 1 else tuple(range(self.world))
+        key = None
+        if reuse and self.options.reuse_subplans:
+            key = stage_key(sql, [self.inputs[leaf.name] for leaf in refs], ranks, output)
+            if (earlier := self._reuse(key, node)) is not None:
+                return earlier
+        schema, types = self.typecheck(sql, refs)
         senders = (0,) if dist.kind in ("single", "replicated") else ranks
         receivers = (0,) if output.kind == "gather" else tuple(range(self.world))
         partition_sql = ""
@@ -284,7 +299,32 @@ class Context:
         name = f"x{stage_id}"
         self.inputs[name] = ExchangeInput(name, stage_id)
         wide = tuple((n, t) for n, (_c, t) in zip(node.names, types) if t in ("HUGEINT", "UHUGEINT"))
-        return InputRef(name, node.names, wide)
+        ref = InputRef(name, node.names, wide)
+        if key is not None:
+            self.reusable[key] = (stage_id, ref)
+        return ref
+
+    def _reuse(self, key: tuple[object, ...], node: L.Node) -> L.Node | None:
+        """The input of an earlier stage of canonical form ``key`` renamed to ``node``'s columns, else None (also
+        when that stage became a skew-aware group member since: its partitioning is no longer plain)."""
+        found = self.reusable.get(key)
+        if found is None:
+            return None
+        sid, ref = found
+        index = next(i for i, s in enumerate(self.stages) if s.id == sid)
+        stage = self.stages[index]
+        if stage.output.partitions:
+            del self.reusable[key]
+            return None
+        if sid not in self.shared:
+            self.shared.add(sid)
+            note = (
+                stage.note + "; computed once: the same subplan elsewhere in the query reads this output too"
+            )
+            self.stages[index] = dataclasses.replace(stage, note=note)
+        if ref.out == node.names:
+            return ref
+        return L.Project(ref, tuple((new, L.col(old)) for new, old in zip(node.names, ref.out)))
 
     def _partition_sql(self, sql: str, keys: tuple[str, ...], refs: list[InputRef]) -> str:
         """``hash(keys) % W``, keys as ``hashable`` gives them."""
@@ -378,16 +418,16 @@ class Context:
         )
 
     def fix_receivers(self) -> None:
-        """Broadcasts go only to the ranks of the stage that consumes them."""
-        consumer: dict[int, Stage] = {}
+        """Broadcasts go only to the ranks of the stages that consume them."""
+        users: dict[int, set[int]] = {}
         for stage in self.stages:
             for inp in stage.inputs:
                 if isinstance(inp, ExchangeInput):
-                    consumer[inp.stage] = stage
+                    users.setdefault(inp.stage, set()).update(stage.ranks)
         for i, stage in enumerate(self.stages):
-            user = consumer.get(stage.id)
-            if user is not None and stage.output.kind == "broadcast" and user.ranks != stage.output.receivers:
-                output = dataclasses.replace(stage.output, receivers=user.ranks)
+            ranks = tuple(sorted(users.get(stage.id, ())))
+            if ranks and stage.output.kind == "broadcast" and ranks != stage.output.receivers:
+                output = dataclasses.replace(stage.output, receivers=ranks)
                 self.stages[i] = dataclasses.replace(stage, output=output)
 
 

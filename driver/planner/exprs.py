@@ -28,13 +28,19 @@ def parse(text: str) -> exp.Expression:
 
 
 def leaves(node: L.Node) -> list[InputRef]:
-    """The stage inputs a (partial) plan reads, left to right."""
-    if isinstance(node, InputRef):
-        return [node]
-    out: list[InputRef] = []
-    for c in node.children:
-        out.extend(leaves(c))
-    return out
+    """The stage inputs a (partial) plan reads, left to right, each once (a reused stage's input may be
+    read twice, see planner/reuse.py)."""
+    found: dict[str, InputRef] = {}
+
+    def walk(n: L.Node) -> None:
+        if isinstance(n, InputRef):
+            found.setdefault(n.name, n)
+            return
+        for c in n.children:
+            walk(c)
+
+    walk(node)
+    return list(found.values())
 
 
 def rewrite_cols(e: exp.Expression, names: dict[str, str]) -> exp.Expression:

@@ -100,7 +100,7 @@ def by_key_ranges(ctx: Context, ref: L.Node, est_bytes: float, key_range: tuple[
 def _hash_stage(ctx: Context, ref: L.Node) -> int | None:
     """The id of the stage whose hash exchange over all ranks feeds input ``ref``, else None."""
     spec = ctx.inputs.get(getattr(ref, "name", ""))
-    if not isinstance(spec, ExchangeInput):
+    if not isinstance(spec, ExchangeInput) or spec.stage in ctx.shared:  # read twice: partitioning fixed
         return None
     everyone = tuple(range(ctx.world))
     out = next(s for s in ctx.stages if s.id == spec.stage).output

@@ -1,0 +1,92 @@
+"""Common subplans computed once (driver/planner/reuse.py): a subquery read twice is one stage, whose exchange
+both readers take; answers match DuckDB with reuse on and off, at W = 1..4 and with skew-aware exchanges."""
+
+from __future__ import annotations
+
+import pytest
+
+import squall
+from squall.driver.planner import PlannerOptions
+from squall.driver.planner.reuse import stage_key
+from squall.plan import ExchangeInput, Output, ScanInput
+from squall.testing import assert_same_result
+from squall.tpch import query
+
+#: a CTE read by both sides of a self-join: its partial aggregate is hash-partitioned by the join key
+SELF_JOIN = (
+    "WITH r AS (SELECT l_orderkey, sum(l_quantity) AS q, count(*) AS n FROM lineitem GROUP BY l_orderkey) "
+    "SELECT count(*) AS c, sum(a.q + b.q) AS s, max(a.n + b.n) AS m FROM r a JOIN r b ON a.l_orderkey = b.l_orderkey"
+)
+#: the same subquery shape twice with another constant: two stages
+DIFFERENT = (
+    "SELECT (SELECT count(*) FROM lineitem WHERE l_quantity < 10) AS a, "
+    "(SELECT count(*) FROM lineitem WHERE l_quantity < 20) AS b"
+)
+
+
+def _scan(name: str, alias: str, filters: tuple[str, ...] = ()) -> ScanInput:
+    return ScanInput(
+        name, "lineitem", "/d/lineitem.parquet", (("l_quantity", alias),), ((), ()), filters=filters
+    )
+
+
+def test_stage_key_is_blind_to_column_names_only():
+    out = Output("gather")
+    one = stage_key('SELECT SUM("q") AS "s" FROM "s1_lineitem"', [_scan("s1_lineitem", "q")], (0, 1), out)
+    two = stage_key(
+        'SELECT SUM("q_2") AS "s_2" FROM "s3_lineitem"', [_scan("s3_lineitem", "q_2")], (0, 1), out
+    )
+    assert one == two
+    other_function = stage_key(
+        'SELECT MAX("q") AS "s" FROM "s1_lineitem"', [_scan("s1_lineitem", "q")], (0, 1), out
+    )
+    other_filter = stage_key(
+        'SELECT SUM("q") AS "s" FROM "s1_lineitem"', [_scan("s1_lineitem", "q", ('"q" < 10',))], (0, 1), out
+    )
+    other_ranks = stage_key(
+        'SELECT SUM("q") AS "s" FROM "s1_lineitem"', [_scan("s1_lineitem", "q")], (0,), out
+    )
+    other_output = stage_key(
+        'SELECT SUM("q") AS "s" FROM "s1_lineitem"', [_scan("s1_lineitem", "q")], (0, 1), Output("broadcast")
+    )
+    other_input = stage_key('SELECT SUM("q") AS "s" FROM "x2"', [ExchangeInput("x2", 2)], (0, 1), out)
+    assert len({one, other_function, other_filter, other_ranks, other_output, other_input}) == 6
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_q15_computes_its_view_once(sf001, reference_sf001, workers):
+    sql = query(15)
+    expected = reference_sf001.sql(sql).to_arrow_table()
+    with squall.connect(data=str(sf001), workers=workers) as con:
+        plan = con.explain(sql)
+        assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+    assert plan.count("scan lineitem") == 1 and "computed once" in plan, plan
+    off = PlannerOptions(reuse_subplans=False)
+    with squall.connect(data=str(sf001), workers=workers, planner_options=off) as con:
+        plan = con.explain(sql)
+        assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+    assert plan.count("scan lineitem") == 2 and "computed once" not in plan
+
+
+@pytest.mark.parametrize("skew_min_bytes", [64e6, 0.0])
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_cte_read_by_both_join_sides(sf001, reference_sf001, workers, skew_min_bytes):
+    """The CTE's hash exchange feeds both sides; with skew-aware exchanges forced, the first copy's exchange
+    becomes a key-range group member and the second copy is planned on its own (never a shared group)."""
+    expected = reference_sf001.sql(SELF_JOIN).to_arrow_table()
+    opts = PlannerOptions(broadcast_limit=0.0, gather_groups=0, skew_min_bytes=skew_min_bytes)
+    with squall.connect(data=str(sf001), workers=workers, planner_options=opts) as con:
+        plan = con.explain(SELF_JOIN)
+        assert_same_result(con.sql(SELF_JOIN).to_arrow(), expected, SELF_JOIN)
+    shared = "computed once" in plan
+    assert shared == (skew_min_bytes > 0), plan
+    assert plan.count("scan lineitem") == (1 if shared else 2)
+
+
+def test_different_subqueries_are_not_merged(sf001, reference_sf001):
+    with squall.connect(data=str(sf001), workers=2) as con:
+        plan = con.explain(DIFFERENT)
+        assert_same_result(
+            con.sql(DIFFERENT).to_arrow(), reference_sf001.sql(DIFFERENT).to_arrow_table(), DIFFERENT
+        )
+    assert plan.count("scan lineitem") == 2 and "computed once" not in plan
