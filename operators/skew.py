@@ -23,7 +23,8 @@ hash join) until the last member was computed, then:
    assignment;
 3. **assignment**: :func:`squall.operators.skew_assign.assign` over the combined histogram of the group
    (hot-key rows left out, the kept ones counted as each rank's base load) — every rank computes the
-   same one. Loads are bytes: each member's rows weigh its average row width (the senders' byte counts
+   same one; where the total's balance leaves a choice, each member's own exchange is kept balanced too
+   (``MEMBER_SLACK``). Loads are bytes: each member's rows weigh its average row width (the senders' byte counts
    over their rows), so a few wide rows count as what they cost to receive;
 4. **send** every member by the assignment; the worker then receives the members in plan order.
 
@@ -362,11 +363,15 @@ def decide(
         sizes, [int(rows[(is_hist | nulls) & (member == m)].sum()) for m in range(len(sizes))]
     )
     weighed = np.rint(rows * width[member]).astype(np.int64)
-    held = np.zeros((world, partitions), dtype=np.int64)
-    np.add.at(held, (sender[is_hist], part[is_hist]), weighed[is_hist])
-    ranged = np.zeros((world, partitions), dtype=np.int64) if is_range.any() else None
+    # per member: held[m, s, p] is member m's load of partition p on sender s
+    members = len(members_heavy)
+    held = np.zeros((members, world, partitions), dtype=np.int64)
+    np.add.at(held, (member[is_hist], sender[is_hist], part[is_hist]), weighed[is_hist])
+    ranged = np.zeros((members, world, partitions), dtype=np.int64) if is_range.any() else None
     if ranged is not None:
-        np.add.at(ranged, (sender[is_range], part[is_range] - partitions), weighed[is_range])
+        np.add.at(
+            ranged, (member[is_range], sender[is_range], part[is_range] - partitions), weighed[is_range]
+        )
     total = int(rows[is_hist].sum())
     threshold = HEAVY_SHARE * total / max(world, 1)
     # global counts of the reported keys, per member
@@ -378,9 +383,10 @@ def decide(
     holders: dict[int, tuple[int, ...]] = {}
     hot = sorted({h for (m, h), n in counts.items() if n > threshold})
     handled = at_holders = unhandled = 0
-    base = np.zeros(world, dtype=np.int64)  # load that stays where it is: kept hot keys, preserved NULL keys
+    # load that stays where it is, per member and rank: kept hot keys, preserved NULL keys
+    base = np.zeros((members, world), dtype=np.int64)
     kept_nulls = nulls & np.isin(member, [m for m, role in enumerate(members_heavy) if role == "preserved"])
-    np.add.at(base, sender[kept_nulls], weighed[kept_nulls])
+    np.add.at(base, (member[kept_nulls], sender[kept_nulls]), weighed[kept_nulls])
     for h in hot:
         per = {m: counts.get((m, h), 0) for m in range(len(members_heavy))}
         k = max(per, key=lambda m: (per[m], -m))  # the hottest side keeps its rows …
@@ -407,10 +413,10 @@ def decide(
         # the kept rows leave their partition's histogram and load their own rank
         p = int(np.uint64(h) % np.uint64(partitions))
         for s, n, b in zip(sender[mask].tolist(), weighed[mask].tolist(), bucket[mask].tolist()):
-            held[s, p] = max(held[s, p] - n, 0)
+            held[k, s, p] = max(held[k, s, p] - n, 0)
             if ranged is not None and b >= 0:
-                ranged[s, b] = max(ranged[s, b] - n, 0)
-            base[s] += n
+                ranged[k, s, b] = max(ranged[k, s, b] - n, 0)
+            base[k, s] += n
     assignment, by_range = _assignment(held, ranged, base)
     parts = []
     if handled:
@@ -440,14 +446,18 @@ def _row_widths(sizes: list[int], rows: list[int]) -> np.ndarray:
 
 def _assignment(held: np.ndarray, ranged: np.ndarray | None, base: np.ndarray) -> tuple[np.ndarray, bool]:
     """The hash partitions' assignment, or the key ranges' (True) when they balance as well (within
-    ``SLACK`` of the hash's slowest rank) and keep more of the (byte-weighted) load where it is."""
-    by_hash = assign(held, base)
+    ``SLACK`` of the hash's slowest rank) and keep more of the (byte-weighted) load where it is. ``held``,
+    ``ranged``: (members, W, P) loads; ``base``: (members, W)."""
+    total_base = base.sum(axis=0)
+    by_hash = assign(held.sum(axis=0), total_base, members=held, member_base=base)
     if ranged is None:
         return by_hash, False
-    by_range = assign(ranged, base)
-    slowest_hash = int(loads(held, by_hash, base).max())
-    slowest_range = int(loads(ranged, by_range, base).max())
-    if slowest_range <= slowest_hash * (1.0 + SLACK) and _local(ranged, by_range) > _local(held, by_hash):
+    by_range = assign(ranged.sum(axis=0), total_base, members=ranged, member_base=base)
+    slowest_hash = int(loads(held.sum(axis=0), by_hash, total_base).max())
+    slowest_range = int(loads(ranged.sum(axis=0), by_range, total_base).max())
+    if slowest_range <= slowest_hash * (1.0 + SLACK) and _local(ranged.sum(axis=0), by_range) > _local(
+        held.sum(axis=0), by_hash
+    ):
         return by_range, True
     return by_hash, False
 

@@ -8,6 +8,11 @@ load after taking ``p`` stays within ``max(least load + size, (1 + slack) · mea
 those the rank holding most of ``p`` does. Every rank computes the same assignment from the same
 histogram (ties break on rank number), so no coordinator is needed.
 
+A join's two sides are exchanged separately, and each exchange lasts as long as its slowest receiver: with
+``members`` (each side's own loads), a rank that would push a side past ``(1 + MEMBER_SLACK)`` times that
+side's mean is passed over when another rank within the total's limit would not (vector bin packing by
+preference, the total's balance first).
+
 :func:`optimal` is the brute-force optimum (smallest maximum load, then fewest rows moved) for the tests
 on small cases.
 """
@@ -20,18 +25,38 @@ import numpy as np
 
 #: a rank may exceed the mean load by this share to keep a partition where its rows already are
 SLACK = 0.05
+#: with per-member loads: the share by which one member's load on a rank may exceed that member's mean
+MEMBER_SLACK = 0.2
 
 
-def assign(held: np.ndarray, base: np.ndarray | None = None, slack: float = SLACK) -> np.ndarray:
+def assign(
+    held: np.ndarray,
+    base: np.ndarray | None = None,
+    slack: float = SLACK,
+    *,
+    members: np.ndarray | None = None,
+    member_base: np.ndarray | None = None,
+) -> np.ndarray:
     """Rank of each partition (int32 array of length P) for ``held`` (W * P rows per sender and partition).
 
     ``base[r]`` is load rank ``r`` has already (e.g. heavy-hitter rows it keeps); it counts toward balance.
+    ``members`` (M * W * P, summing to ``held``) and ``member_base`` (M * W): each member's own loads, kept
+    within ``MEMBER_SLACK`` of their means where the total's limit leaves a choice (see module doc).
     """
     held = np.asarray(held, dtype=np.int64)
     world, parts = held.shape
     load = np.zeros(world, dtype=np.float64) if base is None else np.asarray(base, dtype=np.float64).copy()
     total = held.sum(axis=0)
     target = (float(total.sum()) + float(load.sum())) / max(world, 1)
+    if members is not None and len(members) > 1:
+        msize = np.asarray(members, dtype=np.float64).sum(axis=1)  # (M, P)
+        mload = (
+            np.zeros((len(members), world)) if member_base is None else np.asarray(member_base, np.float64)
+        )
+        mload = mload.copy()
+        mlimit = (msize.sum(axis=1) + mload.sum(axis=1)) / max(world, 1) * (1.0 + MEMBER_SLACK)
+    else:
+        msize = None
     out = np.empty(parts, dtype=np.int32)
     # by descending size, ties by partition number: deterministic
     order = sorted(range(parts), key=lambda p: (-int(total[p]), p))
@@ -41,14 +66,20 @@ def assign(held: np.ndarray, base: np.ndarray | None = None, slack: float = SLAC
             out[p] = p % world
             continue
         limit = max(float(load.min()) + size, target * (1.0 + slack))
+        ranks = [r for r in range(world) if load[r] + size <= limit + 1e-9]
+        if msize is not None:  # prefer ranks that keep every member within its own limit
+            step = msize[:, p]
+            cap = np.maximum(mload.min(axis=1) + step, mlimit)
+            fit = [r for r in ranks if bool(np.all(mload[:, r] + step <= cap + 1e-9))]
+            ranks = fit or ranks
         best = -1
-        for r in range(world):
-            if load[r] + size > limit + 1e-9:
-                continue
+        for r in ranks:
             if best < 0 or (held[r, p], -load[r]) > (held[best, p], -load[best]):
                 best = r
         out[p] = best
         load[best] += size
+        if msize is not None:
+            mload[:, best] += msize[:, p]
     return out
 
 
