@@ -1,5 +1,5 @@
 """Common subplans computed once (driver/planner/reuse.py): a subquery read twice is one stage, whose exchange
-both readers take; answers match DuckDB with reuse on and off, at W = 1..4 and with skew-aware exchanges."""
+both readers take; answers match DuckDB with reuse on and off, at W = 2..4 and with skew-aware exchanges."""
 
 from __future__ import annotations
 
