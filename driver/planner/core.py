@@ -22,7 +22,7 @@ from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.frontend import BoundQuery
 from squall.driver.planner.exprs import hashable, leaves
-from squall.driver.planner.joinfilter import BuiltFilter, named_probes
+from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, named_probes
 from squall.driver.planner.reuse import stage_key
 from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import Names
@@ -171,7 +171,7 @@ class Context:
         #: subtrees planned ahead of their parent (id of the logical node → planned node, Dist)
         self.prebuilt: dict[int, tuple[L.Node, Dist]] = {}
         #: join filters to apply at scans (id of the logical Scan → filters), see planner/bloom.py
-        self.join_filters: dict[int, list[object]] = {}
+        self.join_filters: dict[int, list[JoinFilter]] = {}
         #: filter stages planned over a subtree's keys (id of the logical node → filters), for reuse
         self.filter_stages: dict[int, list[BuiltFilter]] = {}
         #: stages by canonical form (planner/reuse.py) → (stage id, the first consumer's input)

@@ -44,6 +44,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         small_node = scans.broadcast(ctx, small)
         pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
         return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
+    # estimated before the sides are built: building a scan takes its planned join filters
+    est = _filtered_bytes(ctx, node.left) + _filtered_bytes(ctx, node.right)
     left, dl = ctx.build(node.left)
     right, dr = ctx.build(node.right)
     if (
@@ -77,7 +79,6 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         left, dl = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
         right, dr = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
         left_keys, right_keys = lkeys, rkeys
-        est = _est_bytes(ctx, node.left) + _est_bytes(ctx, node.right)
         # skew-aware exchanges (0: plain hashing)
         equi_only = node.residual is None and not node.null_aware
         group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
@@ -131,6 +132,19 @@ def _colocated(
 
 def _est_bytes(ctx: Context, node: L.Node) -> float:
     return estimate_rows(node) * _width(node, ctx.catalog)
+
+
+def _filtered_bytes(ctx: Context, node: L.Node) -> float:
+    """``node``'s estimated bytes once the join filters planned onto its scans have cut them (by the smallest
+    estimated keep among them): what the skew-aware threshold compares."""
+    keeps = [f.keep for scan in _scans(node) for f in ctx.join_filters.get(id(scan), ())]
+    return _est_bytes(ctx, node) * min(keeps, default=1.0)
+
+
+def _scans(node: L.Node) -> list[L.Scan]:
+    if isinstance(node, L.Scan):
+        return [node]
+    return [s for child in node.children for s in _scans(child)]
 
 
 def _width(node: L.Node, catalog: Catalog) -> float:
