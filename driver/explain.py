@@ -23,6 +23,8 @@ def _output(stage: Stage) -> str:
     if out.kind == "range":
         keys = ", ".join(f"{k} {o}" for k, o in zip(out.keys, out.order))
         return f"range({keys}) by sampled splitters → {_ranks(out.receivers)}"
+    if out.kind == "hash" and out.split_ranges:
+        return f"key ranges({', '.join(out.keys)}) → {_ranks(out.receivers)}" + describe_skew(out)
     if out.kind == "hash":
         return f"hash({', '.join(out.keys)}) → {_ranks(out.receivers)}" + describe_skew(out)
     if out.kind == "broadcast":

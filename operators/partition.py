@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pyarrow as pa
 
@@ -10,6 +12,14 @@ PART_COLUMN = "__squall_part"
 RANGE_COLUMN = "__squall_range"
 #: skew-aware exchanges of an outer join: whether a partitioning key is NULL (``Output.null_sql``)
 NULL_COLUMN = "__squall_nullkey"
+
+
+def split_range_sql(key_sql: str, ranges: tuple[tuple[int, int], ...]) -> str:
+    """SQL of the receiving rank of a row by ``Output.split_ranges``: the range whose lowest key is the
+    largest one at most the row's key (below the first range: its rank; a NULL key: the last range's)."""
+    key = f"({key_sql})::BIGINT"
+    whens = " ".join(f"WHEN {key} < {lo} THEN {rank}" for (_l, rank), (lo, _r) in itertools.pairwise(ranges))
+    return f"CASE {whens} ELSE {ranges[-1][1]} END" if whens else str(ranges[-1][1])
 
 
 def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLUMN) -> list[pa.Table]:

@@ -25,7 +25,13 @@ from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox
 from squall.operators.faults import before_stage, faults_from_env, scan_delay
-from squall.operators.partition import NULL_COLUMN, PART_COLUMN, RANGE_COLUMN, split_by_partition
+from squall.operators.partition import (
+    NULL_COLUMN,
+    PART_COLUMN,
+    RANGE_COLUMN,
+    split_by_partition,
+    split_range_sql,
+)
 from squall.operators.rangepart import range_parts
 from squall.operators.scan import read_scan, scan_schema
 from squall.operators.skew import SkewExchanges, remote_bytes
@@ -317,9 +323,12 @@ class Worker:
             if output.kind == "hash":
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
                 key += f", ({output.null_sql}) AS {NULL_COLUMN}" if output.null_sql else ""
-                table = db.query(
-                    f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t"
+                part = (
+                    split_range_sql(output.keys[0], output.split_ranges)
+                    if output.split_ranges
+                    else output.partition_sql
                 )
+                table = db.query(f"SELECT *, ({part}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t")
             else:
                 table = db.query(stage.sql)
         except USER_RUNTIME as err:

@@ -151,6 +151,11 @@ class Output:
     #: skew-aware groups of an outer join: SQL that is true when a partitioning key is NULL (such rows
     #: never match, so their key is never handled as a heavy hitter); "" = not needed
     null_sql: str = ""
+    #: a hash exchange by one integer key whose senders' scan splits each hold one key range (Parquet
+    #: statistics): (lowest key, rank) per range, ascending; a row goes to the rank of the range holding its
+    #: key (``partition_sql`` is not used), so rows of data clustered by the key stay where they are, with no
+    #: histogram round. Empty = by ``partition_sql``.
+    split_ranges: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -252,6 +257,7 @@ class Plan:
                 range_lo=o.get("range_lo", 0),
                 range_hi=o.get("range_hi", 0),
                 null_sql=o.get("null_sql", ""),
+                split_ranges=tuple((int(lo), int(r)) for lo, r in o.get("split_ranges", ())),
             )
             stages.append(
                 Stage(

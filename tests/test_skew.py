@@ -14,6 +14,7 @@ import squall
 from squall.cli import main
 from squall.driver.exchange_stats import skew_factor
 from squall.driver.planner import PlannerOptions
+from squall.plan import Plan
 from squall.testing import assert_same_result
 
 from .skew_data import (
@@ -189,18 +190,35 @@ def test_key_ranges_keep_clustered_rows_local(clustered, workers):
     assert moved["ranges"] < 0.1 * moved["hash"], moved
 
 
-def test_aggregate_by_key_ranges_keeps_partial_groups_local(clustered):
-    """A GROUP BY on the clustered key: the partial groups' exchange goes by key range and barely moves."""
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_aggregate_by_the_splits_key_ranges_keeps_partial_groups_local(clustered, workers):
+    """A GROUP BY on the clustered key: each rank's row groups hold one key range (Parquet statistics), so the
+    partial groups' exchange goes by those ranges, with no histogram round, and barely moves."""
     by_key = dataclasses.replace(ON, gather_groups=0)  # 20,000 groups would otherwise gather to rank 0
-    with squall.connect(data=str(clustered), workers=4, planner_options=by_key) as con:
+    with squall.connect(data=str(clustered), workers=workers, planner_options=by_key) as con:
         plan = con.explain(AGG_SUM)
         result = con.sql(AGG_SUM)
+        round_trip = Plan.from_json(con.plan(AGG_SUM).to_json())
     assert_same_result(result.to_arrow(), reference(clustered, AGG_SUM), AGG_SUM)
-    assert "partial aggregates by group key" in plan and "by key range in [1, " in plan, plan
+    assert 'key ranges("k") → ' in plan and "no histogram round" in plan, plan
+    assert "skew-aware" not in plan, plan
     (e,) = _join_exchanges(result.stats)
-    assert e["assignment"] == "histogram+locality, key ranges" and e["skew"] <= 1.25, e
-    assert e["rows_moved"] <= 0.1 * (e["rows_moved"] + e["rows_kept_local"]), e
+    assert "assignment" not in e and e["skew"] <= 1.25, e  # no histogram round: a plain exchange's stats
     assert e["bytes_moved"] <= 0.1 * sum(e["bytes_per_rank"]), e
+    assert any(s.output.split_ranges for s in round_trip.stages)  # survives the plan's JSON
+
+
+def test_aggregate_over_unclustered_keys_keeps_the_histogram_round(skewed):
+    """Random keys: the ranks' key ranges overlap, so the partial groups go through the histogram round
+    (hash or key ranges, whichever keeps more local), as before."""
+    by_key = dataclasses.replace(ON, gather_groups=0)
+    with squall.connect(data=str(skewed), workers=4, planner_options=by_key) as con:
+        plan = con.explain(AGG_SUM)
+        result = con.sql(AGG_SUM)
+    assert_same_result(result.to_arrow(), reference(skewed, AGG_SUM), AGG_SUM)
+    assert "key ranges(" not in plan and "by key range in [" in plan, plan
+    (e,) = _join_exchanges(result.stats)
+    assert e["assignment"].startswith("histogram+locality") and e["skew"] <= 1.25, e
 
 
 @pytest.mark.parametrize("workers", [3, 4])
@@ -238,6 +256,23 @@ def test_skew_on_s3_exchange(skewed):
         result = con.sql(JOIN)
     assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
     assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in _join_exchanges(result.stats))
+
+
+def test_split_key_ranges_on_s3_exchange(clustered):
+    """The partial groups' exchange by the splits' key ranges through the S3 exchange (same worker code)."""
+    from .s3server import moto_available, moto_s3
+
+    if reason := moto_available():
+        pytest.skip(reason)
+    with moto_s3("squall-ranges-xchg") as _s3, squall.connect(
+        data=str(clustered), workers=3, planner_options=dataclasses.replace(ON, gather_groups=0),
+        exchange="s3://squall-ranges-xchg/t",
+    ) as con:  # fmt: skip
+        result = con.sql(AGG_SUM)
+        assert "no histogram round" in con.explain(AGG_SUM)
+    assert_same_result(result.to_arrow(), reference(clustered, AGG_SUM), AGG_SUM)
+    (e,) = _join_exchanges(result.stats)
+    assert e["bytes_moved"] <= 0.1 * sum(e["bytes_per_rank"]), e
 
 
 def test_skew_on_fabric_tcp(skewed):

@@ -117,7 +117,7 @@ def _partial_final(
         ref = ctx.stage(part_node, dist, Output("hash", keys=by), "partial aggregates by group key")
         domain = skew.column_domain(ctx, node.input, node.keys[0][1]) if len(node.keys) == 1 else None
         rows = min(_est_groups(ctx, node) * ctx.world, estimate_rows(node.input))
-        group = skew.by_key_ranges(ctx, ref, rows * 8.0 * len(part_node.names), domain)
+        group = skew.by_key_ranges(ctx, ref, rows * 8.0 * len(part_node.names), domain, node.keys[0][1])
         out_dist = Dist("hash", tuple(frozenset([q(n)]) for n, _e in node.keys), group)
     final_node: L.Node = L.Aggregate(ref, key_cols, final)
     final_node = L.Project(final_node, tuple((n, L.col(n)) for n, _ in node.keys) + post)

@@ -364,6 +364,11 @@ class Context:
             return
         for i, s in enumerate(self.stages):
             out = s.output
+            if exact and out.group == dist.group and out.split_ranges:  # the other input is hashed
+                plain = dataclasses.replace(out, group=0, split_ranges=())
+                note = s.note + "; by hash, not key ranges: a later step uses this key partitioning"
+                self.stages[i] = dataclasses.replace(s, output=plain, note=note)
+                continue
             if not exact and out.group == dist.group and out.partitions:
                 if out.heavy or out.broadcast_limit:
                     kept = dataclasses.replace(out, heavy="", broadcast_limit=0.0, null_sql="")

@@ -29,6 +29,7 @@ moves fewer bytes than hashing both sides, it is broadcast and the other side's 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pyarrow as pa
 from sqlglot import exp
@@ -36,7 +37,7 @@ from sqlglot import exp
 from squall.driver import logical as L
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import find_scan_column
-from squall.plan import ExchangeInput, Output
+from squall.plan import ExchangeInput, Output, ScanInput
 
 #: which side may keep its hot-key rows ("keep") / have its rows of them broadcast, by join kind
 _ROLES = {
@@ -82,19 +83,74 @@ def co_partition(
     return group
 
 
-def by_key_ranges(ctx: Context, ref: L.Node, est_bytes: float, key_range: tuple[int, int] | None) -> int:
+def by_key_ranges(
+    ctx: Context, ref: L.Node, est_bytes: float, key_range: tuple[int, int] | None, key: exp.Expression
+) -> int:
     """Make the just-cut hash exchange feeding ``ref`` (an aggregate's partial rows by one integer group key
     of domain ``key_range``) a one-member skew-aware group, so that it may go by key range: partial groups
     of data clustered by the key stay on the rank that made them (hot keys need nothing: each rank sends
-    one partial row per group). Returns the group's id, 0 when it keeps plain hashing."""
+    one partial row per group). When every rank's scan splits already hold one key range of their own
+    (:func:`_split_ranges`), the exchange partitions by those ranges instead, with no histogram round, at
+    any size. Returns the group's id, 0 when it keeps plain hashing."""
     opts = ctx.options
-    if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or key_range is None:
+    if not opts.skew_handling or ctx.world == 1 or key_range is None:
         return 0
     sid = _hash_stage(ctx, ref)
     if sid is None:
         return 0
+    if (ranges := _split_ranges(ctx, sid, key)) is not None:
+        _mark_split_ranges(ctx, sid, ranges)
+        return sid
+    if est_bytes < opts.skew_min_bytes:
+        return 0
     _mark(ctx, sid, sid, "", 0.0, key_range)
     return sid
+
+
+def _split_ranges(ctx: Context, sid: int, key: exp.Expression) -> tuple[tuple[int, int], ...] | None:
+    """(lowest key, rank) of each rank's scan splits when ``key`` is an integer column that stage ``sid``
+    scans split over every rank and the ranks' [min, max] of it (row-group statistics) do not overlap: the
+    key ranges the exchange can partition by with no histogram round, every row staying where it is."""
+    if not isinstance(key, exp.Column):
+        return None
+    stage = next(s for s in ctx.stages if s.id == sid)
+    scans = [
+        (inp, src) for inp in stage.inputs if isinstance(inp, ScanInput) for src, name in inp.columns
+        if name == key.name and not inp.replicated
+    ]  # fmt: skip
+    if len(scans) != 1:
+        return None
+    inp, source = scans[0]
+    try:
+        groups = {(rg.path, rg.index): rg for rg in ctx.catalog.table(inp.table).row_groups}
+    except (KeyError, OSError, ValueError):
+        return None
+    spans = []
+    for rank in range(ctx.world):
+        lows, highs = [], []
+        for split in inp.splits_for(rank):
+            for index in split.row_groups:
+                rg = groups.get((split.path, index))
+                st = rg.columns.get(source) if rg is not None else None
+                if st is None or not isinstance(st.min, int) or not isinstance(st.max, int):
+                    return None
+                lows.append(st.min)
+                highs.append(st.max)
+        if not lows:
+            return None  # a rank without rows of the scan would get no range: nothing to balance by
+        spans.append((min(lows), max(highs), rank))
+    spans.sort()
+    if any(hi > nxt_lo for (_lo, hi, _r), (nxt_lo, _h, _n) in itertools.pairwise(spans)):
+        return None
+    return tuple((lo, rank) for lo, _hi, rank in spans)
+
+
+def _mark_split_ranges(ctx: Context, sid: int, ranges: tuple[tuple[int, int], ...]) -> None:
+    index = next(i for i, s in enumerate(ctx.stages) if s.id == sid)
+    stage = ctx.stages[index]
+    ctx.stages[index] = dataclasses.replace(
+        stage, output=dataclasses.replace(stage.output, group=sid, split_ranges=ranges)
+    )
 
 
 def _hash_stage(ctx: Context, ref: L.Node) -> int | None:
@@ -168,6 +224,9 @@ def _fits_bigint(t: pa.DataType) -> bool:
 
 def describe(output: Output) -> str:
     """The explain text of a skew-aware exchange ('' for a plain one)."""
+    if output.split_ranges:
+        spans = ", ".join(f"≥{lo} → rank {rank}" for lo, rank in output.split_ranges)
+        return f"; the ranges each rank's scan splits hold (Parquet statistics: {spans}): rows stay, no histogram round"
     if not output.partitions:
         return ""
     heavy = output.heavy
