@@ -417,7 +417,7 @@ class Translator(SubqueryMixin):
             node = self._inner_join_tree(sources, on + plain, scope)
         else:
             node = self._ordered_joins(sources, specs, plain, scope, ctes)
-        aliases = {alias for alias, _c in scope.columns}
+        aliases = self._scope_aliases(scope)
         for c in sorted(with_subquery, key=lambda c: _subquery_order(c, aliases)):
             node = self.apply_subquery_conjunct(node, c, scope, ctes)
         return self._select_rest(sel, node, scope, ctes)

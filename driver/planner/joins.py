@@ -44,8 +44,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         small_node = scans.broadcast(ctx, small)
         pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
         return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
-    # estimated before the sides are built: building a scan takes its planned join filters
-    est = _filtered_bytes(ctx, node.left) + _filtered_bytes(ctx, node.right)
+    # read before the sides are built: building a scan takes its planned join filters
+    keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
     left, dl = ctx.build(node.left)
     right, dr = ctx.build(node.right)
     if (
@@ -79,7 +79,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         left, dl = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
         right, dr = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
         left_keys, right_keys = lkeys, rkeys
-        # skew-aware exchanges (0: plain hashing)
+        # skew-aware exchanges (0: plain hashing), by the sides' bytes once their join filters cut them
+        est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
         equi_only = node.residual is None and not node.null_aware
         group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
     keys = tuple(
@@ -134,11 +135,10 @@ def _est_bytes(ctx: Context, node: L.Node) -> float:
     return estimate_rows(node) * _width(node, ctx.catalog)
 
 
-def _filtered_bytes(ctx: Context, node: L.Node) -> float:
-    """``node``'s estimated bytes once the join filters planned onto its scans have cut them (by the smallest
-    estimated keep among them): what the skew-aware threshold compares."""
-    keeps = [f.keep for scan in _scans(node) for f in ctx.join_filters.get(id(scan), ())]
-    return _est_bytes(ctx, node) * min(keeps, default=1.0)
+def _filter_keep(ctx: Context, node: L.Node) -> float:
+    """The share of ``node``'s rows left once the join filters planned onto its scans have cut them (the
+    smallest estimated keep among them; 1 without any)."""
+    return min((f.keep for scan in _scans(node) for f in ctx.join_filters.get(id(scan), ())), default=1.0)
 
 
 def _scans(node: L.Node) -> list[L.Scan]:
