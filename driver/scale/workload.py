@@ -101,6 +101,9 @@ class StageWork:
     #: per rank: the exchange's pair weights (``requests.PairWeights``; empty: every pair has rows)
     sender_hit: np.ndarray = field(default_factory=lambda: np.zeros(0))
     receiver_hit: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: a hash exchange by the key ranges each rank's scan splits hold (``Output.split_ranges``): every
+    #: row stays on the rank that made it, no remote piece carries rows
+    stays_local: bool = False
 
     def out_share(self, rank: int) -> float:
         """Fraction of the stage's output produced on ``rank`` (its expected output rows, else
@@ -192,7 +195,7 @@ def from_plan(plan: Plan, sizes: StageSizes | None = None) -> Workload:
         work = StageWork(stage.id, stage_shape(stage), tuple(stage.ranks), scan_rows, scan_bytes, in_rows,
                          in_bytes, size.rows_out, size.bytes_out, stage.output.kind,
                          tuple(stage.output.senders), tuple(stage.output.receivers), max(1, len(stage.columns)),
-                         files, splits)  # fmt: skip
+                         files, splits, stays_local=bool(stage.output.split_ranges))  # fmt: skip
         _outputs(work, stage.sql, inputs, measured.get(stage.id, ()))
         stages.append(work)
         done[stage.id] = work
@@ -206,7 +209,9 @@ def _outputs(
     world = len(work.scan_rows)
     rule = emptiness.output_rule(sql)
     work.out_rows, work.out_alive = emptiness.stage_output(rule, work.ranks, inputs, work.rows_out, world)
-    if work.output_kind == "hash":
+    if work.output_kind == "hash" and work.stays_local:  # each receiver gets its own rows, nobody else's
+        work.sender_hit, work.receiver_hit = np.zeros(world), work.out_alive.copy()
+    elif work.output_kind == "hash":
         work.sender_hit, work.receiver_hit = emptiness.hash_pairs(
             work.out_rows, work.out_alive, work.senders, work.receivers, work.shape == "aggregate", measured
         )
@@ -225,7 +230,11 @@ def _deliver(
         return np.zeros(world), np.zeros(world)
     alive = up.out_alive if len(up.out_alive) else np.ones(world)
     hit = up.receiver_hit if len(up.receiver_hit) else None
-    got, got_alive = emptiness.deliver(up.output_kind, up.rows_out, alive, recv, hit, measured)
+    if up.stays_local and len(up.out_rows) and len(measured) != len(recv):
+        got, got_alive = np.zeros(world), np.zeros(world)
+        got[recv], got_alive[recv] = up.out_rows[recv], alive[recv]
+    else:
+        got, got_alive = emptiness.deliver(up.output_kind, up.rows_out, alive, recv, hit, measured)
     rows += got
     if up.output_kind == "hash":
         nbytes += got * (up.bytes_out / up.rows_out) if up.rows_out > 0 else 0.0
@@ -305,7 +314,8 @@ def scaled(
         receivers = _remap(out.receivers, tw, world) if out.kind != "result" else ()
         work = StageWork(stage.id, stage_shape(stage), ranks, scan_rows, scan_bytes, in_rows, in_bytes,
                          rows_out, bytes_out, out.kind, senders if out.kind != "result" else (), receivers,
-                         max(1, len(stage.columns)), files, splits)  # fmt: skip
+                         max(1, len(stage.columns)), files, splits,
+                         stays_local=bool(out.split_ranges))  # fmt: skip
         _outputs(work, stage.sql, inputs, ())
         stages.append(work)
         done[stage.id] = work
