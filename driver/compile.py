@@ -13,6 +13,7 @@ import duckdb
 from squall.driver import logical as L
 from squall.driver.boundary import Boundary
 from squall.driver.catalog import Catalog
+from squall.driver.coalesce import Coalesced, coalesce_subqueries
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import Binder, BoundQuery
 from squall.driver.pivot_rewrite import plain_pivots
@@ -21,7 +22,7 @@ from squall.driver.prune import prune
 from squall.driver.translate import Names, Planned, Translator
 from squall.errors import BindError, NotSupportedError
 from squall.operators.duck import Sandbox
-from squall.plan import Plan
+from squall.plan import Plan, ScanInput
 
 
 @functools.cache
@@ -82,16 +83,26 @@ def _compile(
         planned = translator.translate(bound.ast)
         if len(planned.outputs) != len(bound.names):
             raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
-        pruned = Planned(
-            prune(planned.node, narrow=(options or PlannerOptions()).narrow_join_sides), planned.outputs
-        )
+        opts = options or PlannerOptions()
+        node = prune(planned.node, narrow=opts.narrow_join_sides)
+        coalesced: list[Coalesced] = []
+        if opts.coalesce_subqueries:
+            node, coalesced = coalesce_subqueries(node, translator.names.fresh)
         t2 = time.perf_counter()
         spent["translate_s"] = t2 - t1
         boundary.step, boundary.locate = "planning", None
-        plan = Planner(catalog, world_size, options, db).plan(bound, pruned, translator.names)
-        if translator.notes or pivots.notes:  # decorrelation and PIVOT decisions are said too
-            said = (*pivots.notes, *dict.fromkeys(translator.notes))
-            plan = dataclasses.replace(plan, notes=(*said, *plan.notes))
+        plan = Planner(catalog, world_size, options, db).plan(
+            bound, Planned(node, planned.outputs), translator.names
+        )
+        said = [c.note for c in coalesced]
+        if coalesced and not all(c.shared_in(_scanned_names(plan)) for c in coalesced):
+            # the joins' sides were cut apart after all: plan the subqueries as written (see coalesce.py)
+            written = Planned(prune(planned.node, narrow=opts.narrow_join_sides), planned.outputs)
+            plan = Planner(catalog, world_size, options, db).plan(bound, written, translator.names)
+            said = [c.apart_note() for c in coalesced]
+        if translator.notes or pivots.notes or said:  # decorrelation, PIVOT and coalescing are said too
+            notes = (*pivots.notes, *dict.fromkeys(translator.notes), *said)
+            plan = dataclasses.replace(plan, notes=(*notes, *plan.notes))
         spent["plan_s"] = time.perf_counter() - t2
         return plan
     except (NotSupportedError, BindError) as err:
@@ -100,6 +111,13 @@ def _compile(
     boundary.step, boundary.locate = "planning the one-rank fallback", None
     spent["translate_s"] = time.perf_counter() - t1
     return _on_one_rank(catalog, bound, reason, world_size, options, db, spent, pivots.notes)
+
+
+def _scanned_names(plan: Plan) -> set[str]:
+    """The internal column names the plan's scans read."""
+    return {
+        name for st in plan.stages for i in st.inputs if isinstance(i, ScanInput) for _src, name in i.columns
+    }
 
 
 def _on_one_rank(

@@ -99,6 +99,9 @@ class PlannerOptions:
     #: a stage equal to one already cut (a subquery read twice, up to column names) reads that stage's
     #: exchange instead of computing it again (see planner/reuse.py)
     reuse_subplans: bool = True
+    #: an EXISTS and a NOT EXISTS (or two of either) over one table on the same key read one scan, their
+    #: own filters tested in the joins (TPC-H Q21; see driver/coalesce.py)
+    coalesce_subqueries: bool = True
 
 
 @dataclass(frozen=True)
