@@ -108,12 +108,11 @@ def coalesce_subqueries(node: L.Node, fresh: Callable[[str], str]) -> tuple[L.No
         n = L.with_children(n, visit)
         if not (isinstance(n, L.Join) and n.kind in ("semi", "anti") and not n.null_aware):
             return n
-        below: L.Node = n.left
-        keep: L.Project | None = None
-        if isinstance(below, L.Project) and all(
-            isinstance(e, exp.Column) and e.name == name for name, e in below.exprs
+        below, keep = n.left, None
+        if isinstance(n.left, L.Project) and all(
+            isinstance(e, exp.Column) and e.name == name for name, e in n.left.exprs
         ):  # a projection that only drops columns (column pruning's Narrow)
-            below, keep = below.input, below
+            below, keep = n.left.input, n.left
         if isinstance(below, L.Join) and below.kind in ("semi", "anti") and not below.null_aware:
             done = _coalesce(below, n, fresh)
             if done is not None:
