@@ -17,11 +17,10 @@ likewise). The two right sides are equal up to column names, so the planner cuts
 (:mod:`squall.driver.planner.reuse`): one scan, one key-set filter, one exchange.
 
 Applies to a semi or anti join directly above another (any order; a projection that only drops columns
-may sit between them), neither null-aware (``NOT IN``'s NULL
-rule sees rows that an extra filter would drop), whose right sides are plain column projections of scans
-of one table, equal in their left keys and in the table columns of their right keys, where one side's
-filters are among the other's (so the shared scan keeps no row that neither kept: it sends at most what
-the two sent). The decision is a plan note.
+may sit between them), neither null-aware (``NOT IN``'s NULL rule sees rows that an extra filter would
+drop), whose right sides are plain column projections of scans of one table, equal in their left keys and
+in the table columns of their right keys, where one side's filters are among the other's (so the shared
+scan keeps no row that neither kept: it sends at most what the two sent). The decision is a plan note.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from squall.driver.logical import sql_of
 @dataclasses.dataclass(frozen=True)
 class Coalesced:
     """One coalesced pair: the plan note, and each side's internal scan column names (a plan whose scans
-    read both sides' names planned them apart: :func:`shared_in`)."""
+    read both sides' names planned them apart: :meth:`shared_in`)."""
 
     what: str  # "the semi join and the anti join on l_orderkey over lineitem"
     flag: str  # "; the anti join tests its own filter … on the shared rows", or ""
