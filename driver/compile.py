@@ -14,6 +14,7 @@ from squall.driver import logical as L
 from squall.driver.boundary import Boundary
 from squall.driver.catalog import Catalog
 from squall.driver.coalesce import Coalesced, coalesce_subqueries
+from squall.driver.eager_aggregate import eager_aggregates
 from squall.driver.fallback import one_rank
 from squall.driver.frontend import Binder, BoundQuery
 from squall.driver.pivot_rewrite import plain_pivots
@@ -85,6 +86,10 @@ def _compile(
             raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
         opts = options or PlannerOptions()
         node = prune(planned.node, narrow=opts.narrow_join_sides)
+        eager: list[str] = []
+        if opts.eager_aggregation:
+            node, eager = eager_aggregates(node, catalog, translator.names.fresh)
+        written = node
         coalesced: list[Coalesced] = []
         if opts.coalesce_subqueries:
             node, coalesced = coalesce_subqueries(node, translator.names.fresh)
@@ -94,12 +99,13 @@ def _compile(
         plan = Planner(catalog, world_size, options, db).plan(
             bound, Planned(node, planned.outputs), translator.names
         )
-        said = [c.note for c in coalesced]
+        said = [*eager, *(c.note for c in coalesced)]
         if coalesced and not all(c.shared_in(_scanned_names(plan)) for c in coalesced):
             # the joins' sides were cut apart after all: plan the subqueries as written (see coalesce.py)
-            written = Planned(prune(planned.node, narrow=opts.narrow_join_sides), planned.outputs)
-            plan = Planner(catalog, world_size, options, db).plan(bound, written, translator.names)
-            said = [c.apart_note() for c in coalesced]
+            plan = Planner(catalog, world_size, options, db).plan(
+                bound, Planned(written, planned.outputs), translator.names
+            )
+            said = [*eager, *(c.apart_note() for c in coalesced)]
         if translator.notes or pivots.notes or said:  # decorrelation, PIVOT and coalescing are said too
             notes = (*pivots.notes, *dict.fromkeys(translator.notes), *said)
             plan = dataclasses.replace(plan, notes=(*notes, *plan.notes))

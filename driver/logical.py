@@ -186,6 +186,9 @@ class Aggregate(Node):
     aggs: tuple[tuple[str, AggCall], ...]
     sets: tuple[tuple[int, ...], ...] = ()
     gid: str = ""
+    #: keep the groups hash-partitioned by the keys even when few (no gather to rank 0): a join on the keys
+    #: follows (an eager aggregate below its join, driver/eager_aggregate.py)
+    by_key: bool = False
 
     @property
     def children(self) -> tuple[Node, ...]:

@@ -60,7 +60,7 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
         ctx.rely_on(dist, exact=False)
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
-    gather = not node.keys or _est_groups(ctx, node) <= ctx.options.gather_groups
+    gather = not node.keys or (not node.by_key and _est_groups(ctx, node) <= ctx.options.gather_groups)
     if decomposable:
         return _partial_final(ctx, node, child, dist, gather)
     if (arg := _one_distinct_argument(node)) is not None:

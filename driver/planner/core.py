@@ -102,6 +102,9 @@ class PlannerOptions:
     #: an EXISTS and a NOT EXISTS (or two of either) over one table on the same key read one scan, their
     #: own filters tested in the joins (TPC-H Q21; see driver/coalesce.py)
     coalesce_subqueries: bool = True
+    #: an aggregate over a join whose many side is aggregated by the join key first (COUNT/SUM/MIN/MAX of
+    #: its columns; TPC-H Q13; see driver/eager_aggregate.py)
+    eager_aggregation: bool = True
 
 
 @dataclass(frozen=True)
