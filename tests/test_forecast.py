@@ -136,7 +136,9 @@ def test_stats_estimate_on_lambda_local_beside_the_measured_requests(sf001_parts
             workers=3,
             platform="lambda-local",
             exchange="s3://squall-forecast/x",
-            planner_options=PlannerOptions(gather_groups=10),
+            # the GROUP BY l_orderkey's partial groups by the splits' key ranges (not complete in place):
+            # rows stay on their rank, no data GET for them (driver/scale/workload.py stays_local)
+            planner_options=PlannerOptions(gather_groups=10, aggregate_in_place=False),
         )
         try:
             stats = con.sql(HASH_SQL).stats

@@ -7,6 +7,7 @@ import dataclasses
 import re
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -193,8 +194,10 @@ def test_key_ranges_keep_clustered_rows_local(clustered, workers):
 @pytest.mark.parametrize("workers", [2, 3, 4])
 def test_aggregate_by_the_splits_key_ranges_keeps_partial_groups_local(clustered, workers):
     """A GROUP BY on the clustered key: each rank's row groups hold one key range (Parquet statistics), so the
-    partial groups' exchange goes by those ranges, with no histogram round, and barely moves."""
-    by_key = dataclasses.replace(ON, gather_groups=0)  # 20,000 groups would otherwise gather to rank 0
+    partial groups' exchange goes by those ranges, with no histogram round, and barely moves (when the
+    aggregate does not complete in place: ``aggregate_in_place`` off)."""
+    # 20,000 groups would otherwise gather to rank 0
+    by_key = dataclasses.replace(ON, gather_groups=0, aggregate_in_place=False)
     with squall.connect(data=str(clustered), workers=workers, planner_options=by_key) as con:
         plan = con.explain(AGG_SUM)
         result = con.sql(AGG_SUM)
@@ -206,6 +209,42 @@ def test_aggregate_by_the_splits_key_ranges_keeps_partial_groups_local(clustered
     assert "assignment" not in e and e["skew"] <= 1.25, e  # no histogram round: a plain exchange's stats
     assert e["bytes_moved"] <= 0.1 * sum(e["bytes_per_rank"]), e
     assert any(s.output.split_ranges for s in round_trip.stages)  # survives the plan's JSON
+
+
+def _key_ordered_fact(folder, rows_per_key: int, row_group_size: int, keys: int = 2000):
+    k = pa.array([key for key in range(keys) for _ in range(rows_per_key)], pa.int64())
+    pq.write_table(pa.table({"k": k, "v": pa.array(range(len(k)), pa.int64())}), folder / "fact.parquet",
+                   row_group_size=row_group_size)  # fmt: skip
+    pq.write_table(
+        pa.table({"k": pa.array([1], pa.int64())}), folder / "dim.parquet"
+    )  # reference() reads both
+    return folder
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_aggregate_completes_in_place_when_the_splits_hold_key_ranges(tmp_path, workers):
+    """Written in key order, row groups of whole keys (100 keys each): every key's rows lie in one rank's
+    splits, so the GROUP BY completes on every rank; no exchange carries its groups, only the result."""
+    folder = _key_ordered_fact(tmp_path, rows_per_key=10, row_group_size=1000)
+    with squall.connect(data=str(folder), workers=workers, planner_options=ON) as con:
+        plan = con.explain(AGG_SUM)
+        result = con.sql(AGG_SUM)
+    assert_same_result(result.to_arrow(), reference(folder, AGG_SUM), AGG_SUM)
+    assert "aggregate by k complete on every rank, no exchange" in plan, plan
+    assert [e["kind"] for e in result.stats["exchanges"]] == ["gather"], result.stats["exchanges"]
+
+
+def test_aggregate_not_in_place_when_a_key_spans_two_ranks(tmp_path):
+    """Key order, but row groups that cut keys in two (7 rows a key, 90 rows a group): two ranks' ranges
+    share a key, so the partial groups meet by key in an exchange, and every key is counted once."""
+    folder = _key_ordered_fact(tmp_path, rows_per_key=7, row_group_size=90, keys=300)
+    opts = dataclasses.replace(ON, gather_groups=0)
+    with squall.connect(data=str(folder), workers=3, planner_options=opts) as con:
+        plan = con.explain(AGG_SUM)
+        result = con.sql(AGG_SUM)
+    assert_same_result(result.to_arrow(), reference(folder, AGG_SUM), AGG_SUM)
+    assert "complete on every rank" not in plan and "partial aggregates by group key" in plan, plan
+    assert result.arrow().num_rows == 300
 
 
 def test_aggregate_over_unclustered_keys_keeps_the_histogram_round(skewed):
@@ -265,8 +304,8 @@ def test_split_key_ranges_on_s3_exchange(clustered):
     if reason := moto_available():
         pytest.skip(reason)
     with moto_s3("squall-ranges-xchg") as _s3, squall.connect(
-        data=str(clustered), workers=3, planner_options=dataclasses.replace(ON, gather_groups=0),
-        exchange="s3://squall-ranges-xchg/t",
+        data=str(clustered), workers=3, exchange="s3://squall-ranges-xchg/t",
+        planner_options=dataclasses.replace(ON, gather_groups=0, aggregate_in_place=False),
     ) as con:  # fmt: skip
         result = con.sql(AGG_SUM)
         assert "no histogram round" in con.explain(AGG_SUM)

@@ -60,6 +60,8 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
         ctx.rely_on(dist, exact=False)
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
+    if dist.kind == "random" and (done := _complete_in_place(ctx, node, child)) is not None:
+        return done
     gather = not node.keys or (not node.by_key and _est_groups(ctx, node) <= ctx.options.gather_groups)
     if decomposable:
         return _partial_final(ctx, node, child, dist, gather)
@@ -99,6 +101,25 @@ def _spreads_hot_keys(ctx: Context, node: L.Aggregate, dist: Dist) -> bool:
     if not dist.group or not any(s.output.group == dist.group and s.output.heavy for s in ctx.stages):
         return False
     return estimate_rows(node.input) * 8.0 * len(node.input.names) >= ctx.options.skew_min_bytes
+
+
+def _complete_in_place(ctx: Context, node: L.Aggregate, child: L.Node) -> tuple[L.Node, Dist] | None:
+    """The whole aggregate on every rank, no exchange, when a group key is an integer column whose rows each
+    rank's scan splits hold a range of their own (Parquet statistics; data written in key order, e.g.
+    lineitem by l_orderkey): every group lies on one rank. Its output is grouped but not hash-partitioned."""
+    if not (ctx.options.aggregate_in_place and ctx.options.skew_locality_ranges) or node.sets:
+        return None
+    for name, key in node.keys:
+        if (ranges := skew.split_ranges_below(ctx, child, key)) is not None:
+            bounds = ", ".join(f"≥{lo} → rank {r}" for lo, r in ranges[:3]) + (
+                ", …" if len(ranges) > 3 else ""
+            )
+            ctx.notes.append(
+                f"aggregate by {name} complete on every rank, no exchange: each rank's scan splits hold their own "
+                f"range of it (Parquet statistics: {bounds})"
+            )
+            return L.Aggregate(child, node.keys, node.aggs), RANDOM
+    return None
 
 
 def _partial_final(

@@ -74,6 +74,9 @@ class PlannerOptions:
     #: … and, keyed by one integer column whose range the catalog knows, may partition by key range instead
     #: of hash when that balances as well and keeps more bytes in place (locality: data clustered by the key stays)
     skew_locality_ranges: bool = True
+    #: a GROUP BY one of whose keys each rank's scan splits hold a range of their own (Parquet statistics: data
+    #: written in key order) completes on every rank, with no exchange (off: its partial groups go by those ranges)
+    aggregate_in_place: bool = True
     #: with one worker, run the query as written in one DuckDB stage over Squall's scans (DuckDB plans
     #: the joins, subqueries and CTEs itself; the scans still prune, probe the predicate cache and
     #: count); off: Squall's own stage plan at W=1 too

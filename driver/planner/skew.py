@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 
 import pyarrow as pa
 from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.planner.core import Context
-from squall.driver.planner.exprs import find_scan_column
+from squall.driver.planner.exprs import find_scan_column, leaves
 from squall.plan import ExchangeInput, Output, ScanInput
 
 #: which side may keep its hot-key rows ("keep") / have its rows of them broadcast, by join kind
@@ -111,11 +112,28 @@ def _split_ranges(ctx: Context, sid: int, key: exp.Expression) -> tuple[tuple[in
     """(lowest key, rank) of each rank's scan splits when ``key`` is an integer column that stage ``sid``
     scans split over every rank and the ranks' [min, max] of it (row-group statistics) do not overlap: the
     key ranges the exchange can partition by with no histogram round, every row staying where it is."""
+    stage = next(s for s in ctx.stages if s.id == sid)
+    return _ranges_of(ctx, stage.inputs, key, shared_bounds=True)
+
+
+def split_ranges_below(ctx: Context, node: L.Node, key: exp.Expression) -> tuple[tuple[int, int], ...] | None:
+    """:func:`_split_ranges` for the inputs a not yet cut subplan reads, when they hold the key's rows where
+    they were scanned (no exchange below) and no rank steals splits: every key's rows on one rank."""
+    inputs = [ctx.inputs[leaf.name] for leaf in leaves(node)]
+    if any(isinstance(i, ExchangeInput) or i.steal for i in inputs):
+        return None
+    return _ranges_of(ctx, inputs, key, shared_bounds=False)
+
+
+def _ranges_of(
+    ctx: Context, inputs: Sequence[ScanInput | ExchangeInput], key: exp.Expression, shared_bounds: bool
+) -> tuple[tuple[int, int], ...] | None:
+    """``shared_bounds``: two ranks' ranges may meet in one key (its rows then go to one of them by the
+    exchange); else they must be apart (every key's rows on one rank)."""
     if not isinstance(key, exp.Column):
         return None
-    stage = next(s for s in ctx.stages if s.id == sid)
     scans = [
-        (inp, src) for inp in stage.inputs if isinstance(inp, ScanInput) for src, name in inp.columns
+        (inp, src) for inp in inputs if isinstance(inp, ScanInput) for src, name in inp.columns
         if name == key.name and not inp.replicated
     ]  # fmt: skip
     if len(scans) != 1:
@@ -140,8 +158,9 @@ def _split_ranges(ctx: Context, sid: int, key: exp.Expression) -> tuple[tuple[in
             return None  # a rank without rows of the scan would get no range: nothing to balance by
         spans.append((min(lows), max(highs), rank))
     spans.sort()
-    if any(hi > nxt_lo for (_lo, hi, _r), (nxt_lo, _h, _n) in itertools.pairwise(spans)):
-        return None
+    for (_lo, hi, _r), (nxt_lo, _h, _n) in itertools.pairwise(spans):
+        if hi > nxt_lo or (hi == nxt_lo and not shared_bounds):
+            return None
     return tuple((lo, rank) for lo, _hi, rank in spans)
 
 
