@@ -247,6 +247,21 @@ def test_aggregate_not_in_place_when_a_key_spans_two_ranks(tmp_path):
     assert result.arrow().num_rows == 300
 
 
+def test_aggregate_not_in_place_with_null_keys(tmp_path):
+    """NULL keys lie outside the row groups' [min, max]: a NULL group could be on every rank, so the groups
+    meet by key, and the NULL group comes out once."""
+    folder = _key_ordered_fact(tmp_path, rows_per_key=10, row_group_size=1000)
+    fact = pq.read_table(folder / "fact.parquet")
+    k = pa.array([None if i % 997 == 0 else v for i, v in enumerate(fact["k"].to_pylist())], pa.int64())
+    pq.write_table(fact.set_column(0, "k", k), folder / "fact.parquet", row_group_size=1000)
+    with squall.connect(data=str(folder), workers=3, planner_options=ON) as con:
+        plan = con.explain(AGG_SUM)
+        result = con.sql(AGG_SUM)
+    assert_same_result(result.to_arrow(), reference(folder, AGG_SUM), AGG_SUM)
+    assert "complete on every rank" not in plan, plan
+    assert result.arrow()["k"].null_count == 1
+
+
 def test_aggregate_over_unclustered_keys_keeps_the_histogram_round(skewed):
     """Random keys: the ranks' key ranges overlap, so the partial groups go through the histogram round
     (hash or key ranges, whichever keeps more local), as before."""

@@ -129,7 +129,8 @@ def _ranges_of(
     ctx: Context, inputs: Sequence[ScanInput | ExchangeInput], key: exp.Expression, shared_bounds: bool
 ) -> tuple[tuple[int, int], ...] | None:
     """``shared_bounds``: two ranks' ranges may meet in one key (its rows then go to one of them by the
-    exchange); else they must be apart (every key's rows on one rank)."""
+    exchange, as do NULL keys); else they must be apart and the key never NULL (every key's rows on one
+    rank)."""
     if not isinstance(key, exp.Column):
         return None
     scans = [
@@ -152,6 +153,10 @@ def _ranges_of(
                 st = rg.columns.get(source) if rg is not None else None
                 if st is None or not isinstance(st.min, int) or not isinstance(st.max, int):
                     return None
+                if not shared_bounds and st.null_count != 0:
+                    return (
+                        None  # NULL keys (or unknown) are outside min/max: their group may lie on every rank
+                    )
                 lows.append(st.min)
                 highs.append(st.max)
         if not lows:
