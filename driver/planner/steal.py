@@ -3,9 +3,10 @@
 With ``PlannerOptions.work_stealing`` a scan is marked ``steal`` when it is safe and pays:
 
 - safe: the scan is split over the ranks (not replicated) and read by the ``parquet`` operator.
-  A split scan's rows lie on the ranks at random (``Dist("random")``): no rule relies on which
-  rank holds which split — joins co-locate only on hash distributions made by exchanges — so any
-  assignment that reads every split once is as correct as the planned one;
+  A split scan's rows lie on the ranks at random (``Dist("random")``): joins co-locate only on hash
+  distributions made by exchanges, and the one rule that relies on which rank holds which split (an
+  aggregate completed in place by the splits' key ranges, ``planner/aggregates.py``) skips stealing
+  scans — so any assignment that reads every split once is as correct as the planned one;
 - pays: there are more row groups than ranks, so some rank has a queue of two or more.
 
 A stealing scan keeps one split per row group (the work elements; contiguous row groups are not
