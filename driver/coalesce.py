@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import cast
 
 from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.logical import sql_of
+from squall.driver.translate import and_all
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +87,6 @@ def _renamed(e: exp.Expression, mapping: dict[str, str]) -> exp.Expression:
         return n
 
     return e.copy().transform(swap)
-
-
-def _and(parts: list[exp.Expression]) -> exp.Expression | None:
-    return cast(exp.Expression, exp.and_(*parts)) if parts else None
 
 
 def coalesce_subqueries(node: L.Node, fresh: Callable[[str], str]) -> tuple[L.Node, list[Coalesced]]:
@@ -173,9 +169,9 @@ def _coalesce(j1: L.Join, j2: L.Join, fresh: Callable[[str], str]) -> tuple[L.Jo
     to2 = {i: name2[s] for i, s in src1.items()}
     own = extra1 or extra2
     flag_on = (
-        (_and(own), _and([_renamed(f, to2) for f in own]))
+        (and_all(own), and_all([_renamed(f, to2) for f in own]))
         if extra1
-        else (_and([_renamed(f, to1) for f in own]), _and(own))
+        else (and_all([_renamed(f, to1) for f in own]), and_all(own))
     )
     flag_names = (fresh("exists_flag"), fresh("exists_flag")) if own else ("", "")
 
@@ -202,7 +198,7 @@ def _coalesce(j1: L.Join, j2: L.Join, fresh: Callable[[str], str]) -> tuple[L.Jo
         keys = tuple(_renamed(k, out_to_new) for k in j.right_keys)
         residual = _renamed(j.residual, out_to_new) if j.residual is not None else None
         if flag is not None:
-            residual = _and([p for p in (residual, L.col(flag)) if p is not None])
+            residual = and_all([p for p in (residual, L.col(flag)) if p is not None])
         return dataclasses.replace(j, right=right, right_keys=keys, residual=residual)
 
     new1 = rekey(j1, s1, name1, src1, right1, flag_names[0] if extra1 else None)

@@ -40,13 +40,13 @@ from sqlglot import exp
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
 from squall.driver.logical import columns_in, sql_of
-from squall.driver.planner.exprs import find_scan_column, parse
-from squall.driver.sqlgen import q
+from squall.driver.planner.aggregates import split_aggs
+from squall.driver.planner.exprs import find_scan_column
 from squall.driver.translate import estimate_rows
 
 #: aggregate below the join only when the right side has at least this many rows per distinct key
 MIN_ROWS_PER_KEY = 4.0
-_KEPT = ("sum", "min", "max")
+_SPLIT = ("count", "sum", "min", "max")
 
 
 def eager_aggregates(node: L.Node, catalog: Catalog, fresh: Callable[[str], str]) -> tuple[L.Node, list[str]]:
@@ -82,7 +82,7 @@ def _eager(
     for _n, call in agg.aggs:
         if call.distinct or call.filtered:
             return None
-        if call.func not in ("count", *_KEPT) or len(call.args) != 1 or not columns_in(call.args[0]) <= right:
+        if call.func not in _SPLIT or len(call.args) != 1 or not columns_in(call.args[0]) <= right:
             return None
     rkey = join.right_keys[0]
     assert isinstance(rkey, exp.Column)
@@ -94,24 +94,15 @@ def _eager(
     rows, left_rows = estimate_rows(join.right), estimate_rows(join.left)
     if rows < MIN_ROWS_PER_KEY * keys or left_rows < 0.5 * keys:
         return None
-    partial: list[tuple[str, L.AggCall]] = []
-    final: list[tuple[str, L.AggCall]] = []
-    post: list[tuple[str, exp.Expression]] = [(name, L.col(name)) for name, _k in agg.keys]
-    for name, call in agg.aggs:
-        p, f = fresh("e_" + call.func), fresh("f_" + call.func)
-        if call.func == "count":
-            partial.append((p, L.AggCall("count", call.args, False, parse(f"COUNT({sql_of(call.args[0])})"))))
-            final.append((f, L.AggCall("sum", (L.col(p),), False, parse(f"SUM({q(p)})"))))
-            post.append((name, parse(f"CAST(COALESCE({q(f)}, 0) AS BIGINT)")))
-        else:
-            partial.append((p, dataclasses.replace(call)))
-            final.append((f, L.AggCall(call.func, (L.col(p),), False, parse(f"{call.func.upper()}({q(p)})"))))
-            post.append((name, L.col(f)))
-    below = L.Aggregate(join.right, ((rkey.name, L.col(rkey.name)),), tuple(partial), by_key=True)
-    above = L.Aggregate(dataclasses.replace(join, right=below), agg.keys, tuple(final))
+    # the planner's own partial/final split, with the partial below the join (only COUNT/SUM/MIN/MAX here:
+    # no AVG, whose DECIMAL scale the split would ask for)
+    partial, final, post = split_aggs(agg, fresh, lambda _arg: 0)
+    below = L.Aggregate(join.right, ((rkey.name, L.col(rkey.name)),), partial, by_key=True)
+    above = L.Aggregate(dataclasses.replace(join, right=below), agg.keys, final)
+    group_cols = tuple((name, L.col(name)) for name, _k in agg.keys)
     note = (
         f"eager aggregation: {', '.join(sql_of(c.expression) for _n, c in agg.aggs)} computed per "
         f"{rkey.name} below the {join.kind} join (est. {rows / keys:.0f} {scan.table} rows per key), "
         "combined after it"
     )
-    return L.Project(above, tuple(post)), note
+    return L.Project(above, group_cols + post), note

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -285,6 +286,15 @@ def _avg_sql(total: str, count: str, scale: int) -> str:
 
 def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
     """(partial aggregates, final aggregates over them, output expressions over the finals)."""
+    return split_aggs(node, ctx.fresh, lambda arg: _decimal_scale(ctx, node, arg))
+
+
+def split_aggs(
+    node: L.Aggregate, fresh: Callable[[str], str], decimal_scale: Callable[[exp.Expression], int]
+) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
+    """``node``'s decomposable aggregates as (partial aggregates, final aggregates over them, output
+    expressions over the finals); ``fresh`` names the new columns, ``decimal_scale`` gives an AVG argument's
+    DECIMAL scale. Also used below a join (driver/eager_aggregate.py)."""
     partial: list[tuple[str, L.AggCall]] = []
     final: list[tuple[str, L.AggCall]] = []
     post: list[tuple[str, exp.Expression]] = []
@@ -293,14 +303,14 @@ def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tupl
     def add_partial(func: str, args: tuple[exp.Expression, ...], text: str) -> str:
         key = L.sql_of(parse(text))
         if key not in seen:
-            seen[key] = ctx.fresh("p_" + func)
+            seen[key] = fresh("p_" + func)
             partial.append((seen[key], L.AggCall(func, args, False, parse(text))))
         return seen[key]
 
     def add_final(func: str, text: str) -> str:
         key = L.sql_of(parse(text))
         if key not in seen:
-            seen[key] = ctx.fresh("f_" + func)
+            seen[key] = fresh("f_" + func)
             final.append((seen[key], L.AggCall(func, (), False, parse(text))))
         return seen[key]
 
@@ -321,7 +331,7 @@ def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tupl
             s = add_partial("sum", a.args, f"SUM({arg})")
             c = add_partial("count", a.args, f"COUNT({arg})")
             fs, fc = add_final("sum", f"SUM({q(s)})"), add_final("sum", f"SUM({q(c)})")
-            post.append((name, parse(_avg_sql(q(fs), q(fc), _decimal_scale(ctx, node, a.args[0])))))
+            post.append((name, parse(_avg_sql(q(fs), q(fc), decimal_scale(a.args[0])))))
         elif f in _VARIANCE:
             # per partial (count, mean, M2), merged pairwise as DuckDB does (Chan et al.): stable, and
             # exactly 0 for a constant column (a constant partial's mean is the value itself)
