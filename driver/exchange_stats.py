@@ -86,5 +86,7 @@ def format_exchanges(stats: dict[str, Any]) -> str:
                 text += f"; NULL-key rows dropped {e['null_key_rows_dropped']} (they match nothing)"
             if "null_key_rows_kept_local" in e:
                 text += f"; NULL-key rows kept local {e['null_key_rows_kept_local']} (they match nothing)"
+        if e.get("schedule"):  # the fabric exchange's communication schedule (or why there is none)
+            text += f"; schedule {e['schedule']}"
         lines.append(text)
     return "\n".join(lines)

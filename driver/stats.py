@@ -87,7 +87,7 @@ def summarize(
         }
         for e in entries:
             for k, v in e.items():
-                if k == "levels":  # the same on every rank (S3 exchange: 1 or 2), not a counter
+                if k in ("levels", "schedule_phases"):  # the same on every rank, not counters
                     merged[k] = max(merged.get(k, 0), v)
                 elif isinstance(v, (int, float)) and k not in ("exchange_id", "senders", "receivers"):
                     merged[k] = merged.get(k, 0) + v

@@ -27,6 +27,23 @@ then serializes each partition straight into a registered send arena and posts
 its write as soon as that receiver's window is known, while it serializes the
 next partition. A rank's own partition never touches the fabric.
 
+Communication schedule (Neo-Join §III-C, ``schedule="open-shop"``; the default
+across machines): every sender also puts its row of stream sizes on the
+rendezvous (``rows/<exchange>/<rank>``), and every participant computes the same
+open-shop schedule from the whole matrix (:mod:`squall.exchange.schedule`). A
+sender then writes its streams in the schedule's transfers (chunks of a slot, in
+phase order, one at a time), and the receivers pace it::
+
+    s => r  fi_write chunk          phase p of the schedule
+    s -> r  CHUNK(x, p)             the chunk landed (DONE(x, size, p + 1) for the pair's last)
+    r -> s' GO(x, q)                r's next transfer (phase q, from s') may start
+
+A receiver's first transfer needs no GO. So no receiver ever has two senders'
+writes in flight and no sender writes to two receivers at once, without a global
+barrier between phases. Exchanges whose busiest link carries less than
+``schedule_min_bytes``, or where no link is shared, are not scheduled; their
+stats say why.
+
 Out-of-band rendezvous: :class:`FabricExchangeFactory.prepare` starts a tiny
 TCP key-value server (:class:`RendezvousServer`, a thread in the driver) and
 puts its ``host:port`` into the config. Ranks publish their ``fi_getname``
@@ -67,7 +84,7 @@ import socketserver
 import struct
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +105,7 @@ from squall.exchange.base import (
     claim_result,
     concat,
 )
+from squall.exchange.schedule import Schedule, Transfer, bound, open_shop
 
 DEFAULT_TIMEOUT_S = 600.0
 NATIVE_MODULE = "squall_fabric._native"
@@ -506,9 +524,13 @@ class RendezvousClient:
 
 # kind u8, rank u32 (the message's author), exchange u64, then three u64 fields
 _MSG = struct.Struct("<BxxxIQQQQ")
-HIST, WIN, DONE, SKIP = 1, 2, 3, 4
+HIST, WIN, DONE, SKIP, CHUNK, GO = 1, 2, 3, 4, 5, 6
 _WRITE_TAG = 16  # tag kind of an fi_write (the others are message kinds)
-_KIND_NAMES = {HIST: "hist", WIN: "win", DONE: "done", SKIP: "skip"}
+_KIND_NAMES = {HIST: "hist", WIN: "win", DONE: "done", SKIP: "skip", CHUNK: "chunk", GO: "go"}
+SCHEDULES = ("auto", "open-shop", "rotated")
+SCHEDULE_MIN_BYTES = 4 << 20  # the busiest link's bytes below which an exchange is not scheduled
+SCHEDULE_QUANTUM = 256 << 10  # no scheduled transfer is shorter (but a pair's last): ~ bandwidth * latency
+SCHEDULE_MAX_RANKS = 32  # the schedule costs O(W⁴) in the worst case: ~0.1 s at 32 ranks
 
 
 def _align(n: int) -> int:
@@ -532,6 +554,17 @@ def write_ipc_into(table: pa.Table, target: np.ndarray) -> None:
         raise ExchangeError(f"Arrow IPC stream is {sink.tell()} bytes, expected {target.nbytes}")
 
 
+def resolve_schedule(schedule: str, provider: str | None, one_machine: bool) -> tuple[str, str]:
+    """The schedule an exchange uses (``open-shop`` or ``rotated``) and why, from the ``schedule`` option."""
+    if schedule not in SCHEDULES:
+        raise ExchangeConfigError(f"fabric schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}")
+    if schedule != "auto":
+        return schedule, f"option schedule={schedule}"
+    if (provider or "").startswith("shm") or one_machine:
+        return "rotated", "every rank on this machine: no network link to share (schedule=auto)"
+    return "open-shop", "schedule=auto"
+
+
 @dataclass
 class _XState:
     """What this rank knows of one exchange, as sender and as receiver."""
@@ -552,6 +585,32 @@ class _XState:
     written: set[int] = field(default_factory=set)
     delivered: set[int] = field(default_factory=set)
     error: str | None = None
+    # communication schedule (exchange/schedule.py), the same on every participant
+    schedule_decided: bool = False
+    schedule: Schedule | None = None
+    schedule_note: str = ""
+    schedule_s: float = 0.0
+    incoming: list[tuple[int, Transfer]] | None = None  # receiver: its transfers in phase order
+    chunks: set[int] = field(default_factory=set)  # receiver: phases whose transfer to it completed
+    released: int = 0  # receiver: transfers released (the first needs no GO)
+    go_log: list[tuple[int, int]] = field(default_factory=list)  # receiver: (sender, phase) GOs sent
+    go: set[int] = field(default_factory=set)  # sender: phases a receiver released
+    chunk_written: set[int] = field(default_factory=set)  # sender: phases whose write completed
+
+
+@dataclass
+class _Payload:
+    """A sender's streams of one exchange: tables by receiver, sizes, arena slots, what is done."""
+
+    tables: Mapping[int, pa.Table]
+    sizes: dict[int, int]
+    slots: dict[int, int]
+    arena: np.ndarray
+    arena_mr: MemoryRegion
+    serialized: set[int]
+    serialized_slots: set[int]
+    announced: set[int] = field(default_factory=set)
+    next_resolve: float = 0.0
 
 
 class FabricExchange(Exchange):
@@ -575,6 +634,15 @@ class FabricExchange(Exchange):
         self._next_abort_check = 0.0
         self._nonce = secrets.randbits(62)
         self._ep: Endpoint | None = None
+        self.schedule, self.schedule_why = resolve_schedule(
+            str(config.get("schedule") or "auto"), self.provider, bool(config.get("one_machine"))
+        )
+        self.schedule_min_bytes = int(config.get("schedule_min_bytes", SCHEDULE_MIN_BYTES))
+        self.schedule_quantum = max(1, int(config.get("schedule_quantum", SCHEDULE_QUANTUM)))
+        self._chunk_tags: dict[int, tuple[int, bool]] = {}  # write tag -> (phase, last chunk of the pair)
+        #: one entry per scheduled write: (exchange, phase, receiver, posted, completed), monotonic seconds
+        self.transfer_log: list[tuple[int, int, int, float, float]] = []
+        self._posted_at: dict[int, float] = {}
         load_native()  # a clear FabricUnavailable before anything else
         self._rv = RendezvousClient(config["rendezvous"])
         try:
@@ -687,7 +755,16 @@ class FabricExchange(Exchange):
                     continue
                 st.error = st.error or reason
                 continue
-            if ev.kind == EV_WRITE:
+            if ev.kind == EV_WRITE and ev.tag in self._chunk_tags:
+                phase, last = self._chunk_tags.pop(ev.tag)
+                st.chunk_written.add(phase)
+                self.transfer_log.append((x, phase, peer, self._posted_at.pop(ev.tag), time.monotonic()))
+                if last:
+                    st.written.add(peer)
+                    self._message(DONE, x, peer, ev.length, phase + 1)
+                else:
+                    self._message(CHUNK, x, peer, phase)
+            elif ev.kind == EV_WRITE:
                 st.written.add(peer)
                 self._message(DONE, x, peer, ev.length)
             elif kind == DONE:
@@ -704,6 +781,9 @@ class FabricExchange(Exchange):
                 elif st.hist[author][0] == size:
                     self._peer(author, nonce)
                     self._send_window(x, st, author)  # a duplicate sender: same slot again
+                    for sender, phase in st.go_log:  # and the transfers already released to it
+                        if sender == author:
+                            self._message(GO, x, author, phase)
                 else:
                     st.error = f"exchange {x}: rank {author} sent {size} bytes, before {st.hist[author][0]}"
                 return
@@ -713,8 +793,16 @@ class FabricExchange(Exchange):
             st.wins[author] = (a, b, c)
         elif kind == DONE:
             st.done.add(author)
+            if b:  # the last scheduled chunk of this pair (phase b - 1)
+                st.chunks.add(b - 1)
+                self._release(x, st)
         elif kind == SKIP:
             st.skipped.add(author)
+        elif kind == CHUNK:
+            st.chunks.add(a)
+            self._release(x, st)
+        elif kind == GO:
+            st.go.add(a)
 
     def _maybe_open_window(self, x: int, st: _XState) -> None:
         """Register this rank's window once every remote sender's size is known."""
@@ -737,6 +825,81 @@ class FabricExchange(Exchange):
         for s in remote:
             self._peer(s, st.hist[s][1])
             self._send_window(x, st, s)
+
+    # -- communication schedule (Neo-Join §III-C; exchange/schedule.py) -----------------------------------
+
+    def _schedule_skipped(self, spec: ExchangeSpec) -> str | None:
+        """Why ``spec`` is never scheduled (the same answer on every rank), or None."""
+        if self.schedule != "open-shop":
+            return f"rotated: {self.schedule_why}"
+        senders, receivers = set(spec.senders), set(spec.receivers)
+        if len(senders | receivers) > SCHEDULE_MAX_RANKS:
+            return f"rotated: {len(senders | receivers)} ranks > {SCHEDULE_MAX_RANKS}"
+        fan_in = max((len(senders - {r}) for r in receivers), default=0)
+        fan_out = max((len(receivers - {s}) for s in senders), default=0)
+        if fan_in < 2 and fan_out < 2:
+            return "rotated: no link is shared"
+        return None
+
+    def _decide_schedule(self, x: int, st: _XState) -> None:
+        """Gather every sender's stream sizes through the rendezvous and compute the schedule.
+
+        Every sender put its row of sizes first (``send``). Every participant computes the
+        same schedule from the same matrix; an exchange whose busiest link carries fewer than
+        ``schedule_min_bytes`` is not scheduled (one synchronization per transfer would cost more).
+        """
+        spec = st.spec
+        assert spec is not None
+        if st.schedule_decided:
+            return
+        st.schedule_decided = True
+        skipped = self._schedule_skipped(spec)
+        if skipped is not None:
+            st.schedule_note = skipped
+            return
+        values = self._wait_for(
+            [f"rows/{x}/{s}" for s in sorted(spec.senders)],
+            lambda missing: (
+                f"exchange {x}: no stream sizes from rank(s) {missing} after {self.timeout_s:.0f} s"
+            ),
+        )
+        matrix = [[0] * self.world_size for _ in range(self.world_size)]
+        for key, value in values.items():
+            sender = int(key.rsplit("/", 1)[1])
+            for receiver, size in json.loads(value or "{}").items():
+                matrix[sender][int(receiver)] = int(size)
+        busiest = bound(matrix)
+        if busiest < self.schedule_min_bytes:
+            st.schedule_note = (
+                f"rotated: busiest link {busiest} B < schedule_min_bytes {self.schedule_min_bytes}"
+            )
+            return
+        started = time.perf_counter()
+        st.schedule = open_shop(matrix, self.schedule_quantum)
+        st.schedule_s = time.perf_counter() - started
+        self._stats.count("schedule")
+        st.schedule_note = (
+            f"open-shop: {len(st.schedule.phases)} phases, "
+            f"{st.schedule.length / max(busiest, 1):.3f}x the busiest link's {busiest} B"
+        )
+        if self.rank in spec.receivers:
+            st.incoming = st.schedule.incoming(self.rank)
+            self._release(x, st)
+
+    def _release(self, x: int, st: _XState) -> None:
+        """Receiver: let the sender of the next transfer start once the one before it completed."""
+        incoming = st.incoming
+        if incoming is None:
+            return
+        while st.released < len(incoming):
+            k = st.released
+            if k > 0:
+                if incoming[k - 1][0] not in st.chunks:
+                    return
+                phase, transfer = incoming[k]
+                self._message(GO, x, transfer.sender, phase)
+                st.go_log.append((transfer.sender, phase))
+            st.released += 1
 
     def _send_window(self, x: int, st: _XState, sender: int) -> None:
         assert st.window_mr is not None
@@ -761,6 +924,154 @@ class FabricExchange(Exchange):
             self._arena_mr = self.endpoint.register(self._arena, remote_write=False)
             self._stats.count("register")
         return self._arena, self._arena_mr
+
+    def _announce(self, x: int, remote: Sequence[int], payload: _Payload, force: bool = False) -> None:
+        """Send HIST to every remote receiver whose address is known (looked up at most every 5 ms)."""
+        if len(payload.announced) == len(remote) or (not force and time.monotonic() < payload.next_resolve):
+            return
+        payload.next_resolve = time.monotonic() + RESOLVE_EVERY_S
+        self._resolve([r for r in remote if r not in payload.announced])
+        for r in remote:
+            if r not in payload.announced and r in self._peers:
+                self._message(HIST, x, r, payload.sizes[r], self._nonce)
+                payload.announced.add(r)
+
+    def _serialize(self, payload: _Payload, r: int) -> None:
+        slot = payload.slots[r]
+        if slot not in payload.serialized_slots:
+            write_ipc_into(payload.tables[r], payload.arena[slot : slot + payload.sizes[r]])
+            payload.serialized_slots.add(slot)
+        payload.serialized.add(r)
+
+    def _window_of(self, x: int, st: _XState, r: int, payload: _Payload) -> tuple[int, int]:
+        addr, key, size = st.wins[r]
+        if size != payload.sizes[r]:
+            raise ExchangeError(f"exchange {x}: rank {r} opened {size} bytes for {payload.sizes[r]}")
+        return addr, key
+
+    def _write(
+        self,
+        x: int,
+        r: int,
+        payload: _Payload,
+        offset: int,
+        length: int,
+        addr: int,
+        key: int,
+        tag: int,
+        deadline: float,
+    ) -> None:
+        timeout_ms = int(max(deadline - time.monotonic(), 0.001) * 1000)
+        try:
+            self.endpoint.write(
+                payload.arena_mr,
+                payload.slots[r] + offset,
+                length,
+                self._peer(r),
+                addr + offset,
+                key,
+                tag,
+                timeout_ms,
+            )
+        except FabricTimeout as exc:
+            raise ExchangeTimeout(f"exchange {x}: rank(s) {r} took no data in time: {exc}") from None
+
+    def _send_rotated(
+        self, x: int, st: _XState, remote: Sequence[int], payload: _Payload, deadline: float
+    ) -> int:
+        """Write each receiver's stream as soon as its window is known, serializing the next meanwhile."""
+        posted: set[int] = set()
+
+        def post_ready() -> int:
+            n = 0
+            for r in remote:
+                if r in posted or r not in payload.serialized or r not in st.wins:
+                    continue
+                addr, key = self._window_of(x, st, r, payload)
+                self._write(
+                    x, r, payload, 0, payload.sizes[r], addr, key, self._tag(_WRITE_TAG, x, r), deadline
+                )
+                posted.add(r)
+                n += 1
+            return n
+
+        writes = 0
+        self._announce(x, remote, payload, force=True)
+        for r in remote:  # serialize r+1 while the writes of r are in flight
+            self._serialize(payload, r)
+            self._progress(0)
+            self._announce(x, remote, payload)
+            writes += post_ready()
+        while not all(r in st.delivered or r in st.skipped for r in remote):
+            self._wait_step(deadline, st)
+            self._announce(x, remote, payload)
+            writes += post_ready()
+        return writes
+
+    def _send_scheduled(
+        self, x: int, st: _XState, remote: Sequence[int], payload: _Payload, deadline: float
+    ) -> int:
+        """Write in the schedule's phases: one receiver at a time, each transfer once its receiver
+        released it (GO) — so no receiver hears from two senders at once (no global barrier)."""
+        self._announce(x, remote, payload, force=True)
+        self._decide_schedule(x, st)
+        assert st.schedule is not None or st.schedule_note
+        if st.schedule is None:  # below the threshold: as without a schedule
+            return self._send_rotated(x, st, remote, payload, deadline)
+        out = st.schedule.outgoing(self.rank)
+        first = {r: st.schedule.incoming(r)[0][0] for r in remote if st.schedule.incoming(r)}
+        order = list(dict.fromkeys(t.receiver for _, t in out))
+        writes = 0
+        k = 0
+        for r in order:  # serialize in the order of the schedule, posting what is due meanwhile
+            self._serialize(payload, r)
+            self._progress(0)
+            self._announce(x, remote, payload)
+            k, n = self._post_due(x, st, out, first, payload, k, deadline)
+            writes += n
+        while not all(r in st.delivered or r in st.skipped for r in remote):
+            self._wait_step(deadline, st)
+            self._announce(x, remote, payload)
+            k, n = self._post_due(x, st, out, first, payload, k, deadline)
+            writes += n
+        return writes
+
+    def _post_due(
+        self,
+        x: int,
+        st: _XState,
+        out: Sequence[tuple[int, Transfer]],
+        first: Mapping[int, int],
+        payload: _Payload,
+        k: int,
+        deadline: float,
+    ) -> tuple[int, int]:
+        """Post the sender's next transfers while each may start: its previous one completed, the data
+        is serialized, the window known, and the receiver released it (or it is the receiver's first)."""
+        n = 0
+        while k < len(out):
+            phase, t = out[k]
+            r = t.receiver
+            if k > 0 and out[k - 1][0] not in st.chunk_written:
+                break
+            if r in st.skipped:  # the receiver finished before (a retried sender): nothing to write
+                st.chunk_written.add(phase)
+                k += 1
+                continue
+            if (
+                r not in payload.serialized
+                or r not in st.wins
+                or (phase != first.get(r) and phase not in st.go)
+            ):
+                break
+            addr, key = self._window_of(x, st, r, payload)
+            tag = self._tag(_WRITE_TAG, x, r)
+            self._chunk_tags[tag] = (phase, t.offset + t.length == payload.sizes[r])
+            self._posted_at[tag] = time.monotonic()
+            self._write(x, r, payload, t.offset, t.length, addr, key, tag, deadline)
+            k += 1
+            n += 1
+        return k, n
 
     # -- the interface -------------------------------------------------------------------------------
 
@@ -805,69 +1116,37 @@ class FabricExchange(Exchange):
 
         deadline = time.monotonic() + self.timeout_s
         writes = 0
+        skipped = self._schedule_skipped(spec)
+        scheduled = skipped is None
+        st.schedule_note = st.schedule_note or skipped or ""
+        if scheduled:  # every sender publishes its row of the size matrix, even an empty one
+            self._check_abort(self._rv.put({f"rows/{x}/{self.rank}": json.dumps(sizes)}))
+            if not remote:
+                self._decide_schedule(x, st)  # a receiver needs it to release its senders
         if remote:
             arena, arena_mr = self._ensure_arena(arena_bytes)
-            announced: set[int] = set()
-            serialized: set[int] = set()
-            posted: set[int] = set()
-            next_resolve = 0.0
-
-            def announce() -> None:
-                nonlocal next_resolve
-                if len(announced) == len(remote) or time.monotonic() < next_resolve:
-                    return
-                next_resolve = time.monotonic() + RESOLVE_EVERY_S
-                self._resolve([r for r in remote if r not in announced])
-                for r in remote:
-                    if r not in announced and r in self._peers:
-                        self._message(HIST, x, r, sizes[r], self._nonce)
-                        announced.add(r)
-
-            def post_ready() -> int:
-                n = 0
-                for r in remote:
-                    if r in posted or r not in serialized or r not in st.wins:
-                        continue
-                    addr, key, size = st.wins[r]
-                    if size != sizes[r]:
-                        raise ExchangeError(f"exchange {x}: rank {r} opened {size} bytes for {sizes[r]}")
-                    tag = self._tag(_WRITE_TAG, x, r)
-                    timeout_ms = int(max(deadline - time.monotonic(), 0.001) * 1000)
-                    try:
-                        self.endpoint.write(
-                            arena_mr, slots[r], sizes[r], self._peer(r), addr, key, tag, timeout_ms
-                        )
-                    except FabricTimeout as exc:
-                        raise ExchangeTimeout(
-                            f"exchange {x}: rank(s) {r} took no data in time: {exc}"
-                        ) from None
-                    posted.add(r)
-                    n += 1
-                return n
-
+            payload = _Payload(tables, sizes, slots, arena, arena_mr, set(), set())
             try:
-                announce()
-                done_payloads: set[int] = set()
-                for r in remote:  # serialize r+1 while the writes of r are in flight
-                    if slots[r] not in done_payloads:
-                        write_ipc_into(tables[r], arena[slots[r] : slots[r] + sizes[r]])
-                        done_payloads.add(slots[r])
-                    serialized.add(r)
-                    self._progress(0)
-                    announce()
-                    writes += post_ready()
-                while True:
-                    finished = st.delivered | st.skipped
-                    if all(r in finished for r in remote):
-                        break
-                    self._wait_step(deadline, st)
-                    announce()
-                    writes += post_ready()
+                if scheduled:
+                    writes = self._send_scheduled(x, st, remote, payload, deadline)
+                else:
+                    writes = self._send_rotated(x, st, remote, payload, deadline)
             except _Deadline:
                 silent = [r for r in remote if r not in st.wins and r not in st.skipped]
-                unknown = [r for r in remote if r not in announced]
-                what = "have no fabric address" if unknown else "opened no receive window"
-                missing = ", ".join(str(r) for r in (unknown or silent or remote))
+                unknown = [r for r in remote if r not in payload.announced]
+                unreleased = (
+                    sorted({t.receiver for p, t in st.schedule.outgoing(self.rank)} - st.written)
+                    if st.schedule
+                    else []
+                )
+                if unknown or silent or not unreleased:
+                    what = "have no fabric address" if unknown else "opened no receive window"
+                    missing = ", ".join(str(r) for r in (unknown or silent or remote))
+                else:
+                    what, missing = (
+                        "did not release their scheduled transfers",
+                        ", ".join(map(str, unreleased)),
+                    )
                 raise ExchangeTimeout(
                     f"exchange {x}: rank(s) {missing} {what} after {self.timeout_s:.0f} s"
                 ) from None
@@ -885,6 +1164,9 @@ class FabricExchange(Exchange):
                 "rows_sent": rows,
                 "write": writes,
                 "seconds": time.perf_counter() - started,
+                "schedule": st.schedule_note,
+                "schedule_phases": len(st.schedule.phases) if st.schedule is not None else 0,
+                "schedule_s": st.schedule_s,
             }
         )
 
@@ -896,6 +1178,8 @@ class FabricExchange(Exchange):
         started = time.perf_counter()
         remote = [s for s in sorted(spec.senders) if s != self.rank]
         self._maybe_open_window(x, st)
+        if remote and self._schedule_skipped(spec) is None:
+            self._decide_schedule(x, st)
         deadline = time.monotonic() + self.timeout_s
         try:
             while not (
@@ -959,19 +1243,24 @@ class FabricExchange(Exchange):
         """Wait until every rank in ``ranks`` (default: all) called ``barrier(tag)``; progresses meanwhile."""
         ranks = list(range(self.world_size)) if ranks is None else list(ranks)
         self._check_abort(self._rv.put({f"barrier/{tag}/{self.rank}": "1"}))
-        keys = [f"barrier/{tag}/{r}" for r in ranks]
+        self._wait_for(
+            [f"barrier/{tag}/{r}" for r in ranks],
+            lambda missing: f"barrier {tag}: rank(s) {missing} did not arrive after {self.timeout_s:.0f} s",
+        )
+
+    def _wait_for(self, keys: Sequence[str], timeout_message: Callable[[str], str]) -> dict[str, str | None]:
+        """Poll the rendezvous until every key (``…/<rank>``) exists, progressing the fabric meanwhile;
+        ExchangeTimeout with ``timeout_message(missing ranks)`` after ``timeout_s``."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             values, abort = self._rv.get(keys, wait_ms=1)
             self._check_abort(abort)
             if all(v is not None for v in values.values()):
-                return
+                return values
             self._progress(POLL_MS)
             if time.monotonic() > deadline:
                 missing = ", ".join(k.rsplit("/", 1)[1] for k, v in values.items() if v is None)
-                raise ExchangeTimeout(
-                    f"barrier {tag}: rank(s) {missing} did not arrive after {self.timeout_s:.0f} s"
-                )
+                raise ExchangeTimeout(timeout_message(missing))
 
     def stats(self) -> ExchangeStats:
         self._stats.requests["rendezvous"] = self._rv.requests
@@ -997,6 +1286,12 @@ class FabricExchangeFactory(ExchangeFactory):
     ``advertise``: the address ranks connect to (default ``host``, or this
     machine's name when ``host`` is ``0.0.0.0``); ``provider`` and ``env``
     (e.g. ``{"FI_TCP_IFACE": "lo"}``) go to every rank through the config.
+    ``schedule``: ``"open-shop"`` (Neo-Join's communication schedule for
+    exchanges whose busiest link carries at least ``schedule_min_bytes``, in
+    transfers of at least ``schedule_quantum`` bytes), ``"rotated"`` (every
+    sender writes to all receivers at once, starting after its own rank) or
+    ``"auto"`` (the default: open-shop across machines; rotated when every
+    rank is on this machine, where no network link is shared).
     """
 
     name = "fabric"
@@ -1009,9 +1304,21 @@ class FabricExchangeFactory(ExchangeFactory):
         advertise: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
+        schedule: str = "auto",
+        schedule_min_bytes: int = SCHEDULE_MIN_BYTES,
+        schedule_quantum: int = SCHEDULE_QUANTUM,
     ) -> None:
         check_number("timeout_s", timeout_s)
         check_number("port", port, int)
+        check_number("schedule_min_bytes", schedule_min_bytes, int)
+        check_number("schedule_quantum", schedule_quantum, int, minimum=1)
+        if schedule not in SCHEDULES:
+            raise ExchangeConfigError(
+                f"fabric schedule must be one of {', '.join(SCHEDULES)}, not {schedule!r}"
+            )
+        self.schedule = schedule
+        self.schedule_min_bytes = int(schedule_min_bytes)
+        self.schedule_quantum = int(schedule_quantum)
         if provider is not None and not isinstance(provider, str):
             raise ExchangeConfigError(f"fabric provider must be a name like 'tcp', not {provider!r}")
         self.provider = provider
@@ -1030,7 +1337,8 @@ class FabricExchangeFactory(ExchangeFactory):
         self._servers[query_id] = server
         advertise = self.advertise or (socket.gethostname() if self.host in ("0.0.0.0", "") else self.host)
         env = dict(self.env)
-        if (self.provider or "").startswith("tcp") and advertise.startswith("127."):
+        one_machine = advertise.startswith("127.") or advertise == "localhost"
+        if (self.provider or "").startswith("tcp") and one_machine:
             env.setdefault("FI_TCP_IFACE", "lo")  # every rank is on this machine
         return {
             "name": self.name,
@@ -1039,6 +1347,10 @@ class FabricExchangeFactory(ExchangeFactory):
             "provider": self.provider,
             "env": env,
             "timeout_s": self.timeout_s,
+            "schedule": self.schedule,
+            "one_machine": one_machine,
+            "schedule_min_bytes": self.schedule_min_bytes,
+            "schedule_quantum": self.schedule_quantum,
         }
 
     def abort(self, config: Mapping[str, Any], reason: str = "query aborted") -> None:

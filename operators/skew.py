@@ -10,7 +10,10 @@ hash join) until the last member was computed, then:
    partition) it holds, and its top ``TOP_K`` key hashes per member (exact counts, taken in the
    partitions that are locally large);
 2. **heavy hitters**: a key hash is hot when its rows (summed over the senders' reports) exceed
-   ``HEAVY_SHARE`` * (all rows of the group / W). Selective broadcast (Neo-Join): on the side that
+   ``HEAVY_SHARE`` * (all rows of the group / W), or its bytes (rows times its side's row width)
+   ``HEAVY_SHARE`` * (all bytes of the group / W); or, taken only when selective broadcast handles it,
+   when its rows exceed ``HEAVY_SHARE`` * (its own side's rows / W) — hot in a small side only, which
+   would leave that side's exchange uneven while the group is balanced. Selective broadcast (Neo-Join): on the side that
    may keep rows (``Output.heavy`` "keep"/"either") the hot key's rows stay on the rank that holds
    them; the other side's rows of that key go to every rank. The preserved side of an outer join is the
    one that keeps: a copy of a preserved row on a rank without its matches would come out NULL-extended
@@ -372,8 +375,10 @@ def decide(
         np.add.at(
             ranged, (member[is_range], sender[is_range], part[is_range] - partitions), weighed[is_range]
         )
-    total = int(rows[is_hist].sum())
-    threshold = HEAVY_SHARE * total / max(world, 1)
+    # a key is hot when its rows exceed HEAVY_SHARE of a rank's fair share of the group's rows, or its bytes
+    # of the group's bytes (in rows alone, a narrow side's many rows would hide a wide side's hot key)
+    row_threshold = HEAVY_SHARE * int(rows[is_hist].sum()) / max(world, 1)
+    byte_threshold = HEAVY_SHARE * int(weighed[is_hist].sum()) / max(world, 1)
     # global counts of the reported keys, per member
     counts: dict[tuple[int, int], int] = {}
     for m, h, n in zip(member[is_key].tolist(), hashes[is_key].tolist(), rows[is_key].tolist()):
@@ -381,14 +386,20 @@ def decide(
     keep: dict[int, set[int]] = {}
     bcast: dict[int, set[int]] = {}
     holders: dict[int, tuple[int, ...]] = {}
-    hot = sorted({h for (m, h), n in counts.items() if n > threshold})
-    handled = at_holders = unhandled = 0
+    hot = sorted({h for (m, h), n in counts.items() if n > row_threshold or n * width[m] > byte_threshold})
+    # hot within its own side only (a small side's exchange would be uneven): taken when selective
+    # broadcast handles it, else left alone (the group's balance does not depend on it)
+    member_rows = [int(rows[is_hist & (member == m)].sum()) for m in range(len(members_heavy))]
+    side_hot = sorted(
+        {h for (m, h), n in counts.items() if n > HEAVY_SHARE * member_rows[m] / max(world, 1)} - set(hot)
+    )
+    handled = at_holders = unhandled = side_handled = 0
     # load that stays where it is, per member and rank: kept hot keys, preserved NULL keys
     base = np.zeros((members, world), dtype=np.int64)
     kept_nulls = nulls & np.isin(member, [m for m, role in enumerate(members_heavy) if role == "preserved"])
     np.add.at(base, (member[kept_nulls], sender[kept_nulls]), weighed[kept_nulls])
-    for h in hot:
-        per = {m: counts.get((m, h), 0) for m in range(len(members_heavy))}
+    for h in hot + side_hot:
+        per = {m: counts.get((m, h), 0) * float(width[m]) for m in range(len(members_heavy))}  # bytes
         k = max(per, key=lambda m: (per[m], -m))  # the hottest side keeps its rows …
         others = [m for m in per if m != k]
         mask = is_key & (hashes == np.uint64(h)) & (member == k)
@@ -396,6 +407,9 @@ def decide(
             _may_broadcast(members_heavy[o]) and per[o] * (world - 1) <= per[k] for o in others
         ):
             handled += 1
+            side_handled += h in side_hot
+        elif h in side_hot:
+            continue
         elif members_heavy[k] == "null_supplied" and all(members_heavy[o] == "preserved" for o in others):
             reported = sorted(zip((-rows[mask]).tolist(), sender[mask].tolist()))
             holders[h] = tuple(dict.fromkeys(s for n, s in reported if n < 0))  # most rows first
@@ -429,7 +443,7 @@ def decide(
         assignment=assignment,
         keep=keep,
         broadcast=bcast,
-        heavy_count=len(hot),
+        heavy_count=len(hot) + side_handled,
         handling=", ".join(parts) or "none",
         by_range=by_range,
         holders=holders,

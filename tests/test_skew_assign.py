@@ -121,6 +121,46 @@ def test_heavy_hitters_follow_the_join_roles(roles, hot, handled):
         assert d.keep == {} and d.broadcast == {} and "left to the assignment" in d.handling
 
 
+def _small_side_hot_case(weighed: bool, hot_member: int = 0):
+    """TPC-H Q9 on Zipf data: the filtered line items (few, wide rows) hold one hot order on every rank;
+    orders (many narrow rows) outnumber them, so in the group's rows the key is not hot."""
+    world, parts = 4, 8
+    rows = []
+    for s in range(world):
+        rows += [(s, hot_member, p, 0, 250) for p in range(parts)]  # line items: 2,000 per rank, 80 B each
+        rows += [(s, hot_member, 3, 0, 1_500), (s, hot_member, -1, 42, 1_500)]  # + 1,500 of the hot order
+        rows += [(s, 1 - hot_member, p, 0, 5_000) for p in range(parts)]  # orders: 40,000 per rank, 10 B each
+        if weighed:
+            rows += [
+                (s, hot_member, BYTES_ROW, 0, 3_500 * 80),
+                (s, 1 - hot_member, BYTES_ROW, 0, 40_000 * 10),
+            ]
+    hot_rows = 6_000
+    assert hot_rows < HEAVY_SHARE * world * 43_500 / world  # not hot in the group's rows …
+    assert hot_rows * 80 > HEAVY_SHARE * world * (3_500 * 80 + 40_000 * 10) / world  # … but in its bytes
+    assert hot_rows > HEAVY_SHARE * world * 3_500 / world  # … and in its own side's rows
+    return _hist(rows), world, parts
+
+
+@pytest.mark.parametrize("weighed", [True, False], ids=["bytes", "rows only"])
+def test_a_small_sides_hot_key_is_selective_broadcast(weighed):
+    hist, world, parts = _small_side_hot_case(weighed)
+    d = decide(hist, members_heavy=["either", "either"], world=world, partitions=parts)
+    assert d.heavy_count == 1 and d.keep == {0: {42}} and d.broadcast == {1: {42}}
+    assert d.handling == "1 selective broadcast"
+
+
+def test_a_small_sides_hot_key_that_cannot_be_broadcast():
+    # a left join's right side cannot keep its rows: hot in bytes, it is reported as left to the assignment;
+    # hot only within its own side (no byte counts), it is not a heavy hitter at all
+    hist, world, parts = _small_side_hot_case(True, hot_member=1)
+    d = decide(hist, members_heavy=["keep", "broadcast"], world=world, partitions=parts)
+    assert d.heavy_count == 1 and d.keep == {} and "1 left to the assignment" in d.handling
+    hist, world, parts = _small_side_hot_case(False, hot_member=1)
+    d = decide(hist, members_heavy=["keep", "broadcast"], world=world, partitions=parts)
+    assert d.heavy_count == 0 and d.keep == {} and d.handling == "none"
+
+
 def test_outer_join_hot_key_of_the_null_supplied_side_kept_at_its_holders():
     """A left join (left preserved, right null-supplied) whose right side holds a hot key on ranks 1 and 3
     only: they keep its rows, the left side's rows of it go to those two ranks (not to all four)."""

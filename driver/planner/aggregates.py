@@ -171,6 +171,31 @@ def _distinct_in_two_steps(
     value = ctx.fresh("distinct_arg")
     cols = (*node.keys, (value, arg))
     pre = L.Aggregate(child, cols, ())
+    groups = _est_groups(ctx, node)
+    pair_bytes = estimate_rows(node.input) * 8.0 * len(cols)
+    guarded = ctx.options.skew_handling and pair_bytes >= ctx.options.skew_min_bytes
+    if node.keys and groups >= ctx.options.distinct_by_keys_groups * ctx.world and not guarded:
+        # many groups and an input under skew_min_bytes (where skew handling would spread a hot group's
+        # values): by the group keys alone, each rank completes its groups (no partial → final round)
+        ref, _ = ctx.to_hash(
+            pre,
+            dist,
+            tuple(L.col(n) for n, _e in node.keys),
+            f"distinct aggregate: (group keys, value) pairs by group key, complete where they land "
+            f"(~{groups:,.0f} groups est. ≥ distinct_by_keys_groups {ctx.options.distinct_by_keys_groups:,.0f} "
+            f"per rank; ~{pair_bytes / 1e6:,.0f} MB of pairs < skew_min_bytes)",
+        )
+        aggs = tuple(
+            (
+                n,
+                dataclasses.replace(
+                    a, args=(L.col(value),), expression=parse(f"{a.func.upper()}(DISTINCT {q(value)})")
+                ),
+            )
+            for n, a in node.aggs
+        )
+        keys = tuple((n, L.col(n)) for n, _e in node.keys)
+        return L.Aggregate(ref, keys, aggs), Dist("hash", tuple(frozenset([q(n)]) for n, _e in node.keys))
     ref, pairs_dist = ctx.to_hash(
         pre,
         dist,

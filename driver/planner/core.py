@@ -41,6 +41,11 @@ class PlannerOptions:
     broadcast_factor: float = 1.0
     #: finish an aggregation on rank 0 when it has at most this many groups
     gather_groups: float = 200_000
+    #: DISTINCT aggregates of one argument move their deduped (group keys, value) pairs by the group keys
+    #: alone and complete where they land when the catalog's NDVs promise at least this many groups per
+    #: rank and the pairs are estimated under ``skew_min_bytes`` (with skew handling on); otherwise by
+    #: (keys, value), so that a hot group's values spread
+    distinct_by_keys_groups: float = 1024
     #: replicated scans (every rank reads a small table itself, no exchange) instead of a
     #: broadcast, when the tables read hold at most this many rows in all (before filters:
     #: every rank pays for the whole scan)

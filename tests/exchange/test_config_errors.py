@@ -100,6 +100,14 @@ def test_fabric_unknown_option_and_bad_values():
         exchange_factory("fabric", port="http")
     with pytest.raises(ExchangeConfigError, match="fabric provider must be a name"):
         exchange_factory("fabric", provider=7)
+    with pytest.raises(
+        ExchangeConfigError, match="fabric schedule must be one of auto, open-shop, rotated, not 'fast'"
+    ):
+        exchange_factory("fabric", schedule="fast")
+    with pytest.raises(ExchangeConfigError, match="exchange option schedule_quantum must be a number >= 1"):
+        exchange_factory("fabric", schedule_quantum=0)
+    with pytest.raises(ExchangeConfigError, match="exchange option schedule_min_bytes must be a number >= 0"):
+        exchange_factory("fabric", schedule_min_bytes="lots")
 
 
 def test_fabric_without_libfabric_is_a_config_error():

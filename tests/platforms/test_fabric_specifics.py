@@ -78,3 +78,36 @@ def test_cli_platform_fabric(sf01, capsys):
     assert capsys.readouterr().out.splitlines() == ['"n"', "150000"]
     assert main([*args, "--provider", "tcp"]) == 1
     assert "--provider needs --platform fabric" in capsys.readouterr().err
+
+
+@needs_fabric
+@pytest.mark.parametrize("schedule", ["open-shop", "auto"])
+def test_communication_schedule_on_tpch(sf01, schedule):
+    """Neo-Join's open-shop schedule on a whole query (every exchange above 0 bytes), or the default on one
+    machine (rotated, saying why); the answer is DuckDB's and each exchange's stats name its schedule."""
+    from squall.driver.exchange_stats import format_exchanges
+
+    options = {"schedule": schedule, "schedule_min_bytes": 0, "schedule_quantum": 4096}
+    reference = duckdb_over(sf01)
+    try:
+        with squall.connect(
+            data=str(sf01),
+            workers=3,
+            platform="fabric",
+            platform_options={"provider": "tcp"},
+            exchange_options=options,
+        ) as con:
+            for n in (9, 13, 21):
+                sql = tpch.query(n, sf=SF)
+                result = con.sql(sql)
+                assert_same_result(result.to_arrow(), reference.sql(sql).to_arrow_table(), sql)
+                exchanges = result.stats["exchanges"]
+                assert exchanges
+                for e in exchanges:
+                    if schedule == "open-shop":
+                        assert e["schedule"].startswith("open-shop: ") and e["schedule_phases"] >= 1, e
+                    else:
+                        assert e["schedule"].startswith("rotated: every rank on this machine"), e
+                assert "; schedule " in format_exchanges(result.stats)
+    finally:
+        reference.close()
