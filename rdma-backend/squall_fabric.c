@@ -2,13 +2,17 @@
 #define _GNU_SOURCE
 #include "squall_fabric.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -71,6 +75,7 @@ struct sqf_ep {
     uint64_t chunk;
     uint64_t eagain; /* posts retried after -FI_EAGAIN */
     int cq_wait;     /* the CQ has a wait object: idle waits block in fi_cq_sread */
+    int enabled;     /* fi_enable succeeded: the CQ may be progressed (shm has no region before) */
     struct sqf_mr *mrs; /* every live MR (user and internal) */
 
     /* control messages */
@@ -366,6 +371,57 @@ static int mr_release(struct sqf_mr *m)
     return ret;
 }
 
+/* The shm provider names an endpoint's region /dev/shm/<pid>:<domain>:<ep> unless the source
+ * address says otherwise, and creates it with O_EXCL. A process killed by SIGKILL leaves its
+ * region behind; once its pid is reused, fi_enable fails there (and libfabric 1.17 then crashes
+ * in the CQ's progress). So every shm endpoint gets a name of its own, sqf-<pid>-<time>-<n>, and
+ * regions of that form whose process is gone are removed first. */
+#define SQF_SHM_PREFIX "sqf-"
+
+static void sweep_dead_shm_regions(void)
+{
+    DIR *dir = opendir("/dev/shm");
+    if (!dir)
+        return;
+    struct dirent *d;
+    while ((d = readdir(dir)) != NULL) {
+        if (strncmp(d->d_name, SQF_SHM_PREFIX, strlen(SQF_SHM_PREFIX)) != 0)
+            continue;
+        char *end = NULL;
+        long pid = strtol(d->d_name + strlen(SQF_SHM_PREFIX), &end, 10);
+        if (pid <= 0 || !end || *end != '-')
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to judge) */
+        char path[300];
+        snprintf(path, sizeof path, "/%s", d->d_name);
+        (void)shm_unlink(path);
+    }
+    closedir(dir);
+}
+
+static int name_shm_endpoint(struct fi_info *info)
+{
+    if (!info->fabric_attr->prov_name || strcmp(info->fabric_attr->prov_name, "shm") != 0 ||
+        info->addr_format != FI_ADDR_STR)
+        return 0;
+    sweep_dead_shm_regions();
+    static unsigned opened;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char name[32];
+    snprintf(name, sizeof name, SQF_SHM_PREFIX "%d-%lx-%u", (int)getpid(),
+             (unsigned long)(((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec) & 0xffffffffffULL),
+             opened++);
+    char *copy = strdup(name);
+    if (!copy)
+        return -FI_ENOMEM;
+    free(info->src_addr);
+    info->src_addr = copy;
+    info->src_addrlen = strlen(copy) + 1;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- public */
 
 const char *sqf_strerror(int code) { return fi_strerror(code < 0 ? -code : code); }
@@ -425,6 +481,7 @@ int sqf_open(const char *provider, sqf_ep **out, char *err, size_t errlen)
         }                                                                                                  \
     } while (0)
 
+    STEP(name_shm_endpoint(ep->info), "naming the shm region");
     STEP(fi_fabric(ep->info->fabric_attr, &ep->fabric, NULL), "fi_fabric");
     STEP(fi_domain(ep->fabric, ep->info, &ep->domain, NULL), "fi_domain");
 
@@ -460,6 +517,7 @@ int sqf_open(const char *provider, sqf_ep **out, char *err, size_t errlen)
     STEP(fi_ep_bind(ep->ep, &ep->av->fid, 0), "fi_ep_bind(av)");
     STEP(fi_ep_bind(ep->ep, &ep->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
     STEP(fi_enable(ep->ep), "fi_enable");
+    ep->enabled = 1;
 
     /* control-message pools (registered: FI_MR_LOCAL wants descriptors) */
     ep->rx_slots = SQF_RX_SLOTS;
@@ -508,7 +566,7 @@ int sqf_close(sqf_ep *ep, int linger_ms)
     if (!ep)
         return 0;
     int first = 0;
-    if (ep->ep && ep->cq) {
+    if (ep->enabled) {
         uint64_t deadline = now_us() + (uint64_t)(linger_ms > 0 ? linger_ms : 0) * 1000ULL;
         unsigned round = 0;
         while (ep->pending > 0 && now_us() < deadline) {

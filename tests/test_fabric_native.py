@@ -152,6 +152,45 @@ def test_endpoint_info_and_memory_registration(provider):
     assert "closed" in out["after_close"]
 
 
+def _open_beside_stale_regions(dead_pid: int) -> dict[str, Any]:
+    from squall.exchange.fabric import Endpoint
+
+    shm = Path("/dev/shm")
+    # what a SIGKILLed process whose pid this one reuses left under libfabric's default name
+    stale_default = shm / f"{os.getpid()}:0:0"
+    stale_default.write_bytes(b"\0" * 4096)
+    dead = shm / f"sqf-{dead_pid}-0-0"  # a region of ours whose process is gone
+    dead.write_bytes(b"\0" * 4096)
+    try:
+        ep = Endpoint("shm")
+        name = ep.name()
+        own = sorted(p.name for p in shm.glob(f"sqf-{os.getpid()}-*"))
+        dead_left = dead.exists()
+        ep.close()
+        own_after_close = sorted(p.name for p in shm.glob(f"sqf-{os.getpid()}-*"))
+    finally:
+        stale_default.unlink(missing_ok=True)
+        dead.unlink(missing_ok=True)
+    return {"name": name, "own": own, "dead_left": dead_left, "own_after_close": own_after_close}
+
+
+@needs_native
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_shm_endpoint_opens_beside_a_dead_process_region():
+    """A reused pid whose old region is still in /dev/shm does not stop (or crash) a new endpoint.
+
+    CI saw this: libfabric's default region name is ``<pid>:0:0``; once a SIGKILLed rank's pid was
+    reused, fi_enable failed and closing the half-open endpoint crashed the process.
+    """
+    probe = subprocess.Popen([sys.executable, "-c", "pass"])
+    probe.wait()  # a pid that has just exited
+    (out,) = _run([(_open_beside_stale_regions, (probe.pid,))], PROVIDERS["shm"])
+    assert len(out["own"]) == 1 and out["own"][0].startswith("sqf-")
+    assert out["own"][0].encode() in out["name"]  # the peers' address is the region's name
+    assert not out["dead_left"]  # swept before opening
+    assert out["own_after_close"] == []
+
+
 # --- the C core alone, under AddressSanitizer (leaks on close fail the run) ------------------------
 
 RDMA_BACKEND = Path(__file__).resolve().parent.parent / "rdma-backend"
