@@ -15,9 +15,11 @@ rank's scan, compute, send (partition + write) and receive (wait + read) seconds
 
 Each line also gives the bytes Squall's exchanges sent for the query (from ``Result.stats``; a rank's rows
 to itself included) and, as ``network``, the bytes they sent to other ranks (``bytes_moved``).
-``--no-join-filters`` plans without join filters (Bloom filter / key set pushdown);
+``--no-join-filters`` plans without join filters (Bloom filter / key set pushdown), ``--no-join-in-place``
+without joins in place by key range (both sides' scans split by ranges of the join key, no exchange);
 ``--before-after`` runs every query on a second connection without the rules that cut bytes (join filters,
-join sides narrowed to the columns read above them, and key ranges in skew-aware joins) as well and prints
+join sides narrowed to the columns read above them, key ranges in skew-aware joins, and joins in place by
+key range) as well and prints
 its time, ratio and bytes on an indented line, then the totals and geomeans of both.
 """
 
@@ -93,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile", action="store_true", help="print where the time goes, per query and per stage"
     )
     parser.add_argument("--no-join-filters", action="store_true", help="plan without join filters")
+    parser.add_argument(
+        "--no-join-in-place", action="store_true", help="plan without joins in place by key range"
+    )
     parser.add_argument(
         "--stage-plans-at-w1",
         action="store_true",
@@ -191,7 +196,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     from squall.driver.planner import PlannerOptions
 
     options = PlannerOptions(
-        join_filters=not args.no_join_filters, whole_query_at_w1=not args.stage_plans_at_w1
+        join_filters=not args.no_join_filters,
+        whole_query_at_w1=not args.stage_plans_at_w1,
+        join_in_place=not args.no_join_in_place,
     )
     if options != PlannerOptions():
         connect_kwargs["planner_options"] = options
@@ -202,7 +209,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 **{
                     **connect_kwargs,
                     "planner_options": dataclasses.replace(
-                        options, join_filters=False, narrow_join_sides=False, skew_locality_ranges=False
+                        options,
+                        join_filters=False,
+                        narrow_join_sides=False,
+                        skew_locality_ranges=False,
+                        join_in_place=False,
                     ),
                 }
             )
@@ -281,7 +292,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     base_time, base_stats = min(runs, key=lambda r: r[0])
                 except Exception as exc:
                     print(
-                        f"     before (no join filters, no narrowing, no key ranges) FAILED: {_one_line(exc)}",
+                        f"     before (no join filters, no narrowing, no key ranges, no joins in place) FAILED: {_one_line(exc)}",
                         file=out,
                         flush=True,
                     )
@@ -297,7 +308,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     total_network[1] += network_bytes(base_stats)
                     removed = sum(f.get("rows_removed", 0) for f in best_stats.get("join_filters", []))
                     print(
-                        f"     before (no join filters, no narrowing, no key ranges): squall {base_time:.3f}s  "
+                        f"     before (no join filters, no narrowing, no key ranges, no joins in place): squall {base_time:.3f}s  "
                         f"ratio {base_ratio:.2f}  bytes {base_sent}  network {network_bytes(base_stats)}  "
                         f"(after: {sent / base_sent if base_sent else 1:.2f}x bytes, "
                         f"{removed} rows removed)  {'ok' if base_problem is None else 'DIFFERS'}",

@@ -51,7 +51,8 @@ class Coalesced:
     def apart_note(self) -> str:
         """The note when the pair was planned as written instead."""
         return (
-            f"subqueries not coalesced: {self.what}: the planner cut their sides apart (a join filter on one)"
+            f"subqueries not coalesced: {self.what}: the plan reads their sides apart (a join filter on one, or "
+            "each joined where it is read)"
         )
 
     def shared_in(self, scanned: set[str]) -> bool:

@@ -37,6 +37,12 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
         return f"{inp.name}: exchange from stage {inp.stage}"
     groups = {(s.path, rg) for per in inp.splits for s in per for rg in s.row_groups}
     mode = "every rank reads all" if inp.replicated else "split by row group"
+    if inp.key_column:
+        shared = sum(len(per) for per in _groups_per_rank(inp)) - len(groups)
+        cuts = ", ".join(str(lo) for lo, _hi in inp.key_bounds if lo is not None)
+        mode = (
+            f"split by key range of {inp.key_column} (cut at {cuts}; {shared} row groups read by two ranks)"
+        )
     if inp.steal:
         mode += ", work stealing"
     cols = ", ".join(c if c == n else f"{c}→{n}" for c, n in inp.columns)
@@ -44,6 +50,10 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
     if inp.filters:
         text += f"; filter {' AND '.join(inp.filters)}"
     return text
+
+
+def _groups_per_rank(inp: ScanInput) -> list[set[tuple[str, int]]]:
+    return [{(s.path, rg) for s in per for rg in s.row_groups} for per in inp.splits]
 
 
 def skipping_line(sk: DataSkipping) -> str:

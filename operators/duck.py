@@ -38,21 +38,29 @@ class ParquetView:
 
     columns: tuple[tuple[str, str], ...]
     parts: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+    #: a condition on the file's columns every row must meet too (a key range, see ScanInput.key_bounds)
+    where: str = ""
 
     def sql(self) -> str:
-        select = ", ".join(f"{_ident(src)} AS {_ident(name)}" for src, name in self.columns)
+        select = ", ".join(f"{ident(src)} AS {ident(name)}" for src, name in self.columns)
         selects = []
         for path, ranges in self.parts:
             text = f"SELECT {select} FROM read_parquet({_literal(path)})"
+            conditions = [f"({self.where})"] if self.where else []
             if ranges:
-                text += " WHERE " + " OR ".join(
-                    f"(file_row_number >= {a} AND file_row_number < {b})" for a, b in ranges
+                conditions.append(
+                    "("
+                    + " OR ".join(f"(file_row_number >= {a} AND file_row_number < {b})" for a, b in ranges)
+                    + ")"
                 )
+            if conditions:
+                text += " WHERE " + " AND ".join(conditions)
             selects.append(text)
         return "\nUNION ALL\n".join(selects)
 
 
-def _ident(name: str) -> str:
+def ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -141,7 +149,7 @@ class Sandbox:
         for name, table in (inputs or {}).items():
             self.con.register(name, table)
         for name, view in views.items():
-            self.con.execute(f"CREATE TEMP VIEW {_ident(name)} AS {view.sql()}")
+            self.con.execute(f"CREATE TEMP VIEW {ident(name)} AS {view.sql()}")
 
     def register(self, name: str, table: pa.Table) -> None:
         """Expose an Arrow table under ``name`` (allowed after the lock: it is not a file)."""

@@ -6,6 +6,7 @@ import base64
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from squall.operators.scan_kinds import reader
 from squall.operators.storage import Storage
@@ -22,7 +23,26 @@ def read_scan(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) 
     The reader is looked up by the scan's kind (``spec.scan``) in
     :mod:`squall.operators.scan_kinds`; ``parquet`` is :func:`read_parquet`.
     """
-    return reader(spec.scan)(spec, rank, storage_of)
+    table = reader(spec.scan)(spec, rank, storage_of)
+    if (bounds := spec.bounds_for(rank)) is None or bounds == (None, None):
+        return table
+    name = dict(spec.columns)[spec.key_column]
+    return table.filter(_within(table.column(name), bounds))
+
+
+def key_bound_sql(column_sql: str, bounds: tuple[int | None, int | None]) -> str:
+    """SQL that holds for a row whose ``column_sql`` lies in ``bounds`` = [low, high) (None: unbounded)."""
+    low, high = bounds
+    parts = [f"{column_sql} >= {int(low)}"] if low is not None else []
+    parts += [f"{column_sql} < {int(high)}"] if high is not None else []
+    return " AND ".join(parts) or "TRUE"
+
+
+def _within(column: pa.ChunkedArray, bounds: tuple[int | None, int | None]) -> pa.ChunkedArray:
+    low, high = bounds
+    if low is not None and high is not None:
+        return pc.and_(pc.greater_equal(column, low), pc.less(column, high))
+    return pc.greater_equal(column, low) if low is not None else pc.less(column, high)
 
 
 def read_parquet(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) -> pa.Table:

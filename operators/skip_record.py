@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from squall.operators.duck import ParquetView, Sandbox, _ident, _literal
+from squall.operators.duck import ParquetView, Sandbox, _literal, ident
 from squall.plan import ScanInput
 
 TAG = "__squall_row_group"
@@ -51,7 +51,7 @@ class ProbeView(ParquetView):
 
     def sql(self) -> str:
         """One ``read_parquet`` per file: rows of the probed ranges, tagged by a CASE on the row number."""
-        select = ", ".join(f"{_ident(src)} AS {_ident(name)}" for src, name in self.columns)
+        select = ", ".join(f"{ident(src)} AS {ident(name)}" for src, name in self.columns)
         by_file: dict[str, list[tuple[int, int, int]]] = {}
         for i, (p, _rg, a, b) in enumerate(self.groups):
             by_file.setdefault(p, []).append((a, b, i))
@@ -100,7 +100,7 @@ def record_native(db: Sandbox, inp: ScanInput, view: ProbeView) -> dict[str, Any
     assert inp.skipping is not None
     t0 = time.perf_counter()
     rows = db.con.sql(
-        f"SELECT DISTINCT {TAG} FROM {_ident(view_name(inp.name))} WHERE {inp.skipping.probe_sql}"
+        f"SELECT DISTINCT {TAG} FROM {ident(view_name(inp.name))} WHERE {inp.skipping.probe_sql}"
     ).fetchall()
     return _outcome(list(view.groups), {int(r[0]) for r in rows}, time.perf_counter() - t0)
 
@@ -129,7 +129,7 @@ def record_table(db: Sandbox, inp: ScanInput, rank: int, table: pa.Table) -> dic
     db.register(name, table.append_column(TAG, pa.array(tags)))
     try:
         rows = db.con.sql(
-            f"SELECT DISTINCT {TAG} FROM {_ident(name)} WHERE {TAG} >= 0 AND ({inp.skipping.probe_sql})"
+            f"SELECT DISTINCT {TAG} FROM {ident(name)} WHERE {TAG} >= 0 AND ({inp.skipping.probe_sql})"
         ).fetchall()
     finally:
         db.unregister(name)

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
-from squall.operators.duck import ParquetView, Sandbox
+from squall.operators.duck import ParquetView, Sandbox, ident
 from squall.operators.faults import before_stage, faults_from_env, scan_delay
 from squall.operators.partition import (
     NULL_COLUMN,
@@ -33,7 +33,7 @@ from squall.operators.partition import (
     split_range_sql,
 )
 from squall.operators.rangepart import range_parts
-from squall.operators.scan import read_scan, scan_schema
+from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.skew import SkewExchanges, remote_bytes
 from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
 from squall.operators.steal import native_files, split_reader, steal_scan
@@ -267,7 +267,9 @@ class Worker:
             (os.path.abspath(s.path.removeprefix("file://")), () if s.whole_file else s.row_ranges)
             for s in splits
         ]
-        return ParquetView(inp.columns, tuple(parts))
+        bounds = inp.bounds_for(self.rank)
+        where = key_bound_sql(ident(inp.key_column), bounds) if bounds is not None else ""
+        return ParquetView(inp.columns, tuple(parts), where)
 
     def _run_stage(
         self,

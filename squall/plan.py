@@ -93,11 +93,22 @@ class ScanInput:
     steal: bool = False
     #: row groups skipped (min/max, Bloom, predicate cache) and the cache's probe; None: no skipping
     skipping: DataSkipping | None = None
+    #: split by ranges of this integer column (in the file) for a join in place (driver/planner/colocate.py):
+    #: rank r keeps only the rows whose value lies in ``key_bounds[r]`` = [low, high) (None: unbounded);
+    #: the row groups that straddle a bound are in both ranks' splits
+    key_column: str = ""
+    key_bounds: tuple[tuple[int | None, int | None], ...] = ()
 
     def splits_for(self, rank: int) -> tuple[Split, ...]:
         if self.replicated:
             return self.splits[0] if self.splits else ()
         return self.splits[rank] if rank < len(self.splits) else ()
+
+    def bounds_for(self, rank: int) -> tuple[int | None, int | None] | None:
+        """Rank ``rank``'s [low, high) of ``key_column``, or None when the scan is not split by key range."""
+        if not self.key_column or rank >= len(self.key_bounds):
+            return None
+        return self.key_bounds[rank]
 
 
 @dataclass(frozen=True)
@@ -237,6 +248,8 @@ class Plan:
                             scan_options=tuple(tuple(o) for o in i.get("scan_options", ())),
                             steal=bool(i.get("steal", False)),
                             skipping=DataSkipping.from_dict(i["skipping"]) if i.get("skipping") else None,
+                            key_column=i.get("key_column", ""),
+                            key_bounds=tuple((lo, hi) for lo, hi in i.get("key_bounds", ())),
                         )
                     )
                 else:

@@ -40,8 +40,25 @@ def test_q1_partial_final_aggregation_gathers_few_groups(con4):
     assert final.ranks == (0,) and partial.ranks == (0, 1, 2, 3)
 
 
-def test_q3_broadcast_small_side_partition_big_join_and_top_k(con4):
+def test_q3_joins_in_place_then_top_k(con4):
+    """customer is read whole by every rank; orders and lineitem are split by order-key ranges and joined
+    where they are read; each rank's top 10 is merged on rank 0."""
     plan = con4.plan(tpch.query(3))
+    assert _outputs(plan) == ["gather", "result"]
+    assert any("in place, no exchange" in n for n in plan.notes), plan.notes
+    bounded = {
+        i.table: i.key_column
+        for s in plan.stages
+        for i in s.inputs
+        if isinstance(i, ScanInput) and i.key_column
+    }
+    assert bounded == {"orders": "o_orderkey", "lineitem": "l_orderkey"}
+
+
+def test_q3_broadcast_small_side_partition_big_join_and_top_k(sf1):
+    con4 = squall.Connection(data=str(sf1), workers=4, planner_options=PlannerOptions(join_in_place=False))
+    plan = con4.plan(tpch.query(3))
+    con4.close()
     kinds = _outputs(plan)
     assert kinds.count("hash") == 2 and kinds[-2:] == ["gather", "result"], kinds
     hashed = [s for s in plan.stages if s.output.kind == "hash"]

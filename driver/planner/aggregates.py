@@ -25,7 +25,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from squall.driver import logical as L
-from squall.driver.planner import skew
+from squall.driver.planner import colocate, skew
 from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
 from squall.driver.planner.exprs import find_scan_column, parse, rewrite_cols
 from squall.driver.sqlgen import q
@@ -61,9 +61,12 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
         ctx.rely_on(dist, exact=False)
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
-    if dist.kind == "random" and (done := _complete_in_place(ctx, node, child)) is not None:
-        return done
     gather = not node.keys or (not node.by_key and _est_groups(ctx, node) <= ctx.options.gather_groups)
+    if (
+        dist.kind == "random"
+        and (done := _complete_in_place(ctx, node, child, resplit=not gather)) is not None
+    ):
+        return done
     if decomposable:
         return _partial_final(ctx, node, child, dist, gather)
     if (arg := _one_distinct_argument(node)) is not None:
@@ -104,14 +107,19 @@ def _spreads_hot_keys(ctx: Context, node: L.Aggregate, dist: Dist) -> bool:
     return estimate_rows(node.input) * 8.0 * len(node.input.names) >= ctx.options.skew_min_bytes
 
 
-def _complete_in_place(ctx: Context, node: L.Aggregate, child: L.Node) -> tuple[L.Node, Dist] | None:
+def _complete_in_place(
+    ctx: Context, node: L.Aggregate, child: L.Node, resplit: bool
+) -> tuple[L.Node, Dist] | None:
     """The whole aggregate on every rank, no exchange, when a group key is an integer column whose rows each
     rank's scan splits hold a range of their own (Parquet statistics; data written in key order, e.g.
-    lineitem by l_orderkey): every group lies on one rank. Its output is grouped but not hash-partitioned."""
+    lineitem by l_orderkey): every group lies on one rank. Its output is grouped but not hash-partitioned.
+    With ``resplit`` (groups too many to gather to rank 0), the scan may also be split anew by ranges of the
+    key (:mod:`.colocate`); few groups go to rank 0 instead, where the query goes on with them."""
     if not (ctx.options.aggregate_in_place and ctx.options.skew_locality_ranges) or node.sets:
         return None
     for name, key in node.keys:
         if (ranges := skew.split_ranges_below(ctx, child, key)) is not None:
+            colocate.fix_ranges(ctx, child, key, ranges)  # a join above on the key takes the same ranges
             bounds = ", ".join(f"≥{lo} → rank {r}" for lo, r in ranges[:3]) + (
                 ", …" if len(ranges) > 3 else ""
             )
@@ -119,6 +127,10 @@ def _complete_in_place(ctx: Context, node: L.Aggregate, child: L.Node) -> tuple[
                 f"aggregate by {name} complete on every rank, no exchange: each rank's scan splits hold their own "
                 f"range of it (Parquet statistics: {bounds})"
             )
+            return L.Aggregate(child, node.keys, node.aggs), RANDOM
+    for name, key in node.keys if resplit else ():
+        if (how := colocate.aggregate_in_place(ctx, child, key)) is not None:
+            ctx.notes.append(f"aggregate by {name} complete on every rank, no exchange: {how}")
             return L.Aggregate(child, node.keys, node.aggs), RANDOM
     return None
 

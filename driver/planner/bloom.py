@@ -298,6 +298,8 @@ def _decide(ctx: Context, node: L.Join) -> Decision | None:
         or not node.left_keys
     ):
         return None
+    if joins.in_place_expected(ctx, node):  # joined where both sides are read: nothing crosses an exchange
+        return None
     if node.kind in ("left", "anti"):
         return _decide_from_left(ctx, node)
     decision = _decide_build(ctx, node)

@@ -79,6 +79,15 @@ class PlannerOptions:
     #: … and, keyed by one integer column whose range the catalog knows, may partition by key range instead
     #: of hash when that balances as well and keeps more bytes in place (locality: data clustered by the key stays)
     skew_locality_ranges: bool = True
+    #: an equi-join whose sides each read a table written in key order (Parquet statistics) splits both
+    #: scans by ranges of the key and joins where the rows are read, no exchange (planner/colocate.py) …
+    join_in_place: bool = True
+    #: … also instead of broadcasting a side that is not a replicated scan
+    join_in_place_over_broadcast: bool = True
+    #: … when no rank reads more than this times the mean rows (estimated, rows even within a row group)
+    colocate_max_imbalance: float = 1.25
+    #: … and the row groups read by two ranks (straddling a bound) add at most this share of rows
+    colocate_max_overlap: float = 0.5
     #: a GROUP BY one of whose keys each rank's scan splits hold a range of their own (Parquet statistics: data
     #: written in key order) completes on every rank, with no exchange (off: its partial groups go by those ranges)
     aggregate_in_place: bool = True

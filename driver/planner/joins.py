@@ -1,10 +1,12 @@
-"""Joins: broadcast the small side, join co-located, or hash-partition both sides.
+"""Joins: broadcast the small side, join in place by key range, join co-located, or hash-partition both sides.
 
 By estimated bytes (rows * row width from Parquet metadata), a side that may be
 broadcast is put on every rank when it is under ``broadcast_limit`` and its W
 copies cost no more than shuffling the other side (see
 :func:`~squall.driver.planner.scans.broadcast` for the replicated-scan variant);
-the other side stays where it is. Otherwise, when one side is already
+the other side stays where it is. Otherwise, when both sides read tables
+written in key order, their scans are split by ranges of the key and the join
+runs where they are read (:mod:`.colocate`); when one side is already
 hash-partitioned on a subset of the join keys, only the other side moves to
 match it; else both sides move by key. A semi/anti join's right side is deduped
 on its keys before it moves (only its distinct keys matter). ``NOT IN`` always
@@ -20,7 +22,7 @@ from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
-from squall.driver.planner import scans, skew
+from squall.driver.planner import colocate, scans, skew
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.translate import estimate_rows
 
@@ -41,13 +43,23 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     if choice in ("left", "right"):
         small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
         big_node, big_dist = ctx.build(big)
-        small_node = scans.broadcast(ctx, small)
+        if big_dist.kind == "random" and _in_place_over_broadcast(ctx, node, small):
+            # joined where both sides are read beats sending one side to every rank
+            small_node, small_dist = ctx.build(small)
+            pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
+            if small_dist.kind == "random" and colocate.in_place(ctx, node, *pair):
+                return dataclasses.replace(node, left=pair[0], right=pair[1]), RANDOM
+            small_node = scans.broadcast_built(ctx, small_node, small_dist)
+        else:
+            small_node = scans.broadcast(ctx, small)
         pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
         return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
     # read before the sides are built: building a scan takes its planned join filters
     keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
     left, dl = ctx.build(node.left)
     right, dr = ctx.build(node.right)
+    if choice is None and dl.kind == dr.kind == "random" and colocate.in_place(ctx, node, left, right):
+        return dataclasses.replace(node, left=left, right=right), RANDOM
     if (
         kind in ("semi", "anti")
         and node.residual is None
@@ -91,6 +103,26 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         keys = tuple(frozenset([L.sql_of(b)]) for b in right_keys)
     dist = RANDOM if kind == "full" else Dist("hash", keys, group)
     return dataclasses.replace(node, left=left, right=right), dist
+
+
+def in_place_expected(ctx: Context, node: L.Join) -> bool:
+    """Whether :func:`plan` is likely to join ``node`` in place by key range (:mod:`.colocate`), judged before
+    its sides are built."""
+    choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
+    if choice is None:
+        return colocate.predicted(ctx, node)
+    if choice in ("left", "right"):
+        return _in_place_over_broadcast(ctx, node, node.right if choice == "right" else node.left)
+    return False
+
+
+def _in_place_over_broadcast(ctx: Context, node: L.Join, small: L.Node) -> bool:
+    """Try the join in place rather than broadcast ``small``: only when the broadcast would cost an exchange
+    (``small`` is not a replicated scan, which every rank reads whole at no exchange) and nothing else in the
+    sides can move."""
+    if not ctx.options.join_in_place_over_broadcast:
+        return False
+    return not scans.replicable(ctx, small) and colocate.predicted(ctx, node, strict=True)
 
 
 def _broadcast_choice(ctx: Context, node: L.Join) -> str | None:

@@ -47,6 +47,11 @@ def broadcast(ctx: Context, small: L.Node) -> L.Node:
         node, _ = ctx.build(small, replicate=True)
         return node
     node, dist = ctx.build(small)
+    return broadcast_built(ctx, node, dist)
+
+
+def broadcast_built(ctx: Context, node: L.Node, dist: Dist) -> L.Node:
+    """The built ``node`` (lying as ``dist`` says) on every rank: a broadcast stage unless it is already."""
     if dist.kind == "replicated":
         return node
     return ctx.stage(node, dist, Output("broadcast"), "broadcast the small join side")
@@ -85,14 +90,14 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
     splits: tuple[tuple[Split, ...], ...]
     steal = stealable(ctx, info, len(groups), replicated)
     if replicated or ctx.world == 1:
-        splits = (_splits(groups, sources, file_groups),)
+        splits = (split_row_groups(groups, sources, file_groups),)
     elif steal:  # one split per row group: the work elements ranks steal
         splits = tuple(
-            tuple(s for g in chunk for s in _splits([g], sources, file_groups))
+            tuple(s for g in chunk for s in split_row_groups([g], sources, file_groups))
             for chunk in _balance(groups, ctx.world)
         )
     else:
-        splits = tuple(_splits(chunk, sources, file_groups) for chunk in _balance(groups, ctx.world))
+        splits = tuple(split_row_groups(chunk, sources, file_groups) for chunk in _balance(groups, ctx.world))
     ctx.scans += 1
     name = f"s{ctx.scans}_{node.table.lower()}"
     schema = pa.schema([info.schema.field(source).with_name(internal) for source, internal in node.columns])
@@ -120,7 +125,9 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
     return out
 
 
-def _splits(groups: Iterable[RowGroup], columns: list[str], file_groups: Counter[str]) -> tuple[Split, ...]:
+def split_row_groups(
+    groups: Iterable[RowGroup], columns: list[str], file_groups: Counter[str]
+) -> tuple[Split, ...]:
     """Group row groups by file; contiguous row groups merge into one row range.
 
     ``file_groups`` counts every file's row groups, so a split holding all of them is marked whole.

@@ -36,6 +36,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from squall.driver import logical as L
+from squall.driver.catalog import RowGroup
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import find_scan_column, leaves
 from squall.plan import ExchangeInput, Output, ScanInput
@@ -120,9 +121,17 @@ def split_ranges_below(ctx: Context, node: L.Node, key: exp.Expression) -> tuple
     """:func:`_split_ranges` for the inputs a not yet cut subplan reads, when they hold the key's rows where
     they were scanned (no exchange below) and no rank steals splits: every key's rows on one rank."""
     inputs = [ctx.inputs[leaf.name] for leaf in leaves(node)]
-    if any(isinstance(i, ExchangeInput) or i.steal for i in inputs):
+    if any(
+        (isinstance(i, ExchangeInput) and not _broadcast(ctx, i)) or (isinstance(i, ScanInput) and i.steal)
+        for i in inputs
+    ):
         return None
     return _ranges_of(ctx, inputs, key, shared_bounds=False)
+
+
+def _broadcast(ctx: Context, inp: ExchangeInput) -> bool:
+    """Every rank holds all of ``inp`` (a broadcast): it does not move the rows a key range follows."""
+    return next(s for s in ctx.stages if s.id == inp.stage).output.kind == "broadcast"
 
 
 def _ranges_of(
@@ -144,6 +153,8 @@ def _ranges_of(
         groups = {(rg.path, rg.index): rg for rg in ctx.catalog.table(inp.table).row_groups}
     except (KeyError, OSError, ValueError):
         return None
+    if inp.key_column == source:  # split by ranges of this very key (a join in place): exact and disjoint
+        return tuple(_bound_lows(inp, groups, source))
     spans = []
     for rank in range(ctx.world):
         lows, highs = [], []
@@ -167,6 +178,21 @@ def _ranges_of(
         if hi > nxt_lo or (hi == nxt_lo and not shared_bounds):
             return None
     return tuple((lo, rank) for lo, _hi, rank in spans)
+
+
+def _bound_lows(
+    inp: ScanInput, groups: dict[tuple[str, int], RowGroup], source: str
+) -> list[tuple[int, int]]:
+    """(lowest key, rank) of a scan split by key ranges (an unbounded first range: its row groups' lowest)."""
+    out: list[tuple[int, int]] = []
+    for rank, (lo, _hi) in enumerate(inp.key_bounds):
+        if lo is None:
+            mins = [
+                groups[(sp.path, i)].columns[source].min for sp in inp.splits_for(rank) for i in sp.row_groups
+            ]
+            lo = min(mins, default=0)
+        out.append((lo, rank))
+    return out
 
 
 def _mark_split_ranges(ctx: Context, sid: int, ranges: tuple[tuple[int, int], ...]) -> None:
