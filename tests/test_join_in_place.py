@@ -23,7 +23,7 @@ from squall.testing import assert_same_result
 
 ORDERS = 6_000
 #: ``o`` (6,000 rows) would otherwise be read whole by every rank, which moves nothing either
-SPREAD = PlannerOptions(replicated_scan_rows=0)
+SPREAD = PlannerOptions(replicated_scan_rows=0, join_in_place_every_kind=True)
 #: (query, joins taken in place)
 QUERIES = {
     "inner": (
@@ -118,9 +118,9 @@ def _hash_stages(plan: Plan) -> int:
 def test_joins_in_place_match_duckdb(data, reference, name, workers, native):
     sql, joins = QUERIES[name]
     opts = {
-        "aggregate": PlannerOptions(replicated_scan_rows=0, gather_groups=0),
+        "aggregate": PlannerOptions(replicated_scan_rows=0, gather_groups=0, join_in_place_every_kind=True),
         # the subqueries' filtered sides would be broadcast (the first join's side holds o, which may move)
-        "chain": PlannerOptions(replicated_scan_rows=0, broadcast_limit=0),
+        "chain": PlannerOptions(replicated_scan_rows=0, broadcast_limit=0, join_in_place_every_kind=True),
     }.get(name, SPREAD)
     with squall.connect(
         data=data, workers=workers, planner_options=opts, storage_options={"native_scans": native}
@@ -198,3 +198,13 @@ def test_aggregate_by_a_key_that_row_groups_cut_in_two(data, reference, native):
     assert _hash_stages(plan) == 0
     assert result.num_rows == ORDERS
     assert_same_result(result, reference.sql(sql).to_arrow_table(), sql)
+
+
+def test_by_default_semi_joins_only(data, reference):
+    """Without ``join_in_place_every_kind`` an EXISTS joins in place and an inner join moves as before."""
+    semi, inner = QUERIES["semi"][0], QUERIES["inner"][0]
+    with squall.connect(data=data, workers=3, planner_options=PlannerOptions(replicated_scan_rows=0)) as con:
+        assert len(_in_place_notes(con.plan(semi))) == 1
+        assert not _in_place_notes(con.plan(inner))
+        for sql in (semi, inner):
+            assert_same_result(con.sql(sql).arrow(), reference.sql(sql).to_arrow_table(), sql)

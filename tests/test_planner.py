@@ -40,10 +40,12 @@ def test_q1_partial_final_aggregation_gathers_few_groups(con4):
     assert final.ranks == (0,) and partial.ranks == (0, 1, 2, 3)
 
 
-def test_q3_joins_in_place_then_top_k(con4):
+def test_q3_joins_in_place_then_top_k(sf1):
     """customer is read whole by every rank; orders and lineitem are split by order-key ranges and joined
     where they are read; each rank's top 10 is merged on rank 0."""
-    plan = con4.plan(tpch.query(3))
+    options = PlannerOptions(join_in_place_every_kind=True)
+    with squall.Connection(data=str(sf1), workers=4, planner_options=options) as con:
+        plan = con.plan(tpch.query(3))
     assert _outputs(plan) == ["gather", "result"]
     assert any("in place, no exchange" in n for n in plan.notes), plan.notes
     bounded = {

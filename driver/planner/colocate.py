@@ -163,6 +163,7 @@ def _enabled(ctx: Context, node: L.Join) -> bool:
         and not node.null_aware
         and bool(node.left_keys)
         and not (node.kind in ("semi", "anti") and node.residual is not None)
+        and (node.kind in ("semi", "anti") or ctx.options.join_in_place_every_kind)
     )
 
 

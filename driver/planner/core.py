@@ -82,6 +82,12 @@ class PlannerOptions:
     #: an equi-join whose sides each read a table written in key order (Parquet statistics) splits both
     #: scans by ranges of the key and joins where the rows are read, no exchange (planner/colocate.py) …
     join_in_place: bool = True
+    #: … for joins of every kind; off: semi and anti joins only (EXISTS / IN). Measured (TPC-H, W=2, same
+    #: run): semi joins win at SF1 and SF10 (Q4 1.88x → 1.27x, SF10 1.26x → 0.97x DuckDB); inner joins with
+    #: selective filters on a side lost at SF10 (Q21 0.86x → 1.95x, Q12 1.22x → 1.55x): in one stage,
+    #: DuckDB orders the joins and picks build sides from its estimates over the Parquet scans (it joined
+    #: lineitem with orders before the one-nation supplier filter), where after an exchange it sees exact sizes
+    join_in_place_every_kind: bool = False
     #: … also instead of broadcasting a side that is not a replicated scan
     join_in_place_over_broadcast: bool = True
     #: … when no rank reads more than this times the mean rows (estimated, rows even within a row group)
