@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,7 +28,28 @@ def read_scan(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage]) 
     if (bounds := spec.bounds_for(rank)) is None or bounds == (None, None):
         return table
     name = dict(spec.columns)[spec.key_column]
-    return table.filter(_within(table.column(name), bounds))
+    return _keep(table, _within(table.column(name), bounds))
+
+
+def _keep(table: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
+    """The rows of ``table`` where ``mask`` holds, as zero-copy slices of its runs (keys in order: a run or
+    two; Arrow has no filter/take kernel for every type, e.g. ``string_view``), else Arrow's filter."""
+    rows = pc.indices_nonzero(mask).to_numpy()
+    if len(rows) == table.num_rows:
+        return table
+    if len(rows) == 0:
+        return table.slice(0, 0)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if len(breaks) > 64:
+        try:
+            return table.filter(mask)
+        except pa.ArrowNotImplementedError:
+            pass
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(rows)]])
+    return pa.concat_tables(
+        [table.slice(int(rows[a]), int(rows[b - 1] - rows[a] + 1)) for a, b in zip(starts, ends)]
+    )
 
 
 def key_bound_sql(column_sql: str, bounds: tuple[int | None, int | None]) -> str:

@@ -208,3 +208,17 @@ def test_by_default_semi_joins_only(data, reference):
         assert not _in_place_notes(con.plan(inner))
         for sql in (semi, inner):
             assert_same_result(con.sql(sql).arrow(), reference.sql(sql).to_arrow_table(), sql)
+
+
+def test_bounds_keep_rows_of_any_type():
+    """The Arrow read path keeps a range's rows by slicing (S3 reads give ``string_view``, which Arrow cannot
+    filter or take), and by Arrow's filter when the kept rows are scattered."""
+    from squall.operators.scan import _keep, _within
+
+    keys = pa.array(list(range(100)) + list(range(100)), pa.int64())
+    table = pa.table({"k": keys, "s": pa.array([str(k) for k in keys.to_pylist()], pa.string_view())})
+    kept = _keep(table, _within(table.column("k"), (40, 60)))
+    assert kept.column("k").to_pylist() == list(range(40, 60)) * 2
+    assert kept.column("s").to_pylist() == [str(k) for k in list(range(40, 60)) * 2]
+    assert _keep(table, _within(table.column("k"), (None, 1000))).num_rows == 200
+    assert _keep(table, _within(table.column("k"), (500, None))).num_rows == 0
