@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.catalog import RowGroup
-from squall.driver.planner import scans, skipping
+from squall.driver.planner import scans, skew, skipping
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import leaves
 from squall.driver.planner.joinfilter import FilterProbe
@@ -90,11 +90,10 @@ def in_place(ctx: Context, node: L.Join, left: L.Node, right: L.Node) -> bool:
         if bounds is None:
             ctx.notes.append(f"{node.kind} join on {L.sql_of(lk)} = {L.sql_of(rk)} not in place: {why}")
             continue
-        cuts = ", ".join(f"{lo} → rank {r}" for r, (lo, _hi) in enumerate(bounds) if lo is not None)
         ctx.notes.append(
             f"{node.kind} join on {L.sql_of(lk)} = {L.sql_of(rk)} in place, no exchange: both sides' scans "
             f"split by key range ({a.scan.table}.{a.source} / {b.scan.table}.{b.source}, Parquet statistics; "
-            f"from {cuts})"
+            f"from {_cuts(bounds)})"
         )
         return True
     return False
@@ -111,8 +110,11 @@ def aggregate_in_place(ctx: Context, child: L.Node, key: exp.Expression) -> str 
     bounds, _why = _choose(ctx, (side,))
     if bounds is None:
         return None
-    cuts = ", ".join(f"{lo} → rank {r}" for r, (lo, _hi) in enumerate(bounds) if lo is not None)
-    return f"its scan split by key range ({side.scan.table}.{side.source}; from {cuts})"
+    return f"its scan split by key range ({side.scan.table}.{side.source}; from {_cuts(bounds)})"
+
+
+def _cuts(bounds: Bounds) -> str:
+    return ", ".join(f"{lo} → rank {r}" for r, (lo, _hi) in enumerate(bounds) if lo is not None)
 
 
 def fix_ranges(ctx: Context, child: L.Node, key: exp.Expression, ranges: tuple[tuple[int, int], ...]) -> None:
@@ -242,7 +244,7 @@ def _side(ctx: Context, node: L.Node, key: exp.Expression) -> _Side | None:
     for leaf in leaves(node):
         inp = ctx.inputs[leaf.name]
         if isinstance(inp, ExchangeInput):
-            if next(s for s in ctx.stages if s.id == inp.stage).output.kind != "broadcast":
+            if not skew.broadcast_input(ctx, inp):
                 return None
         elif inp.steal:
             return None

@@ -122,14 +122,15 @@ def split_ranges_below(ctx: Context, node: L.Node, key: exp.Expression) -> tuple
     they were scanned (no exchange below) and no rank steals splits: every key's rows on one rank."""
     inputs = [ctx.inputs[leaf.name] for leaf in leaves(node)]
     if any(
-        (isinstance(i, ExchangeInput) and not _broadcast(ctx, i)) or (isinstance(i, ScanInput) and i.steal)
+        (isinstance(i, ExchangeInput) and not broadcast_input(ctx, i))
+        or (isinstance(i, ScanInput) and i.steal)
         for i in inputs
     ):
         return None
     return _ranges_of(ctx, inputs, key, shared_bounds=False)
 
 
-def _broadcast(ctx: Context, inp: ExchangeInput) -> bool:
+def broadcast_input(ctx: Context, inp: ExchangeInput) -> bool:
     """Every rank holds all of ``inp`` (a broadcast): it does not move the rows a key range follows."""
     return next(s for s in ctx.stages if s.id == inp.stage).output.kind == "broadcast"
 
