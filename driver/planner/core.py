@@ -134,7 +134,7 @@ class PlannerOptions:
         """``NAME=VALUE`` (e.g. ``skew_min_bytes=0``, ``join_filters=off``) as a (field, typed value) pair
         for ``dataclasses.replace``; ValueError with a one-line reason for an unknown name or a bad value."""
         name, sep, raw = text.partition("=")
-        defaults = {f.name: f.default for f in dataclasses.fields(PlannerOptions)}
+        defaults = {f.name: getattr(PlannerOptions(), f.name) for f in dataclasses.fields(PlannerOptions)}
         if not sep or name not in defaults:
             raise ValueError(f"wants NAME=VALUE with NAME one of {', '.join(defaults)}; got {text!r}")
         default = defaults[name]
@@ -143,7 +143,7 @@ class PlannerOptions:
                 raise ValueError(f"{name} is true or false, got {raw!r}")
             return name, raw.lower() in ("true", "1", "on")
         try:
-            return name, type(default)(raw)  # type: ignore[arg-type]
+            return name, int(raw) if isinstance(default, int) else float(raw)
         except (TypeError, ValueError):
             raise ValueError(f"{name} wants a {type(default).__name__}, got {raw!r}") from None
 
