@@ -1,0 +1,286 @@
+"""Parquet footer indexes read by DuckDB: Bloom-filter probes and page indexes (column/offset indexes).
+
+Used while planning (:mod:`squall.driver.planner.skipping`) to skip row groups beyond
+footer min/max. Every function reads one *local* file: the table's own file, or for
+object-store tables its metadata mirror (:mod:`squall.driver.metadata_mirror`: the
+real footer and index bytes at their offsets, holes elsewhere). The DuckDB session
+that reads it may read only that file (:func:`connect`). PyArrow writes Bloom filters
+and page indexes but reads neither; DuckDB's ``parquet_bloom_probe`` and
+``parquet_page_index`` do.
+
+Results are cached per (file, stamp): a changed file has another stamp, so it is read
+again. Any DuckDB error (a file without the index, a damaged or missing range) reads as
+"nothing known": nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def connect(path: str) -> duckdb.DuckDBPyConnection:
+    """A DuckDB session that may read exactly one local file (its footer and indexes)."""
+    con = duckdb.connect(":memory:", config={"threads": 1})
+    con.execute("SET allowed_paths = [?]", [path])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    """A local file DuckDB may read a table file's indexes from (the file itself or its metadata
+    mirror), the columns whose Bloom filters it holds, and whether it holds a page index."""
+
+    path: str
+    bloom_columns: frozenset[str]
+    page_index: bool
+
+
+# --- Bloom filters ----------------------------------------------------------------------------------
+
+
+def bloom_columns_of(footer: pq.FileMetaData) -> frozenset[str]:
+    """Top-level columns whose chunks in every row group point at a Bloom filter of known length."""
+    if footer.num_row_groups == 0:
+        return frozenset()
+    out = None
+    for rg in range(footer.num_row_groups):
+        group = footer.row_group(rg)
+        cols = {
+            group.column(i).path_in_schema
+            for i in range(group.num_columns)
+            if group.column(i).bloom_filter_offset is not None and group.column(i).bloom_filter_length
+        }
+        out = cols if out is None else out & cols
+    return frozenset(out or ())
+
+
+@functools.lru_cache(maxsize=4096)
+def bloom_columns(path: str, stamp: str) -> frozenset[str]:
+    """Columns of a local file (at ``stamp``) whose footer points at Bloom filters (read by DuckDB)."""
+    try:
+        with connect(path) as con:
+            rows = con.execute(
+                "SELECT DISTINCT path_in_schema FROM parquet_metadata(?) WHERE bloom_filter_offset IS NOT NULL",
+                [path],
+            ).fetchall()
+    except duckdb.Error:
+        return frozenset()
+    return frozenset(r[0] for r in rows)
+
+
+@functools.lru_cache(maxsize=16384)
+def bloom_excludes(path: str, stamp: str, column: str, value: Any) -> frozenset[int]:
+    """Row groups of a local file whose Bloom filter on ``column`` says ``value`` is absent."""
+    try:
+        with connect(path) as con:
+            rows = con.execute(
+                "SELECT row_group_id FROM parquet_bloom_probe(?, ?, ?) WHERE bloom_filter_excludes",
+                [path, column, value],
+            ).fetchall()
+    except duckdb.Error:
+        return frozenset()
+    return frozenset(int(r[0]) for r in rows)
+
+
+# --- page indexes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    """One data page of a column chunk, from the page index: its rows within the row group and bounds.
+
+    ``low``/``high`` are None when unknown (no bounds, or not castable to the column's type);
+    ``nulls_only``: the page holds no non-NULL value.
+    """
+
+    first_row: int
+    num_rows: int
+    nulls_only: bool
+    low: Any
+    high: Any
+
+
+#: row group -> its pages of one column, in row order
+ColumnPages = Mapping[int, tuple[Page, ...]]
+
+
+def has_page_index(footer: pq.FileMetaData, columns: Iterable[str]) -> bool:
+    """Whether some chunk of one of ``columns`` has a column index (per the footer)."""
+    wanted = set(columns)
+    for rg in range(footer.num_row_groups):
+        group = footer.row_group(rg)
+        for i in range(group.num_columns):
+            chunk = group.column(i)
+            if chunk.path_in_schema in wanted and chunk.has_column_index:
+                return True
+    return False
+
+
+def duck_type(typ: pa.DataType) -> str | None:
+    """The DuckDB type page bounds of an Arrow column cast to, or None when its pages are not used.
+
+    Floating-point columns are left out (conservative): Parquet bounds exclude NaN, which SQL orders
+    above every number, so a page whose bounds say ``max 3`` may hold a NaN matching ``x > 5``.
+    """
+    if pa.types.is_integer(typ):
+        return "HUGEINT" if typ == pa.uint64() else "BIGINT"
+    if pa.types.is_decimal(typ) and typ.precision <= 38:
+        return f"DECIMAL({typ.precision}, {typ.scale})"
+    if pa.types.is_date32(typ):
+        return "DATE"
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
+        return "VARCHAR"
+    return None
+
+
+class PageIndexCache:
+    """Page indexes of local files by (file, stamp), per column, least recently used files dropped."""
+
+    def __init__(self, max_files: int = 64) -> None:
+        self.max_files = max_files
+        self._lock = threading.Lock()
+        self._files: OrderedDict[tuple[str, str], dict[str, ColumnPages]] = OrderedDict()
+        self.reads = 0  # DuckDB reads of a page index (each parses the file's whole index)
+
+    def pages(self, path: str, stamp: str, types: Mapping[str, str]) -> dict[str, ColumnPages]:
+        """Column -> pages per row group, for the columns of ``types`` (column -> DuckDB type) that
+        have a page index; one DuckDB read for the columns not read before at this stamp."""
+        key = (path, stamp)
+        with self._lock:
+            known = self._files.get(key)
+            if known is not None:
+                self._files.move_to_end(key)
+            missing = [c for c in types if known is None or c not in known]
+        if missing:
+            read = _read_page_index(path, {c: types[c] for c in missing})
+            with self._lock:
+                self.reads += 1
+                known = self._files.setdefault(key, {})
+                for c in missing:
+                    known[c] = read.get(c, {})
+                self._files.move_to_end(key)
+                while len(self._files) > self.max_files:
+                    self._files.popitem(last=False)
+        assert known is not None
+        return {c: known[c] for c in types if known.get(c)}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._files.clear()
+
+
+PAGE_INDEXES = PageIndexCache()
+
+
+def _read_page_index(path: str, types: Mapping[str, str]) -> dict[str, ColumnPages]:
+    """Pages of ``types``' columns (bounds cast to their DuckDB types) in a local file; {} on error."""
+    parts = []
+    for i, (_col, typ) in enumerate(sorted(types.items())):
+        parts.append(
+            f"SELECT {i} AS c, row_group_id, page_id, first_row_index, num_rows, null_page, "
+            f"TRY_CAST(min_value AS {typ}) AS lo, TRY_CAST(max_value AS {typ}) AS hi "
+            f"FROM idx WHERE path_in_schema = $c{i}"
+        )
+    names = sorted(types)
+    sql = (
+        "WITH idx AS MATERIALIZED (SELECT * FROM parquet_page_index($path)) "
+        + " UNION ALL ".join(parts)
+        + " ORDER BY c, row_group_id, page_id"
+    )
+    params: dict[str, Any] = {"path": path, **{f"c{i}": c for i, c in enumerate(names)}}
+    try:
+        with connect(path) as con:
+            rows = con.execute(sql, params).fetchall()
+    except duckdb.Error:
+        return {}
+    out: dict[str, dict[int, list[Page]]] = {}
+    for c, rg, _page, first, n, null_page, lo, hi in rows:
+        out.setdefault(names[c], {}).setdefault(int(rg), []).append(
+            Page(int(first), int(n), bool(null_page), lo, hi)
+        )
+    return {col: {rg: tuple(pages) for rg, pages in groups.items()} for col, groups in out.items()}
+
+
+# --- which pages may hold matching rows -------------------------------------------------------------
+
+#: (low, low inclusive, high, high inclusive); None bounds are open (as squall.driver.predicates.Range)
+Range = tuple[Any, bool, Any, bool]
+
+
+def page_may_match(page: Page, bounds: Range | None, values: frozenset[Any] | None) -> bool:
+    """Whether a page may hold a row with a value in ``bounds`` and (if given) among ``values``.
+
+    Conservative: unknown bounds, or values not comparable with the page's, may match. A page of
+    only NULLs matches no comparison or IN list.
+    """
+    if page.nulls_only:
+        return False
+    lo, hi = page.low, page.high
+    if lo is None or hi is None:
+        return True
+    try:
+        if values is not None:
+            return any(lo <= v <= hi for v in values)
+        if bounds is None:
+            return True
+        a, ai, b, bi = bounds
+        if a is not None and (hi < a or (hi == a and not ai)):
+            return False
+        return not (b is not None and (lo > b or (lo == b and not bi)))
+    except TypeError:
+        return True
+
+
+def matching_rows(
+    pages_of: Mapping[str, Sequence[Page]],
+    bounds_of: Mapping[str, Range | None],
+    values_of: Mapping[str, frozenset[Any] | None],
+) -> list[tuple[int, int]]:
+    """[start, end) row ranges of one row group (rows counted from its first) where every filtered
+    column's page may match: the intersection over columns of their matching pages' rows."""
+    result: list[tuple[int, int]] | None = None
+    for col, pages in pages_of.items():
+        ranges = _merge(
+            (p.first_row, p.first_row + p.num_rows)
+            for p in pages
+            if page_may_match(p, bounds_of.get(col), values_of.get(col))
+        )
+        result = ranges if result is None else _intersect(result, ranges)
+        if not result:
+            return []
+    return result if result is not None else []
+
+
+def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _intersect(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if a < b:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
