@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 
@@ -127,89 +128,121 @@ def has_page_index(footer: pq.FileMetaData, columns: Iterable[str]) -> bool:
     return False
 
 
-def duck_type(typ: pa.DataType) -> str | None:
-    """The DuckDB type page bounds of an Arrow column cast to, or None when its pages are not used.
+def bound_type(typ: pa.DataType) -> pa.DataType | None:
+    """The Arrow type page bounds of a column of type ``typ`` are read as, or None when its pages are not used.
 
     Floating-point columns are left out (conservative): Parquet bounds exclude NaN, which SQL orders
     above every number, so a page whose bounds say ``max 3`` may hold a NaN matching ``x > 5``.
     """
-    if pa.types.is_integer(typ):
-        return "HUGEINT" if typ == pa.uint64() else "BIGINT"
-    if pa.types.is_decimal(typ) and typ.precision <= 38:
-        return f"DECIMAL({typ.precision}, {typ.scale})"
-    if pa.types.is_date32(typ):
-        return "DATE"
+    if pa.types.is_integer(typ) or pa.types.is_decimal(typ) or pa.types.is_date32(typ):
+        return typ
     if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ):
-        return "VARCHAR"
+        return pa.string()
     return None
 
 
+#: bytes counted per page of a column whose bounds were turned into Python values
+_PAGE_BYTES = 160
+
+
 class PageIndexCache:
-    """Page indexes of local files by (file, stamp), per column, least recently used files dropped."""
+    """Page indexes of local files by (file, stamp), least recently used files dropped past ``max_bytes``.
 
-    def __init__(self, max_files: int = 64) -> None:
-        self.max_files = max_files
+    A file's whole page index is read once (DuckDB parses every column's index whatever is asked) and
+    kept as an Arrow table of bounds as text; the columns a scan filters are turned into :class:`Page`
+    lists (bounds as Python values of the column's type) when first asked for, and kept too.
+    """
+
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._files: OrderedDict[tuple[str, str], dict[str, ColumnPages]] = OrderedDict()
-        self.reads = 0  # DuckDB reads of a page index (each parses the file's whole index)
+        # (path, stamp) -> (the index as read, or None: none / unreadable; column -> its pages)
+        self._files: OrderedDict[tuple[str, str], tuple[pa.Table | None, dict[str, ColumnPages]]] = (
+            OrderedDict()
+        )
+        self._bytes = 0
+        self.reads = 0  # DuckDB reads of a file's page index
 
-    def pages(self, path: str, stamp: str, types: Mapping[str, str]) -> dict[str, ColumnPages]:
-        """Column -> pages per row group, for the columns of ``types`` (column -> DuckDB type) that
-        have a page index; one DuckDB read for the columns not read before at this stamp."""
+    def pages(self, path: str, stamp: str, types: Mapping[str, pa.DataType]) -> dict[str, ColumnPages]:
+        """Column -> pages per row group, for the columns of ``types`` (column -> :func:`bound_type`) that
+        have a page index in the local file ``path`` at ``stamp``."""
         key = (path, stamp)
         with self._lock:
-            known = self._files.get(key)
-            if known is not None:
+            entry = self._files.get(key)
+            if entry is not None:
                 self._files.move_to_end(key)
-            missing = [c for c in types if known is None or c not in known]
-        if missing:
-            read = _read_page_index(path, {c: types[c] for c in missing})
+        if entry is None:
+            table = _read_page_index(path)
             with self._lock:
                 self.reads += 1
-                known = self._files.setdefault(key, {})
-                for c in missing:
-                    known[c] = read.get(c, {})
-                self._files.move_to_end(key)
-                while len(self._files) > self.max_files:
-                    self._files.popitem(last=False)
-        assert known is not None
-        return {c: known[c] for c in types if known.get(c)}
+                entry = self._files.setdefault(key, (table, {}))
+                if entry[0] is table:
+                    self._bytes += table.nbytes if table is not None else 0
+        table, typed = entry
+        out: dict[str, ColumnPages] = {}
+        for col, typ in types.items():
+            pages = typed.get(col)
+            if pages is None:
+                pages = _column_pages(table, col, typ) if table is not None else {}
+                with self._lock:
+                    if col not in typed:
+                        typed[col] = pages
+                        self._bytes += _PAGE_BYTES * sum(len(p) for p in pages.values())
+            if pages:
+                out[col] = pages
+        with self._lock:
+            while self._bytes > self.max_bytes and len(self._files) > 1:
+                _key, (old, old_typed) = self._files.popitem(last=False)
+                self._bytes -= (old.nbytes if old is not None else 0) + _PAGE_BYTES * sum(
+                    len(p) for pages in old_typed.values() for p in pages.values()
+                )
+        return out
 
     def clear(self) -> None:
         with self._lock:
             self._files.clear()
+            self._bytes = 0
 
 
 PAGE_INDEXES = PageIndexCache()
 
 
-def _read_page_index(path: str, types: Mapping[str, str]) -> dict[str, ColumnPages]:
-    """Pages of ``types``' columns (bounds cast to their DuckDB types) in a local file; {} on error."""
-    parts = []
-    for i, (_col, typ) in enumerate(sorted(types.items())):
-        parts.append(
-            f"SELECT {i} AS c, row_group_id, page_id, first_row_index, num_rows, null_page, "
-            f"TRY_CAST(min_value AS {typ}) AS lo, TRY_CAST(max_value AS {typ}) AS hi "
-            f"FROM idx WHERE path_in_schema = $c{i}"
-        )
-    names = sorted(types)
-    sql = (
-        "WITH idx AS MATERIALIZED (SELECT * FROM parquet_page_index($path)) "
-        + " UNION ALL ".join(parts)
-        + " ORDER BY c, row_group_id, page_id"
-    )
-    params: dict[str, Any] = {"path": path, **{f"c{i}": c for i, c in enumerate(names)}}
+def _read_page_index(path: str) -> pa.Table | None:
+    """A local file's page index (column, row group, first row, rows, NULL page, bounds as text), None
+    when it has none or DuckDB cannot read it."""
     try:
         with connect(path) as con:
-            rows = con.execute(sql, params).fetchall()
+            table: pa.Table = con.sql(
+                "SELECT path_in_schema AS col, row_group_id AS rg, first_row_index AS first, num_rows AS n, "
+                "null_page, min_value AS lo, max_value AS hi FROM parquet_page_index(?) "
+                "ORDER BY path_in_schema, row_group_id, page_id",
+                params=[path],
+            ).to_arrow_table()
     except duckdb.Error:
+        return None
+    return table if table.num_rows else None
+
+
+def _column_pages(table: pa.Table, column: str, typ: pa.DataType) -> ColumnPages:
+    """One column's pages per row group, bounds cast to ``typ``; {} when they do not cast."""
+    rows = table.filter(pc.equal(table.column("col"), column))
+    try:
+        lows = rows.column("lo").cast(typ).to_pylist()
+        highs = rows.column("hi").cast(typ).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return {}
-    out: dict[str, dict[int, list[Page]]] = {}
-    for c, rg, _page, first, n, null_page, lo, hi in rows:
-        out.setdefault(names[c], {}).setdefault(int(rg), []).append(
-            Page(int(first), int(n), bool(null_page), lo, hi)
-        )
-    return {col: {rg: tuple(pages) for rg, pages in groups.items()} for col, groups in out.items()}
+    out: dict[int, list[Page]] = {}
+    for rg, first, n, null_page, lo, hi in zip(
+        rows.column("rg").to_pylist(),
+        rows.column("first").to_pylist(),
+        rows.column("n").to_pylist(),
+        rows.column("null_page").to_pylist(),
+        lows,
+        highs,
+        strict=True,
+    ):
+        out.setdefault(int(rg), []).append(Page(int(first), int(n), bool(null_page), lo, hi))
+    return {rg: tuple(pages) for rg, pages in out.items()}
 
 
 # --- which pages may hold matching rows -------------------------------------------------------------

@@ -68,8 +68,7 @@ def _write(table: pa.Table, path, *, page_index: bool = True, bloom: bool = Fals
         path,
         row_group_size=GROUP,
         write_page_index=page_index,
-        data_page_size=1,  # every write batch is a page: 1,024 rows, inside one run
-        write_batch_size=1024,
+        max_rows_per_page=1024,  # pages inside one run
         bloom_filter_options={"k": {"ndv": GROUP}} if bloom else None,
     )
 
@@ -210,7 +209,7 @@ def test_mirror_holds_footer_and_indexes_and_answers_like_the_file(tmp_path):
     assert os.stat(footer_only.path).st_blocks * 512 < os.path.getsize(path) / 4  # sparse: holes, not bytes
     full = store.mirror(storage, str(path), "s1", bloom_columns={"k"}, page_index=True)
     assert full is not None and full.bloom_columns == {"k"} and full.page_index
-    types = {"x": "BIGINT", "s": "VARCHAR"}
+    types = {"x": pa.int64(), "s": pa.string()}
     assert pi.PageIndexCache().pages(full.path, "s1", types) == pi.PageIndexCache().pages(
         str(path), "s1", types
     )

@@ -164,7 +164,7 @@ def _page_index_kept(
     pred = parse_key(key)
     types = {}
     for col in sorted({c for c, _r in pred.ranges} | {c for c, _s in pred.ins}):
-        typ = pi.duck_type(schema.field(col).type) if col in schema.names else None
+        typ = pi.bound_type(schema.field(col).type) if col in schema.names else None
         if typ is not None:
             types[col] = typ
     if not types:
