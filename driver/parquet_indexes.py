@@ -51,19 +51,16 @@ class IndexFile:
 
 
 def bloom_columns_of(footer: pq.FileMetaData) -> frozenset[str]:
-    """Top-level columns whose chunks in every row group point at a Bloom filter of known length."""
+    """Columns whose chunk in the first row group points at a Bloom filter (a writer writes them for every
+    row group or none; a row group without one is probed as "may hold the value")."""
     if footer.num_row_groups == 0:
         return frozenset()
-    out = None
-    for rg in range(footer.num_row_groups):
-        group = footer.row_group(rg)
-        cols = {
-            group.column(i).path_in_schema
-            for i in range(group.num_columns)
-            if group.column(i).bloom_filter_offset is not None and group.column(i).bloom_filter_length
-        }
-        out = cols if out is None else out & cols
-    return frozenset(out or ())
+    group = footer.row_group(0)
+    return frozenset(
+        group.column(i).path_in_schema
+        for i in range(group.num_columns)
+        if group.column(i).bloom_filter_offset is not None
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -117,15 +114,16 @@ ColumnPages = Mapping[int, tuple[Page, ...]]
 
 
 def has_page_index(footer: pq.FileMetaData, columns: Iterable[str]) -> bool:
-    """Whether some chunk of one of ``columns`` has a column index (per the footer)."""
+    """Whether the first row group's chunk of one of ``columns`` has a column index (per the footer; a
+    writer writes page indexes for every row group or none)."""
+    if footer.num_row_groups == 0:
+        return False
     wanted = set(columns)
-    for rg in range(footer.num_row_groups):
-        group = footer.row_group(rg)
-        for i in range(group.num_columns):
-            chunk = group.column(i)
-            if chunk.path_in_schema in wanted and chunk.has_column_index:
-                return True
-    return False
+    group = footer.row_group(0)
+    return any(
+        group.column(i).path_in_schema in wanted and group.column(i).has_column_index
+        for i in range(group.num_columns)
+    )
 
 
 def bound_type(typ: pa.DataType) -> pa.DataType | None:
