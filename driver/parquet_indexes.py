@@ -15,6 +15,7 @@ again. Any DuckDB error (a file without the index, a damaged or missing range) r
 
 from __future__ import annotations
 
+import bisect
 import functools
 import threading
 from collections import OrderedDict
@@ -229,6 +230,10 @@ def _column_pages(table: pa.Table, column: str, typ: pa.DataType) -> ColumnPages
         highs = rows.column("hi").cast(typ).to_pylist()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return {}
+    if typ == pa.string():  # DuckDB shows bytes that are not UTF-8 as \xNN: such a bound is unknown
+        for i, (lo, hi) in enumerate(zip(lows, highs, strict=True)):
+            if (lo is not None and "\\" in lo) or (hi is not None and "\\" in hi):
+                lows[i] = highs[i] = None
     out: dict[int, list[Page]] = {}
     for rg, first, n, null_page, lo, hi in zip(
         rows.column("rg").to_pylist(),
@@ -249,8 +254,8 @@ def _column_pages(table: pa.Table, column: str, typ: pa.DataType) -> ColumnPages
 Range = tuple[Any, bool, Any, bool]
 
 
-def page_may_match(page: Page, bounds: Range | None, values: frozenset[Any] | None) -> bool:
-    """Whether a page may hold a row with a value in ``bounds`` and (if given) among ``values``.
+def page_may_match(page: Page, bounds: Range | None, values: Sequence[Any] | None) -> bool:
+    """Whether a page may hold a row with a value in ``bounds`` and (if given) among ``values`` (sorted).
 
     Conservative: unknown bounds, or values not comparable with the page's, may match. A page of
     only NULLs matches no comparison or IN list.
@@ -262,7 +267,8 @@ def page_may_match(page: Page, bounds: Range | None, values: frozenset[Any] | No
         return True
     try:
         if values is not None:
-            return any(lo <= v <= hi for v in values)
+            i = bisect.bisect_left(values, lo)
+            return i < len(values) and values[i] <= hi
         if bounds is None:
             return True
         a, ai, b, bi = bounds
@@ -276,21 +282,33 @@ def page_may_match(page: Page, bounds: Range | None, values: frozenset[Any] | No
 def matching_rows(
     pages_of: Mapping[str, Sequence[Page]],
     bounds_of: Mapping[str, Range | None],
-    values_of: Mapping[str, frozenset[Any] | None],
+    values_of: Mapping[str, Iterable[Any] | None],
 ) -> list[tuple[int, int]]:
     """[start, end) row ranges of one row group (rows counted from its first) where every filtered
     column's page may match: the intersection over columns of their matching pages' rows."""
     result: list[tuple[int, int]] | None = None
     for col, pages in pages_of.items():
+        values = sorted_values(values_of.get(col))
         ranges = _merge(
             (p.first_row, p.first_row + p.num_rows)
             for p in pages
-            if page_may_match(p, bounds_of.get(col), values_of.get(col))
+            if page_may_match(p, bounds_of.get(col), values)
         )
         result = ranges if result is None else _intersect(result, ranges)
         if not result:
             return []
     return result if result is not None else []
+
+
+def sorted_values(values: Iterable[Any] | None) -> list[Any] | None:
+    """``values`` sorted (for bisection), or None when absent or not mutually comparable (then only the
+    column's range counts, which holds their minimum and maximum)."""
+    if values is None:
+        return None
+    try:
+        return sorted(values)
+    except TypeError:
+        return None
 
 
 def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

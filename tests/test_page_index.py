@@ -104,6 +104,8 @@ IN_THE_GAP = [
     "SELECT count(*) AS n FROM t WHERE dec BETWEEN 200.00 AND 400.00",
     # each column alone has matching pages, but on other rows: x < 9000 in the first half, y >= 4096 in the second
     "SELECT count(*) AS n FROM t WHERE x < 9000 AND y >= 4096",
+    # a long IN list, every value in the gap
+    f"SELECT count(*) AS n FROM t WHERE x IN ({', '.join(str(v) for v in range(10_001, 49_000, 97))})",
 ]
 
 
@@ -124,6 +126,22 @@ def test_some_row_groups_skipped_and_the_rest_read(data, workers):
         scan = _check(con, data / "t.parquet", sql)
         assert (scan["minmax"], scan["page_index"], scan["read"]) == (0, 4, 4), scan
         assert con.sql(sql).to_arrow().column("n")[0].as_py() == 7  # 8500 in groups 4-7, 8600 in 5-7
+
+
+def test_long_in_list_with_one_value_in_a_run(data):
+    values = [*range(10_001, 49_000, 97), 50_002]  # 50,002 is in group 0's second run only
+    sql = f"SELECT count(*) AS n, sum(v) AS s FROM t WHERE x IN ({', '.join(map(str, values))})"
+    with squall.connect(data=str(data), workers=2, planner_options=NO_CACHE) as con:
+        scan = _check(con, data / "t.parquet", sql)
+        assert (scan["page_index"], scan["read"]) == (7, 1), scan
+
+
+def test_string_bounds_with_escapes_are_unknown(tmp_path):
+    # DuckDB shows bytes that are not UTF-8 as \xNN: a bound holding a backslash is not trusted
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"s": ["a\\b", "c", "x", "y"]}), path, write_page_index=True, max_rows_per_page=2)
+    pages = pi.PageIndexCache().pages(str(path), "1", {"s": pa.string()})["s"][0]
+    assert [(p.low, p.high) for p in pages] == [(None, None), ("x", "y")]
 
 
 def test_min_max_first_then_page_index(data):

@@ -170,19 +170,19 @@ def _page_index_kept(
     if not types:
         return groups
     bounds = {c: pred.column_range(c) for c in types}
-    values = {c: pred.column_values(c) for c in types}
+    values = {c: pi.sorted_values(pred.column_values(c)) for c in types}
+    by_path: dict[str, list[RowGroup]] = {}
+    for rg in groups:
+        by_path.setdefault(rg.path, []).append(rg)
     dropped: set[tuple[str, int]] = set()
-    for path in dict.fromkeys(rg.path for rg in groups):
+    for path, of_path in by_path.items():
         st = stamp(path)
         where = source(path, st, frozenset(), True) if st else None
         if where is None or not where.page_index:
             continue
         pages = pi.PAGE_INDEXES.pages(where.path, st, types)
-        if not pages:
-            continue
-        for rg in groups:
-            if rg.path == path and _no_matching_page(pages, rg, bounds, values):
-                dropped.add((path, rg.index))
+        if pages:
+            dropped |= {(path, rg.index) for rg in of_path if _no_matching_page(pages, rg, bounds, values)}
     return [rg for rg in groups if (rg.path, rg.index) not in dropped]
 
 
@@ -190,7 +190,7 @@ def _no_matching_page(
     pages: Mapping[str, pi.ColumnPages],
     rg: RowGroup,
     bounds: Mapping[str, Any],
-    values: Mapping[str, frozenset[Any] | None],
+    values: Mapping[str, list[Any] | None],
 ) -> bool:
     """Whether the page index shows row group ``rg`` holds no row matching on every column."""
     of_group = {}
