@@ -31,6 +31,8 @@ import threading
 from collections.abc import Collection
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from squall.driver.parquet_indexes import IndexFile, connect
 from squall.errors import DataError
@@ -60,9 +62,12 @@ class MirrorStore:
         *,
         bloom_columns: Collection[str] = (),
         page_index: bool = False,
+        footer: pq.FileMetaData | None = None,
     ) -> IndexFile | None:
         """The mirror of ``path`` at ``stamp`` holding at least the footer, the Bloom filters of
-        ``bloom_columns`` and (with ``page_index``) the page index; None when it cannot be made."""
+        ``bloom_columns`` and (with ``page_index``) the page index; None when it cannot be made, or when
+        the footer fetched for a new mirror is not ``footer`` (the one the plan uses: the object changed
+        since it was listed)."""
         if not stamp:
             return None
         base = hashlib.sha256(path.encode()).hexdigest()[:24]
@@ -76,12 +81,15 @@ class MirrorStore:
                 if held is None:
                     _build(storage, path, file)
                     self.built += 1
+                    if footer is not None and not pq.read_metadata(file).equals(footer):
+                        self._remove(file)
+                        return None
                     held = _held(file) or {}
                 want = [f"bloom:{c}" for c in sorted(bloom_columns)] + (["page_index"] if page_index else [])
                 missing = [p for p in want if p not in held]
                 if missing:
                     held = _add(storage, path, file, held, missing)
-            except (DataError, OSError, duckdb.Error, ValueError):
+            except (DataError, OSError, duckdb.Error, ValueError, pa.ArrowException):
                 return None
         return IndexFile(
             file,
@@ -93,12 +101,16 @@ class MirrorStore:
         """Delete the mirrors of ``base`` at other stamps (the object changed)."""
         for old in glob.glob(os.path.join(self.folder, f"{base}-*.parquet")):
             if old != keep:
-                for f in (old, old + ".json"):
-                    try:
-                        os.remove(f)
-                    except FileNotFoundError:
-                        pass
+                self._remove(old)
                 self.dropped += 1
+
+    @staticmethod
+    def _remove(file: str) -> None:
+        for f in (file, file + ".json"):
+            try:
+                os.remove(f)
+            except FileNotFoundError:
+                pass
 
 
 def default_folder() -> str:

@@ -237,10 +237,15 @@ def test_mirror_holds_footer_and_indexes_and_answers_like_the_file(tmp_path):
         )
     # a column without a Bloom filter is never claimed
     assert store.mirror(storage, str(path), "s1", bloom_columns={"x"}).bloom_columns == {"k"}
+    # a footer other than the plan's (the object changed since it was listed): no mirror
+    other = tmp_path / "other.parquet"
+    _write(_table(shift=1), other)
+    assert store.mirror(storage, str(path), "s3", footer=pq.read_metadata(other)) is None
+    assert store.mirror(storage, str(path), "s3", footer=pq.read_metadata(path)) is not None
     # a new stamp: the old mirror goes
     again = store.mirror(storage, str(path), "s2")
     assert again is not None and again.path != full.path and not os.path.exists(full.path)
-    assert store.dropped == 1 and len(glob.glob(str(tmp_path / "mirrors" / "*.parquet"))) == 1
+    assert store.dropped == 2 and len(glob.glob(str(tmp_path / "mirrors" / "*.parquet"))) == 1
 
 
 S3 = pytest.mark.skipif(moto_available() is not None, reason=str(moto_available()))

@@ -144,7 +144,9 @@ def mirrored_indexes(footers: Mapping[str, pq.FileMetaData], storage: Storage) -
         pages = page_index and pi.has_page_index(footer, _page_columns(footer))
         if not blooms and not pages:
             return None
-        return metadata_mirror.store().mirror(storage, path, stamp, bloom_columns=blooms, page_index=pages)
+        return metadata_mirror.store().mirror(
+            storage, path, stamp, bloom_columns=blooms, page_index=pages, footer=footer
+        )
 
     return source
 
