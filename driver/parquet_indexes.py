@@ -300,6 +300,32 @@ def matching_rows(
     return result if result is not None else []
 
 
+def no_matching_row(
+    pages_of: Mapping[str, Sequence[Page]],
+    bounds_of: Mapping[str, Range | None],
+    values_of: Mapping[str, Sequence[Any] | None],
+) -> bool:
+    """Whether no row of a row group lies on a page of every column that may match (``matching_rows``
+    is empty); ``values_of`` as :func:`sorted_values` gives them. Fast when a column rules the row
+    group out or in by itself (no page, or every page, may match)."""
+    partial: list[list[tuple[int, int]]] = []
+    for col, pages in pages_of.items():
+        bounds, values = bounds_of.get(col), values_of.get(col)
+        flags = [page_may_match(p, bounds, values) for p in pages]
+        if not any(flags):
+            return True
+        if not all(flags):
+            partial.append(_merge((p.first_row, p.first_row + p.num_rows) for p, f in zip(pages, flags) if f))
+    if len(partial) < 2:
+        return False
+    result = partial[0]
+    for ranges in partial[1:]:
+        result = _intersect(result, ranges)
+        if not result:
+            return True
+    return False
+
+
 def sorted_values(values: Iterable[Any] | None) -> list[Any] | None:
     """``values`` sorted (for bisection), or None when absent or not mutually comparable (then only the
     column's range counts, which holds their minimum and maximum)."""

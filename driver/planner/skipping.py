@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +49,11 @@ from squall.plan import DataSkipping
 
 #: most values of an IN list probed against Bloom filters (each value is one probe per file)
 BLOOM_MAX_VALUES = 64
+
+#: page-index verdicts kept: (file, stamp, predicate key, row groups checked) -> the row groups skipped
+VERDICTS_KEPT = 4096
+_VERDICTS: OrderedDict[tuple[str, str, str, tuple[int, ...]], frozenset[int]] = OrderedDict()
+_VERDICTS_LOCK = threading.Lock()
 
 #: (path, stamp, Bloom-filter columns wanted, page index wanted) -> where DuckDB reads that file's indexes
 IndexSource = Callable[[str, str, frozenset[str], bool], pi.IndexFile | None]
@@ -179,12 +186,26 @@ def _page_index_kept(
     dropped: set[tuple[str, int]] = set()
     for path, of_path in by_path.items():
         st = stamp(path)
-        where = source(path, st, frozenset(), True) if st else None
-        if where is None or not where.page_index:
+        if not st:
             continue
-        pages = pi.PAGE_INDEXES.pages(where.path, st, types)
-        if pages:
-            dropped |= {(path, rg.index) for rg in of_path if _no_matching_page(pages, rg, bounds, values)}
+        verdict_key = (path, st, key, tuple(rg.index for rg in of_path))
+        with _VERDICTS_LOCK:
+            verdict = _VERDICTS.get(verdict_key)
+            if verdict is not None:
+                _VERDICTS.move_to_end(verdict_key)
+        if verdict is None:
+            where = source(path, st, frozenset(), True)
+            pages = (
+                pi.PAGE_INDEXES.pages(where.path, st, types) if where is not None and where.page_index else {}
+            )
+            verdict = frozenset(
+                rg.index for rg in of_path if pages and _no_matching_page(pages, rg, bounds, values)
+            )
+            with _VERDICTS_LOCK:
+                _VERDICTS[verdict_key] = verdict
+                while len(_VERDICTS) > VERDICTS_KEPT:
+                    _VERDICTS.popitem(last=False)
+        dropped |= {(path, i) for i in verdict}
     return [rg for rg in groups if (rg.path, rg.index) not in dropped]
 
 
@@ -200,7 +221,7 @@ def _no_matching_page(
         col_pages = groups.get(rg.index, ())
         if col_pages and sum(p.num_rows for p in col_pages) == rg.num_rows:  # a consistent index only
             of_group[col] = col_pages
-    return bool(of_group) and not pi.matching_rows(of_group, bounds, values)
+    return bool(of_group) and pi.no_matching_row(of_group, bounds, values)
 
 
 # --- Bloom filters -------------------------------------------------------------------------------------
