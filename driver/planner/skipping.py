@@ -17,8 +17,9 @@ left after min/max pruning, in this order:
 Page indexes and Bloom filters are read by DuckDB (:mod:`squall.driver.parquet_indexes`)
 from local files, and for object-store tables from a metadata mirror
 (:mod:`squall.driver.metadata_mirror`: footer and index bytes fetched with ranged GETs),
-each once per file stamp, only for filtered columns, only when the footer says the file
-has them and min/max left row groups to check. All counts travel in the scan's
+each once per file stamp (a file's whole page index: DuckDB parses all of it; the Bloom
+filters of the filtered columns), only when the footer says the file has them and min/max
+left row groups to check; page-index verdicts are kept per (file, stamp, predicate). All counts travel in the scan's
 :class:`~squall.plan.DataSkipping` (explain, stats).
 """
 
