@@ -68,7 +68,11 @@ bench-tpcds: venv
 
 # the scale model (issue 15): validated against real lambda-local + moto runs here (SF0.1), then the TPC-H
 # sweep SF100/1000/10000 x W=16..4096 (tables and charts in benchmarks/scale-out/)
-bench-scale: venv-dev
+$(VENV)/.stamp-bench: $(VENV)/.stamp-dev
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $@
+
+bench-scale: $(VENV)/.stamp-bench
 	test -f data/sf0.1/lineitem.parquet || $(VENV)/bin/squall gen-tpch --sf 0.1 --out data/sf0.1
 	test -f data/sf1/lineitem.parquet || $(VENV)/bin/squall gen-tpch --sf 1 --out data/sf1
 	$(PY) benchmarks/scale_validate.py --workers 4,8,16 --queries 1,3,6,12 --sf 0.1 --data data \

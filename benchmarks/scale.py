@@ -8,9 +8,9 @@ with its size thresholds scaled so that it picks the plan it would pick at SF100
 the calibration's TPC-H profile (stage output sizes at SF0.1 and SF1, same plan signature) gives each
 stage's growth exponent, and :func:`squall.driver.scale.workload.scaled` spreads the scans of the target
 SF evenly over W ranks. The ``aws`` profile's model (see ``squall.driver.scale.params``) then predicts
-time, cost and requests. Writes into ``--out``: ``latency_sf<SF>.png``, ``cost_sf<SF>.png`` (per query,
-vs W), ``pareto_sf<SF>.png`` (cost vs latency, every query and W, the front marked) and
-``results.json``; prints the table per SF with the best W (cheapest within 10 % of the fastest, only W
+time, cost and requests. Writes into ``--out``: ``tables.txt`` (what it prints), ``latency_sf<SF>.png``,
+``cost_sf<SF>.png`` (per query, vs W), ``pareto_sf<SF>.png`` (cost vs latency, every query and W, the
+front marked) and ``results.json``; prints the table per SF with the best W (cheapest within 10 % of the fastest, only W
 whose invocations stay under Lambda's 900 s) beside the published anchors: Starling (SIGMOD 2020)
 TPC-H SF1000 ≈ $0.26 per query on Lambda + S3, Athena $5 per TB scanned.
 """
@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         results = run(args)
         (out / "results.json").write_text(json.dumps(results, indent=0))
-    print(tables(results))
+    text = tables(results)
+    print(text)
+    (out / "tables.txt").write_text(text + "\n")
     for p in charts(results, out):
         print(f"chart: {p}")
 

@@ -97,21 +97,10 @@ def _settings(text: str) -> list[str]:
 
 
 def _planner_option(text: str) -> tuple[str, Any]:
-    name, sep, raw = text.partition("=")
-    fields = {f.name: f for f in dataclasses.fields(PlannerOptions)}
-    if not sep or name not in fields:
-        raise argparse.ArgumentTypeError(
-            f"--planner-option wants NAME=VALUE with NAME one of {', '.join(fields)}"
-        )
-    default = getattr(PlannerOptions(), name)
-    if isinstance(default, bool):
-        if raw.lower() not in ("true", "false", "1", "0", "on", "off"):
-            raise argparse.ArgumentTypeError(f"{name} is a bool, got {raw!r}")
-        return name, raw.lower() in ("true", "1", "on")
     try:
-        return name, type(default)(raw)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{name} wants a {type(default).__name__}, got {raw!r}") from None
+        return PlannerOptions.setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--planner-option {exc}") from None
 
 
 def _parser() -> argparse.ArgumentParser:

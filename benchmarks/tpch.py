@@ -19,8 +19,10 @@ to itself included) and, as ``network``, the bytes they sent to other ranks (``b
 without joins in place by key range (both sides' scans split by ranges of the join key, no exchange);
 ``--before-after`` runs every query on a second connection without the rules that cut bytes (join filters,
 join sides narrowed to the columns read above them, key ranges in skew-aware joins, and joins in place by
-key range) as well and prints
-its time, ratio and bytes on an indented line, then the totals and geomeans of both.
+key range) as well and prints its time, ratio and bytes on an indented line, then the totals and geomeans
+of both. ``--planner-option NAME=VALUE`` sets a ``PlannerOptions`` field on both connections;
+``--before-option NAME=VALUE`` makes "before" differ by just these fields instead (an A/B of one rule in
+the same run, e.g. ``--before-after --before-option skew_handling=off``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import pyarrow as pa
 
 import squall
 import squall.tpch as tpch
+from squall.driver.planner import PlannerOptions
 from squall.errors import DataError, SquallError
 from squall.testing import compare_results
 
@@ -110,7 +113,31 @@ def build_parser() -> argparse.ArgumentParser:
         "same run) "
         "and compare bytes exchanged and time",
     )
+    parser.add_argument(
+        "--planner-option",
+        type=_planner_option,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a PlannerOptions field for Squall (repeatable), e.g. skew_min_bytes=0",
+    )
+    parser.add_argument(
+        "--before-option",
+        type=_planner_option,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --before-after: what 'before' changes instead of the byte-cutting rules (repeatable), "
+        "e.g. skew_handling=off for an A/B of one rule in the same run",
+    )
     return parser
+
+
+def _planner_option(text: str) -> tuple[str, Any]:
+    try:
+        return PlannerOptions.setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def exchanged_bytes(stats: dict[str, Any]) -> int:
@@ -193,12 +220,22 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     connect_kwargs: dict[str, Any] = {"data": str(data)}
     if args.workers is not None:
         connect_kwargs["workers"] = args.workers
-    from squall.driver.planner import PlannerOptions
-
     options = PlannerOptions(
         join_filters=not args.no_join_filters,
         whole_query_at_w1=not args.stage_plans_at_w1,
         join_in_place=not args.no_join_in_place,
+        **dict(args.planner_option),
+    )
+    before = dict(args.before_option) or {
+        "join_filters": False,
+        "narrow_join_sides": False,
+        "skew_locality_ranges": False,
+        "join_in_place": False,
+    }
+    before_label = (
+        "before (" + ", ".join(f"{k}={v}" for k, v in args.before_option) + ")"
+        if args.before_option
+        else "before (no join filters, no narrowing, no key ranges, no joins in place)"
     )
     if options != PlannerOptions():
         connect_kwargs["planner_options"] = options
@@ -208,13 +245,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             squall.connect(
                 **{
                     **connect_kwargs,
-                    "planner_options": dataclasses.replace(
-                        options,
-                        join_filters=False,
-                        narrow_join_sides=False,
-                        skew_locality_ranges=False,
-                        join_in_place=False,
-                    ),
+                    "planner_options": dataclasses.replace(options, **before),
                 }
             )
             if args.before_after
@@ -292,7 +323,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     base_time, base_stats = min(runs, key=lambda r: r[0])
                 except Exception as exc:
                     print(
-                        f"     before (no join filters, no narrowing, no key ranges, no joins in place) FAILED: {_one_line(exc)}",
+                        f"     {before_label} FAILED: {_one_line(exc)}",
                         file=out,
                         flush=True,
                     )
@@ -308,7 +339,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     total_network[1] += network_bytes(base_stats)
                     removed = sum(f.get("rows_removed", 0) for f in best_stats.get("join_filters", []))
                     print(
-                        f"     before (no join filters, no narrowing, no key ranges, no joins in place): squall {base_time:.3f}s  "
+                        f"     {before_label}: squall {base_time:.3f}s  "
                         f"ratio {base_ratio:.2f}  bytes {base_sent}  network {network_bytes(base_stats)}  "
                         f"(after: {sent / base_sent if base_sent else 1:.2f}x bytes, "
                         f"{removed} rows removed)  {'ok' if base_problem is None else 'DIFFERS'}",

@@ -132,6 +132,24 @@ class PlannerOptions:
     #: its columns; TPC-H Q13; see driver/eager_aggregate.py)
     eager_aggregation: bool = True
 
+    @staticmethod
+    def setting(text: str) -> tuple[str, bool | float | int]:
+        """``NAME=VALUE`` (e.g. ``skew_min_bytes=0``, ``join_filters=off``) as a (field, typed value) pair
+        for ``dataclasses.replace``; ValueError with a one-line reason for an unknown name or a bad value."""
+        name, sep, raw = text.partition("=")
+        defaults = {f.name: f.default for f in dataclasses.fields(PlannerOptions)}
+        if not sep or name not in defaults:
+            raise ValueError(f"wants NAME=VALUE with NAME one of {', '.join(defaults)}; got {text!r}")
+        default = defaults[name]
+        if isinstance(default, bool):
+            if raw.lower() not in ("true", "false", "1", "0", "on", "off"):
+                raise ValueError(f"{name} is true or false, got {raw!r}")
+            return name, raw.lower() in ("true", "1", "on")
+        try:
+            return name, type(default)(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} wants a {type(default).__name__}, got {raw!r}") from None
+
 
 @dataclass(frozen=True)
 class Dist:

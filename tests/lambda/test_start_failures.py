@@ -119,7 +119,8 @@ def test_lambda_local_missing_handler_module_fails_fast(s3, tmp_path_factory):
 def test_lambda_local_missing_powertools_fails_fast(s3, tmp_path_factory, shim):
     client = LocalLambda(concurrency=3, timeout_s=300, env={"PYTHONPATH": shim})
     _query_fails_fast(s3, tmp_path_factory, client,
-                      r"rank \d failed: cannot start: ModuleNotFoundError: No module named 'aws_lambda_powertools'")  # fmt: skip
+                      r"rank \d failed: cannot start: ModuleNotFoundError: No module named 'aws_lambda_powertools' "
+                      r"\(part of the squall\[aws\] extra\)")  # fmt: skip
 
 
 def test_real_handler_without_powertools_writes_a_start_error(s3, shim):
@@ -140,7 +141,7 @@ def test_real_handler_without_powertools_writes_a_start_error(s3, shim):
     out = subprocess.run([sys.executable, "-c", code], input=json.dumps(event), capture_output=True, text=True,
                          env=env, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    message = "cannot start: ModuleNotFoundError: No module named 'aws_lambda_powertools'"
+    message = "cannot start: ModuleNotFoundError: No module named 'aws_lambda_powertools' (part of the squall[aws] extra)"
     assert json.loads(out.stdout) == {"rank": 0, "attempt": 0, "status": "error", "message": message}
     key = keys.attempt_prefix(event["exchange"]["prefix"], 0, 0) + "error"
     client = s3.client()
@@ -244,4 +245,4 @@ def test_aws_platform_real_handler_without_powertools_fails_fast(s3, tmp_path_fa
     client = LocalLambda(concurrency=3, timeout_s=300, env={"PYTHONPATH": shim})
     _aws_query_fails_fast(s3, tmp_path_factory, client,
                           r"^rank \d failed: cannot start: ModuleNotFoundError: No module named "
-                          r"'aws_lambda_powertools'$")  # fmt: skip
+                          r"'aws_lambda_powertools' \(part of the squall\[aws\] extra\)$")  # fmt: skip

@@ -19,11 +19,17 @@ from typing import Any
 
 from squall.driver.platforms.lambda_ import state as keys
 
+#: top-level modules the worker imports from an optional extra of the package, and that extra
+EXTRA_OF_MODULE = {"aws_lambda_powertools": "aws", "pydantic": "aws", "cffi": "fabric"}
+
 
 def start_message(exc: BaseException) -> str:
-    """``cannot start: ModuleNotFoundError: No module named 'x'`` (one line)."""
+    """``cannot start: ModuleNotFoundError: No module named 'x'`` (one line), naming the package extra that
+    provides a missing module (``… (part of the squall[aws] extra)``)."""
     text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"cannot start: {type(exc).__name__}" + (f": {text}" if text else "")
+    missing = (getattr(exc, "name", None) or "").split(".")[0] if isinstance(exc, ImportError) else ""
+    hint = f" (part of the squall[{EXTRA_OF_MODULE[missing]}] extra)" if missing in EXTRA_OF_MODULE else ""
+    return f"cannot start: {type(exc).__name__}" + (f": {text}" if text else "") + hint
 
 
 def report_start_failure(event: Mapping[str, Any], exc: BaseException, s3: Any = None) -> dict[str, Any]:
