@@ -5,6 +5,10 @@
   :mod:`.scope` (SQL → the logical IR of :mod:`.logical`), :mod:`.prune`, :mod:`.fallback` (one-rank
   parts), :mod:`.planner` (the distributed planner: one module per rule), :mod:`.compile` (the whole
   pipeline), :mod:`.explain`, :mod:`.stats`;
+- data skipping beyond min/max: :mod:`.predicates` (normalized scan predicates), :mod:`.predicate_cache`,
+  :mod:`.parquet_indexes` (page indexes and Bloom filters read by DuckDB), :mod:`.metadata_mirror` (local
+  sparse copies of S3 objects' footers and indexes), :mod:`.skipping_stats`; the planner's
+  :mod:`.planner.skipping` applies them;
 - costs and forecasts: :mod:`.cost` (Lambda and S3 prices), :mod:`.scale` (the SimPy model),
   :mod:`.forecast` (estimates for explain and ``workers="auto"``);
 - :mod:`.platforms`: where the W workers run, each platform with its worker-side entry point.

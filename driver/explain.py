@@ -59,8 +59,8 @@ def _groups_per_rank(inp: ScanInput) -> list[set[tuple[str, int]]]:
 def skipping_line(sk: DataSkipping) -> str:
     """What the planner skipped of a filtered scan, and what workers will record for the predicate cache."""
     text = (
-        f"row groups: {sk.planned} planned, skipped {sk.minmax} by min/max, {sk.bloom} by bloom, "
-        f"{sk.cache} by predicate cache"
+        f"row groups: {sk.planned} planned, skipped {sk.minmax} by min/max, {sk.page_index} by page index, "
+        f"{sk.bloom} by bloom, {sk.cache} by predicate cache"
     )
     if sk.probe:
         text += f"; {len(sk.probe)} probed for the predicate cache"
@@ -80,7 +80,9 @@ def explain_plan(plan: Plan) -> str:
         for inp in stage.inputs:
             lines.append(f"  input {_input(inp)}")
             sk = inp.skipping if isinstance(inp, ScanInput) else None
-            if sk is not None and (sk.bloom or sk.cache):  # min/max alone: the count above; probe: stats
+            if sk is not None and (
+                sk.page_index or sk.bloom or sk.cache
+            ):  # min/max alone: the count above; probe: stats
                 lines.append(f"    {skipping_line(sk)}")
         for label, _pre, post_sql, name in stage.join_filters:
             lines.append(f"  join filter {name}: {label}")

@@ -1,4 +1,4 @@
-"""``Result.stats["data_skipping"]``: row groups skipped per scan (min/max, Bloom, predicate cache)."""
+"""``Result.stats["data_skipping"]``: row groups skipped per scan (min/max, page index, Bloom, predicate cache)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from squall.plan import Plan, ScanInput
 
-_COUNTS = ("planned", "minmax", "bloom", "cache")
+_COUNTS = ("planned", "minmax", "page_index", "bloom", "cache")
 
 
 def skipping_stats(plan: Plan, reports: Iterable[dict[str, Any]], learned: int = 0) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def skipping_stats(plan: Plan, reports: Iterable[dict[str, Any]], learned: int =
                     "table": inp.table,
                     "stage": stage.id,
                     **{k: getattr(sk, k) for k in _COUNTS},
-                    "read": sk.planned - sk.minmax - sk.bloom - sk.cache,
+                    "read": sk.planned - sk.minmax - sk.page_index - sk.bloom - sk.cache,
                     "probed": len(sk.probe),
                     "probe_empty": sum(len(o["empty"]) for o in outcomes),
                     "probe_matched": sum(len(o["matched"]) for o in outcomes),

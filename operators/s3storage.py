@@ -263,6 +263,14 @@ class S3Storage(Storage):
 
     # -- Storage
 
+    def size(self, path: str) -> int:
+        """The object's size (from its listing, else one HEAD)."""
+        return self._size(path)
+
+    def read_ranges(self, path: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """One ranged GET per range, in parallel."""
+        return list(self._pool.map(lambda r: self._get_range(path, *r), ranges))
+
     def stamp(self, path: str) -> str:
         """Size and ETag from the table's listing (a re-listed, rewritten object gets a new stamp)."""
         with self._lock:

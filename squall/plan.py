@@ -32,8 +32,10 @@ class Split:
 class DataSkipping:
     """The planner's row-group skipping for one scan (see ``squall.driver.planner.skipping``).
 
-    ``planned`` row groups are in the table; ``minmax``, ``bloom`` and ``cache`` of them were
-    skipped by footer min/max statistics, Parquet Bloom filters and the predicate cache.
+    ``planned`` row groups are in the table; ``minmax``, ``page_index``, ``bloom`` and ``cache`` of
+    them were skipped by footer min/max statistics, Parquet page indexes (every page of a filtered
+    column, or their intersection over the filtered columns, rules the predicate out), Parquet Bloom
+    filters and the predicate cache.
     ``predicate`` is the scan's normalized predicate (the predicate cache's key) and ``probe``
     lists (path, row group, first row, end row, file stamp) of the row groups read whose outcome
     for ``predicate`` the cache does not know yet: workers evaluate ``probe_sql`` and report
@@ -50,6 +52,7 @@ class DataSkipping:
     probe_sql: str = ""
     #: why the scan is not probed (e.g. many rows expected to pass per row group); "" when it is
     probe_note: str = ""
+    page_index: int = 0
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> DataSkipping:
@@ -62,6 +65,7 @@ class DataSkipping:
             tuple((str(p[0]), int(p[1]), int(p[2]), int(p[3]), str(p[4])) for p in d["probe"]),
             d.get("probe_sql", ""),
             d.get("probe_note", ""),
+            int(d.get("page_index", 0)),
         )
 
 

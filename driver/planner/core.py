@@ -65,6 +65,9 @@ class PlannerOptions:
     probe_rows_per_group: float = 1000.0
     #: skip row groups whose Parquet Bloom filters rule out every value of an = / IN conjunct
     bloom_filters: bool = True
+    #: skip row groups whose Parquet page indexes show no page (of every filtered column at once) whose
+    #: [min, max] meets the scan's range / = / IN conjuncts (see driver/planner/skipping.py)
+    page_index: bool = True
     #: skew-aware hash joins (Neo-Join, :mod:`~squall.driver.planner.skew`): histogram round, partition
     #: assignment with locality, selective broadcast of heavy hitters; off = plain ``hash % W``
     skew_handling: bool = True

@@ -1,40 +1,63 @@
-"""Row-group skipping beyond min/max: Parquet Bloom filters and the predicate cache.
+"""Row-group skipping beyond min/max: Parquet page indexes, Bloom filters and the predicate cache.
 
 Called by the scan rule (:mod:`~squall.driver.planner.scans`) with the row groups
-left after min/max pruning. Equality and ``IN`` conjuncts on columns whose footers
-hold Bloom filters skip the row groups whose filters rule out every value (local
-files; DuckDB's ``parquet_bloom_probe`` reads them — PyArrow writes but does not
-read Parquet Bloom filters). Then the predicate cache
-(:mod:`squall.driver.predicate_cache`) skips row groups where a predicate the
-scan's predicate implies matched no row, and lists the row groups whose outcome it
-does not know: the workers record them (the *probe*). All counts travel in the
-scan's :class:`~squall.plan.DataSkipping` (explain, stats).
+left after min/max pruning, in this order:
+
+- **page index**: for the range / ``=`` / ``IN`` conjuncts of the scan's normalized
+  predicate (:mod:`squall.driver.predicates`), a row group is skipped when no row is
+  on a page of *every* filtered column whose [min, max] may match (the intersection of
+  the columns' matching pages' row ranges is empty), though its row-group min/max did
+  not rule it out (``x = 5`` with pages [1, 4] and [6, 10]);
+- **Bloom filters**: ``=``/``IN`` conjuncts on columns whose footers hold Bloom filters
+  skip the row groups whose filters rule out every value;
+- **predicate cache** (:mod:`squall.driver.predicate_cache`): row groups where a
+  predicate the scan's predicate implies matched no row are skipped, and the row groups
+  whose outcome it does not know are listed for the workers to record (the *probe*).
+
+Page indexes and Bloom filters are read by DuckDB (:mod:`squall.driver.parquet_indexes`)
+from local files, and for object-store tables from a metadata mirror
+(:mod:`squall.driver.metadata_mirror`: footer and index bytes fetched with ranged GETs),
+each once per file stamp (a file's whole page index: DuckDB parses all of it; the Bloom
+filters of the filtered columns), only when the footer says the file has them and min/max
+left row groups to check; page-index verdicts are kept per (file, stamp, predicate). All counts travel in the scan's
+:class:`~squall.plan.DataSkipping` (explain, stats).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 from sqlglot import exp
 
 from squall.driver import logical as L
+from squall.driver import metadata_mirror
+from squall.driver import parquet_indexes as pi
 from squall.driver.catalog import RowGroup, TableInfo
 from squall.driver.estimate import conjunction_selectivity
 from squall.driver.planner.core import Context
 from squall.driver.predicate_cache import PredicateCache
-from squall.driver.predicates import equality_values, predicate_key
+from squall.driver.predicates import equality_values, parse_key, predicate_key
 from squall.errors import DataError
-from squall.operators.storage import scheme_of
+from squall.operators.storage import Storage, scheme_of
 from squall.plan import DataSkipping
 
 #: most values of an IN list probed against Bloom filters (each value is one probe per file)
 BLOOM_MAX_VALUES = 64
+
+#: page-index verdicts kept: (file, stamp, predicate key, row groups checked) -> the row groups skipped
+VERDICTS_KEPT = 4096
+_VERDICTS: OrderedDict[tuple[str, str, str, tuple[int, ...]], frozenset[int]] = OrderedDict()
+_VERDICTS_LOCK = threading.Lock()
+
+#: (path, stamp, Bloom-filter columns wanted, page index wanted) -> where DuckDB reads that file's indexes
+IndexSource = Callable[[str, str, frozenset[str], bool], pi.IndexFile | None]
 
 
 def skip(
@@ -49,9 +72,12 @@ def skip(
     probe_sql: str,
     probe: bool = True,
     probe_note: str = "",
+    page_index: bool = False,
+    index_source: IndexSource | None = None,
 ) -> tuple[list[RowGroup], DataSkipping]:
-    """The row groups to read after Bloom filters and the predicate cache, and what was skipped; with
-    ``probe`` the row groups the cache knows nothing about are listed for the workers to record."""
+    """The row groups to read after page indexes, Bloom filters and the predicate cache, and what was
+    skipped; with ``probe`` the row groups the cache knows nothing about are listed for the workers to
+    record. ``index_source`` locates a file's indexes (default: local files read in place)."""
     planned, minmax = len(info.row_groups), len(info.row_groups) - len(kept)
     if not filters:
         return kept, DataSkipping(planned, minmax)
@@ -63,10 +89,13 @@ def skip(
             stamps[path] = stamp_of(path)
         return stamps[path]
 
-    excluded = _bloom_excluded(kept, key, info.schema, stamp) if bloom else set()
-    after_bloom = [rg for rg in kept if (rg.path, rg.index) not in excluded]
+    source = index_source or local_indexes(info.footers)
+    after_pages = _page_index_kept(kept, key, info.schema, stamp, source) if page_index and kept else kept
+    excluded = _bloom_excluded(after_pages, key, info.schema, stamp, source) if bloom else set()
+    after_bloom = [rg for rg in after_pages if (rg.path, rg.index) not in excluded]
+    n_bloom, n_pages = len(after_pages) - len(after_bloom), len(kept) - len(after_pages)
     if cache is None:
-        return after_bloom, DataSkipping(planned, minmax, len(kept) - len(after_bloom), 0, key)
+        return after_bloom, DataSkipping(planned, minmax, n_bloom, predicate=key, page_index=n_pages)
     out: list[RowGroup] = []
     probed: list[tuple[str, int, int, int, str]] = []
     for rg in after_bloom:
@@ -80,17 +109,127 @@ def skip(
     return out, DataSkipping(
         planned,
         minmax,
-        len(kept) - len(after_bloom),
+        n_bloom,
         len(after_bloom) - len(out),
         key,
         tuple(probed),
         probe_sql if probed else "",
         probe_note,
+        page_index=n_pages,
     )
 
 
+# --- where a file's indexes are read -------------------------------------------------------------------
+
+
+def local_indexes(footers: Mapping[str, pq.FileMetaData]) -> IndexSource:
+    """Local files read in place; what they hold from their footers (from DuckDB when not loaded)."""
+
+    def source(path: str, stamp: str, bloom_columns: frozenset[str], page_index: bool) -> pi.IndexFile | None:
+        if scheme_of(path) != "file" or not stamp:
+            return None
+        footer = footers.get(path)
+        if footer is None:
+            with_bloom = pi.bloom_columns(path, stamp) if bloom_columns else frozenset()
+            return pi.IndexFile(path, with_bloom & bloom_columns, page_index)
+        return pi.IndexFile(
+            path,
+            pi.bloom_columns_of(footer) & bloom_columns,
+            page_index and pi.has_page_index(footer, _page_columns(footer)),
+        )
+
+    return source
+
+
+def mirrored_indexes(footers: Mapping[str, pq.FileMetaData], storage: Storage) -> IndexSource:
+    """Object-store files through metadata mirrors, made only when the footer shows the indexes asked for."""
+
+    def source(path: str, stamp: str, bloom_columns: frozenset[str], page_index: bool) -> pi.IndexFile | None:
+        footer = footers.get(path)
+        if footer is None or not stamp:
+            return None
+        blooms = pi.bloom_columns_of(footer) & bloom_columns
+        pages = page_index and pi.has_page_index(footer, _page_columns(footer))
+        if not blooms and not pages:
+            return None
+        return metadata_mirror.store().mirror(
+            storage, path, stamp, bloom_columns=blooms, page_index=pages, footer=footer
+        )
+
+    return source
+
+
+def _page_columns(footer: pq.FileMetaData) -> list[str]:
+    group = footer.row_group(0) if footer.num_row_groups else None
+    return [group.column(i).path_in_schema for i in range(group.num_columns)] if group else []
+
+
+# --- page indexes --------------------------------------------------------------------------------------
+
+
+def _page_index_kept(
+    groups: list[RowGroup], key: str, schema: pa.Schema, stamp: Callable[[str], str], source: IndexSource
+) -> list[RowGroup]:
+    """The row groups where some row lies on a matching page of every filtered column (page indexes)."""
+    pred = parse_key(key)
+    types = {}
+    for col in sorted({c for c, _r in pred.ranges} | {c for c, _s in pred.ins}):
+        typ = pi.bound_type(schema.field(col).type) if col in schema.names else None
+        if typ is not None:
+            types[col] = typ
+    if not types:
+        return groups
+    bounds = {c: pred.column_range(c) for c in types}
+    values = {c: pi.sorted_values(pred.column_values(c)) for c in types}
+    by_path: dict[str, list[RowGroup]] = {}
+    for rg in groups:
+        by_path.setdefault(rg.path, []).append(rg)
+    dropped: set[tuple[str, int]] = set()
+    for path, of_path in by_path.items():
+        st = stamp(path)
+        if not st:
+            continue
+        verdict_key = (path, st, key, tuple(rg.index for rg in of_path))
+        with _VERDICTS_LOCK:
+            verdict = _VERDICTS.get(verdict_key)
+            if verdict is not None:
+                _VERDICTS.move_to_end(verdict_key)
+        if verdict is None:
+            where = source(path, st, frozenset(), True)
+            pages = (
+                pi.PAGE_INDEXES.pages(where.path, st, types) if where is not None and where.page_index else {}
+            )
+            verdict = frozenset(
+                rg.index for rg in of_path if pages and _no_matching_page(pages, rg, bounds, values)
+            )
+            with _VERDICTS_LOCK:
+                _VERDICTS[verdict_key] = verdict
+                while len(_VERDICTS) > VERDICTS_KEPT:
+                    _VERDICTS.popitem(last=False)
+        dropped |= {(path, i) for i in verdict}
+    return [rg for rg in groups if (rg.path, rg.index) not in dropped]
+
+
+def _no_matching_page(
+    pages: Mapping[str, pi.ColumnPages],
+    rg: RowGroup,
+    bounds: Mapping[str, Any],
+    values: Mapping[str, list[Any] | None],
+) -> bool:
+    """Whether the page index shows row group ``rg`` holds no row matching on every column."""
+    of_group = {}
+    for col, groups in pages.items():
+        col_pages = groups.get(rg.index, ())
+        if col_pages and sum(p.num_rows for p in col_pages) == rg.num_rows:  # a consistent index only
+            of_group[col] = col_pages
+    return bool(of_group) and pi.no_matching_row(of_group, bounds, values)
+
+
+# --- Bloom filters -------------------------------------------------------------------------------------
+
+
 def _bloom_excluded(
-    groups: list[RowGroup], key: str, schema: pa.Schema, stamp: Callable[[str], str]
+    groups: list[RowGroup], key: str, schema: pa.Schema, stamp: Callable[[str], str], source: IndexSource
 ) -> set[tuple[str, int]]:
     """(path, row group) whose Bloom filters rule out every allowed value of some column."""
     wanted = {
@@ -102,19 +241,18 @@ def _bloom_excluded(
     }
     if not wanted:
         return set()
-    paths = sorted({rg.path for rg in groups if scheme_of(rg.path) == "file"})
     out: set[tuple[str, int]] = set()
-    for path in paths:
+    for path in sorted({rg.path for rg in groups}):
         st = stamp(path)
-        if not st:
+        where = source(path, st, frozenset(wanted), False) if st else None
+        if where is None:
             continue
-        with_bloom = _bloom_columns(path, st)
         for col, values in wanted.items():
-            if col not in with_bloom:
+            if col not in where.bloom_columns:
                 continue
             excluded_by_all: frozenset[int] | None = None
             for v in values:
-                ex = _probe(path, st, col, v)
+                ex = pi.bloom_excludes(where.path, st, col, v)
                 excluded_by_all = ex if excluded_by_all is None else excluded_by_all & ex
             out |= {(path, rg) for rg in excluded_by_all or ()}
     return out
@@ -131,43 +269,6 @@ def _probe_safe(typ: pa.DataType, values: list[Any]) -> bool:
     return False
 
 
-def _connect(path: str) -> duckdb.DuckDBPyConnection:
-    """A DuckDB session that may read exactly one local file (the footer and Bloom filters)."""
-    con = duckdb.connect(":memory:", config={"threads": 1})
-    con.execute("SET allowed_paths = [?]", [path])
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-    return con
-
-
-@functools.lru_cache(maxsize=4096)
-def _bloom_columns(path: str, stamp: str) -> frozenset[str]:
-    """Columns of a file (at ``stamp``) whose footer points at Bloom filters."""
-    try:
-        with _connect(path) as con:
-            rows = con.execute(
-                "SELECT DISTINCT path_in_schema FROM parquet_metadata(?) WHERE bloom_filter_offset IS NOT NULL",
-                [path],
-            ).fetchall()
-    except duckdb.Error:
-        return frozenset()
-    return frozenset(r[0] for r in rows)
-
-
-@functools.lru_cache(maxsize=16384)
-def _probe(path: str, stamp: str, column: str, value: Any) -> frozenset[int]:
-    """Row groups of a file whose Bloom filter on ``column`` says ``value`` is absent."""
-    try:
-        with _connect(path) as con:
-            rows = con.execute(
-                "SELECT row_group_id FROM parquet_bloom_probe(?, ?, ?) WHERE bloom_filter_excludes",
-                [path, column, value],
-            ).fetchall()
-    except duckdb.Error:
-        return frozenset()
-    return frozenset(int(r[0]) for r in rows)
-
-
 def without_probe(sk: DataSkipping | None, note: str) -> DataSkipping | None:
     """``sk`` with no probe (its rows cannot be attributed to row groups), and why."""
     if sk is None or not sk.probe:
@@ -178,7 +279,7 @@ def without_probe(sk: DataSkipping | None, note: str) -> DataSkipping | None:
 def for_scan(
     ctx: Context, info: TableInfo, node: L.Scan, source_of: Mapping[str, str], kept: list[RowGroup]
 ) -> tuple[list[RowGroup], DataSkipping | None]:
-    """The scan rule's hook: Bloom filters and predicate cache as the planner options say."""
+    """The scan rule's hook: page indexes, Bloom filters and predicate cache as the planner options say."""
     if info.scan != "parquet":
         return kept, None
     options = ctx.options
@@ -192,6 +293,12 @@ def for_scan(
         except DataError:  # no storage (a catalog snapshot): nothing known about the files
             return ""
 
+    index_source: IndexSource | None = None
+    if scheme_of(info.location) != "file":
+        try:
+            index_source = mirrored_indexes(info.footers, ctx.catalog.storage(info.location))
+        except DataError:
+            index_source = None
     expected = _expected_rows_per_group(info, source_of, node.filters)
     probe = expected <= options.probe_rows_per_group
     note = "" if probe else f"not probed: ~{expected:.0f} rows per row group expected to pass"
@@ -206,6 +313,8 @@ def for_scan(
         probe_sql=" AND ".join(f"({L.sql_of(f)})" for f in node.filters),
         probe=probe,
         probe_note=note,
+        page_index=options.page_index,
+        index_source=index_source,
     )
 
 
