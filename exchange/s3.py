@@ -13,8 +13,15 @@ Keys
 All objects of a query live under ``<prefix>/<query_id>/`` (``config["prefix"]``)::
 
     <prefix>/<query_id>/<hhhh>-x<exchange>-l<level>-g<group>/s<sender>_<lengths>   one object per (exchange, level, sender)
+    <prefix>/<query_id>/<hhhh>-x<exchange>-sizes/s<sender>_<rows>.<bytes>       a size a sender published (``sizes``), empty
     <prefix>/<query_id>/ABORT                                                   the query was aborted; holds the reason
     <prefix>/<query_id>/claims/<item>                                           a claimed work item (below)
+
+Sizes (run-time join decisions, ``sizes``): each sender PUTs one empty object whose key holds its rows
+and bytes in base 36, with ``If-None-Match: *``, *before* any data of the exchange; readers LIST that
+prefix (polling as for data) until every sender is there, taking per sender the smallest key (a retried
+sender publishes the same numbers: they count rows and data bytes, not encodings). One PUT per sender
+and one LIST per reader and round, counted in the exchange's ``put`` and ``list``.
 
 Claims (work stealing): ``claim`` PUTs ``claims/<item>`` with ``If-None-Match: *``; a 412 means
 another rank (or an earlier attempt of this one) has it, and one HEAD tells which. The object's
@@ -333,6 +340,16 @@ def parse_key(key: str, group: str) -> tuple[int, list[int] | None] | None:
         return None
     body = m.group(2)
     return int(m.group(1)), None if body == "i" else [int(x, 36) for x in body.split(".")]
+
+
+def sizes_prefix(prefix: str, query_id: str, exchange_id: int) -> str:
+    """The LIST prefix of the sizes the senders of one exchange published (module doc, "Keys")."""
+    name = f"x{exchange_id}-sizes"
+    spread = hashlib.blake2b(f"{query_id}/{name}".encode(), digest_size=2).hexdigest()
+    return f"{prefix}/{spread}-{name}/"
+
+
+_SIZE_KEY = re.compile(r"s(\d+)_([0-9a-z]+)\.([0-9a-z]+)")
 
 
 def split_range(lo: int, hi: int, part_size: int) -> list[tuple[int, int]]:
@@ -750,6 +767,34 @@ class S3Exchange(Exchange):
             if not resp.get("IsTruncated"):
                 return out
             token = {"ContinuationToken": resp["NextContinuationToken"]}
+
+    # -- sizes (module doc, "Sizes")
+
+    supports_sizes = True
+
+    def sizes(self, spec: ExchangeSpec, rows: int, nbytes: int) -> dict[int, tuple[int, int]]:
+        """One conditional PUT of an empty object named by the numbers, then LISTs until every sender's."""
+        xid = spec.exchange_id
+        self._ledger.entry(spec, self.levels(spec))
+        base = sizes_prefix(self.prefix, spec.query_id, xid)
+        if self.rank in spec.senders:
+            self._put_if_absent(xid, f"{base}s{self.rank}_{_b36(rows)}.{_b36(nbytes)}", b"")
+        found: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + self.timeout_s
+        delay = float(self.opts["poll_min_s"])
+        while True:
+            for key in self._list(xid, base):  # key order: the smallest key of a sender wins
+                m = _SIZE_KEY.fullmatch(key.removeprefix(base))
+                if m is not None and int(m.group(1)) in spec.senders and int(m.group(1)) not in found:
+                    found[int(m.group(1))] = (int(m.group(2), 36), int(m.group(3), 36))
+            missing = sorted(set(spec.senders) - found.keys())
+            if not missing:
+                return {s: found[s] for s in sorted(found)}
+            self._check_abort(xid)
+            if time.monotonic() > deadline:
+                raise _timeout(xid, missing, self.timeout_s)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())) * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, float(self.opts["poll_max_s"]))
 
     # -- receiving
 
