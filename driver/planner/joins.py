@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
-from squall.driver.planner import colocate, scans, skew
+from squall.driver.planner import colocate, runtime, scans, skew
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.translate import estimate_rows
 
@@ -40,6 +40,12 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         right, _ = ctx.build(node.right)
         return dataclasses.replace(node, left=left, right=right), RANDOM
     choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
+    # an uncertain estimate near the threshold: broadcast or hash decided at run time (planner/runtime.py)
+    decide = runtime.candidate(ctx, node, lambda n: _est_bytes(ctx, n)) if choice != "gather" else None
+    if decide is not None and choice in (None, decide[0]):
+        choice = None
+    else:
+        decide = None
     if choice in ("left", "right"):
         small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
         big_node, big_dist = ctx.build(big)
@@ -95,6 +101,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
         equi_only = node.residual is None and not node.null_aware
         group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
+        if not group and decide is not None:
+            group = runtime.mark(ctx, node, *decide, left, right)
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)
