@@ -172,3 +172,35 @@ def test_on_fabric_tcp(tables):
         big_is_small = con.sql(EST_BIG_IS_SMALL)
     _check_small_is_big(small_is_big, tables)
     _check_big_is_small(big_is_small, tables, EST_BIG_IS_SMALL, 3)
+
+
+# --- the build side ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["small_first", "big_first"])
+def test_duckdb_builds_on_the_smaller_input_from_exact_sizes(order):
+    """Which side of a join a stage builds is DuckDB's choice, and over the Arrow tables a worker registers
+    (exchange inputs: rows already computed) it is made from their exact row counts: the scans' estimated
+    cardinality is the table's ``num_rows`` and the hash join's build side (its second child) is the
+    smaller input, whichever way the SQL names them."""
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+
+    con = duckdb.connect()
+    con.register("big", pa.table({"k": np.arange(200_000) % 5000, "v": np.arange(200_000)}))
+    con.register("small", pa.table({"k": np.arange(3000), "w": np.arange(3000)}))
+    sql = "SELECT count(*) FROM small JOIN big USING (k)"
+    if order == "big_first":
+        sql = "SELECT count(*) FROM big JOIN small USING (k)"
+    plan = json.loads(con.sql(f"EXPLAIN (FORMAT JSON) {sql}").fetchall()[0][1])
+
+    def find(node, name):
+        if node["name"] == name:
+            return node
+        return next((f for c in node["children"] if (f := find(c, name))), None)
+
+    join = find(plan[0], "HASH_JOIN")
+    probe, build = (int(c["extra_info"]["Estimated Cardinality"]) for c in join["children"])
+    assert (probe, build) == (200_000, 3000)

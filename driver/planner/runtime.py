@@ -91,19 +91,8 @@ def candidate(ctx: Context, node: L.Join, est_bytes: float) -> tuple[str, float,
             continue
         s_est, b_est = est_bytes(small), est_bytes(big)
         limit = min(opts.broadcast_limit, b_est * opts.broadcast_factor / ctx.world)
-        import os
-
-        if os.environ.get("RT_DEBUG"):
-            print(
-                "RT",
-                node.kind,
-                [L.sql_of(k) for k in node.left_keys],
-                s_side,
-                round(s_est),
-                round(b_est),
-                round(limit),
-                why,
-            )
+        if b_est < opts.runtime_join_min_bytes:  # too little stays in place to be worth a decision
+            continue
         spread = opts.runtime_join_spread
         if limit <= 0 or not (limit / spread <= s_est <= limit * spread):
             continue
