@@ -49,7 +49,7 @@ def test_sizes_are_shared_before_data(backend):
     finally:
         factory.cleanup(config)
     expected = {s: (10 * s + 1, 1000 * s + 3) for s in range(world - 1)}
-    for rank, (got, again, senders, to) in results.items():
+    for rank, (got, _again, senders, to) in results.items():
         assert got == expected  # every rank, also the one that sends nothing (rank 3)
         assert to == [rank] * (len(to)) and senders == sorted(senders)  # data moves as usual afterwards
         assert len(senders) == (world - 1) * (rank + 1)
