@@ -139,6 +139,12 @@ class RuntimeJoins:
             return [stage]
         return self._ready.pop(stage.id, [])
 
+    def stays_here(self, stage: Stage) -> bool:
+        """True when ``stage``'s rows are already decided to stay on this rank (its join's side S ran first and
+        goes to every rank): the worker need not compute their partition."""
+        d = self.decisions.get(stage.output.runtime_join) if self.handles(stage) else None
+        return d is not None and d.broadcast and stage.output.runtime_role == "stays"
+
     def kept(self, stage_id: int) -> pa.Table | None:
         """The rows of stage ``stage_id`` that stay on this rank with no exchange (broadcast decided), once."""
         return self._kept.pop(stage_id, None)

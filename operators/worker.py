@@ -334,7 +334,7 @@ class Worker:
                 db.register(name, kept)
                 filtered.append(name)
                 sr.join_filters[label] = [_count(db, pre_sql), kept.num_rows]
-            if output.kind == "hash":
+            if output.kind == "hash" and not self._runtime.stays_here(stage):
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
                 key += f", ({output.null_sql}) AS {NULL_COLUMN}" if output.null_sql else ""
                 part = (

@@ -27,6 +27,7 @@ too (a join filter's build, a reused subplan) keeps the planned hash (:func:`fin
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -74,7 +75,9 @@ def _priced(pred: exp.Expression) -> bool:
     return c is not None and c[1] in _PRICED
 
 
-def candidate(ctx: Context, node: L.Join, est_bytes: float) -> tuple[str, float, str] | None:
+def candidate(
+    ctx: Context, node: L.Join, est_bytes: Callable[[L.Node], float]
+) -> tuple[str, float, str] | None:
     """(side S, limit in bytes, why the estimate is uncertain) when ``node``'s broadcast-vs-hash choice is left
     to run time (module doc); else None. ``est_bytes`` gives a subtree's estimated bytes."""
     opts = ctx.options

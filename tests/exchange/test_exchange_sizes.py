@@ -29,7 +29,9 @@ def _sizes_then_data(exchange, rank, world, query_id):
         exchange.send(spec, parts)
     received = exchange.receive(spec)
     again = None
-    if rank == 1:  # a duplicate of rank 1 with other numbers (last: a fabric endpoint takes the rank's address)
+    if (
+        rank == 1
+    ):  # a duplicate of rank 1 with other numbers (last: a fabric endpoint takes the rank's address)
         duplicate = open_exchange(exchange.config, rank, world)
         try:
             again = duplicate.sizes(spec, 999, 999)
