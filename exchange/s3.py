@@ -13,15 +13,16 @@ Keys
 All objects of a query live under ``<prefix>/<query_id>/`` (``config["prefix"]``)::
 
     <prefix>/<query_id>/<hhhh>-x<exchange>-l<level>-g<group>/s<sender>_<lengths>   one object per (exchange, level, sender)
-    <prefix>/<query_id>/<hhhh>-x<exchange>-sizes/s<sender>_<rows>.<bytes>       a size a sender published (``sizes``), empty
+    <prefix>/<query_id>/<hhhh>-x<exchange>-sizes/s<sender>[_<rows>.<bytes>]     a sender's size (``sizes``): its claim, then its name
     <prefix>/<query_id>/ABORT                                                   the query was aborted; holds the reason
     <prefix>/<query_id>/claims/<item>                                           a claimed work item (below)
 
-Sizes (run-time join decisions, ``sizes``): each sender PUTs one empty object whose key holds its rows
-and bytes in base 36, with ``If-None-Match: *``, *before* any data of the exchange; readers LIST that
-prefix (polling as for data) until every sender is there, taking per sender the smallest key (a retried
-sender publishes the same numbers: they count rows and data bytes, not encodings). One PUT per sender
-and one LIST per reader and round, counted in the exchange's ``put`` and ``list``.
+Sizes (run-time join decisions, ``sizes``): *before* any data of the exchange, each sender PUTs
+``s<sender>`` holding its rows and bytes with ``If-None-Match: *`` (the first copy of a retried or
+duplicated sender wins; a later copy GETs the winner's numbers), then an empty object whose key holds those
+numbers in base 36; readers LIST that prefix (polling as for data) until every sender's named key is there.
+So every copy names the same numbers and every reader reads them from LISTs alone. Two PUTs per sender and
+one LIST per reader and round, counted in the exchange's ``put`` and ``list``.
 
 Claims (work stealing): ``claim`` PUTs ``claims/<item>`` with ``If-None-Match: *``; a 412 means
 another rank (or an earlier attempt of this one) has it, and one HEAD tells which. The object's
@@ -188,6 +189,8 @@ from squall.exchange.base import (
     check_number,
     claim_result,
     concat,
+    format_sizes,
+    parse_sizes,
 )
 
 log = logging.getLogger(__name__)
@@ -778,7 +781,12 @@ class S3Exchange(Exchange):
         self._ledger.entry(spec, self.levels(spec))
         base = sizes_prefix(self.prefix, spec.query_id, xid)
         if self.rank in spec.senders:
-            self._put_if_absent(xid, f"{base}s{self.rank}_{_b36(rows)}.{_b36(nbytes)}", b"")
+            # the first copy of this sender to claim s<rank> fixes the numbers; every copy names them the same
+            claimed = f"{base}s{self.rank}"
+            if not self._put_if_absent(xid, claimed, format_sizes(rows, nbytes).encode()):
+                body = self._request(xid, "get", claimed, self.client.get_object)["Body"].read()
+                rows, nbytes = parse_sizes(body.decode())
+            self._put_if_absent(xid, f"{claimed}_{_b36(rows)}.{_b36(nbytes)}", b"")
         found: dict[int, tuple[int, int]] = {}
         deadline = time.monotonic() + self.timeout_s
         delay = float(self.opts["poll_min_s"])

@@ -101,8 +101,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
         equi_only = node.residual is None and not node.null_aware
         group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
-        if not group and decide is not None:
-            group = runtime.mark(ctx, node, *decide, left, right)
+    if not group and decide is not None:  # both sides' plain hash exchanges feed the join directly
+        group = runtime.mark(ctx, node, *decide, left, right)
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)

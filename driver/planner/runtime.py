@@ -20,8 +20,8 @@ time:
 The join's output :class:`~squall.driver.planner.core.Dist` is the hash on its keys with ``group`` = S's
 stage id: a later step that relies on that partitioning (a co-located join, an aggregate in place) calls
 :meth:`~squall.driver.planner.core.Context.rely_on`, which turns the decision off (plain hash: after a
-broadcast the output lies where B's rows were). A decided side whose exchange is read by another stage
-too (a join filter's build, a reused subplan) keeps the planned hash (:func:`finish`).
+broadcast the output lies where B's rows were). A side whose exchange another stage reads too (a reused
+subplan) keeps the planned hash (:func:`finish`); a join filter built from it is fine.
 """
 
 from __future__ import annotations
@@ -126,12 +126,14 @@ def mark(ctx: Context, node: L.Join, side: str, limit: float, why: str, left: L.
 
 
 def finish(ctx: Context) -> None:
-    """Unmark run-time joins whose exchanges another stage reads too, or whose join stage is not the one reader
-    of both (they keep the planned hash)."""
+    """Unmark run-time joins whose exchanges a stage other than the join's and its join filters reads (a reused
+    subplan: they keep the planned hash). A join filter stage may read them: its key set or Bloom filter is the
+    same over all of S on every rank as over S's partitions (duplicate keys, OR-ed bits), only W times as many."""
+    filters = {bf.stage for built in ctx.filter_stages.values() for bf in built}
     readers: dict[int, set[int]] = {}
     for stage in ctx.stages:
         for inp in stage.inputs:
-            if isinstance(inp, ExchangeInput):
+            if isinstance(inp, ExchangeInput) and stage.id not in filters:
                 readers.setdefault(inp.stage, set()).add(stage.id)
     members: dict[int, list[int]] = {}
     for stage in ctx.stages:
