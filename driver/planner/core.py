@@ -425,13 +425,13 @@ class Context:
                 self.stages[i] = dataclasses.replace(s, output=plain, note=note)
 
     def drop_runtime_join(self, join: int, why: str) -> None:
-        """Turn the run-time join decision ``join`` (planner/runtime.py) back into the planned hash; ``why``
-        goes into its stages' notes and its plan note is dropped."""
+        """Turn the run-time join decision ``join`` (planner/runtime.py) back into the planned hash (``why``: the
+        reason, for readers of the code; the plan is then exactly the one planned without the decision, its note
+        dropped)."""
         for i, s in enumerate(self.stages):
             if s.output.runtime_join == join:
                 out = dataclasses.replace(s.output, runtime_join=0, runtime_role="", runtime_limit=0.0)
-                note = s.note + f"; hash, not decided at run time: {why}"
-                self.stages[i] = dataclasses.replace(s, output=out, note=note)
+                self.stages[i] = dataclasses.replace(s, output=out)
         self.notes[:] = [n for n in self.notes if f"actual size of stage {join}'s output" not in n]
 
     def result_stage(self, node: L.Node, bound: BoundQuery, ranks: tuple[int, ...] = (0,)) -> Stage:
