@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-join-in-place", action="store_true", help="plan without joins in place by key range"
     )
     parser.add_argument(
+        "--no-runtime-joins",
+        action="store_true",
+        help="plan broadcast vs hash from estimates alone (no run-time join decisions)",
+    )
+    parser.add_argument(
         "--stage-plans-at-w1",
         action="store_true",
         help="at W=1 plan Squall's own stages instead of DuckDB planning the whole query (whole_query_at_w1)",
@@ -106,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--before-after",
         action="store_true",
-        help="also run each query without the byte-cutting rules (join filters, narrowed join sides, key ranges; "
+        help="also run each query without the byte-cutting rules (join filters, narrowed join sides, key ranges, "
+        "run-time join decisions; "
         "same run) "
         "and compare bytes exchanged and time",
     )
@@ -199,6 +205,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         join_filters=not args.no_join_filters,
         whole_query_at_w1=not args.stage_plans_at_w1,
         join_in_place=not args.no_join_in_place,
+        runtime_join=not args.no_runtime_joins,
     )
     if options != PlannerOptions():
         connect_kwargs["planner_options"] = options
@@ -214,6 +221,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                         narrow_join_sides=False,
                         skew_locality_ranges=False,
                         join_in_place=False,
+                        runtime_join=False,
                     ),
                 }
             )

@@ -42,10 +42,24 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
     # an uncertain estimate near the threshold: broadcast or hash decided at run time (planner/runtime.py)
     decide = runtime.candidate(ctx, node, lambda n: _est_bytes(ctx, n)) if choice != "gather" else None
-    if decide is not None and choice in (None, decide[0]):
-        choice = None
-    else:
+    if decide is not None and choice not in (None, decide[0]):
         decide = None
+    built = None
+    if decide is not None and choice is not None:
+        # the planner would broadcast that side: both sides are built first (in the order the broadcast plan
+        # builds them), and only when both come out spread over the ranks, to be hashed by fresh exchanges, is
+        # the choice left to run time; otherwise the broadcast as planned
+        keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
+        big_side = "left" if choice == "right" else "right"
+        sides = {big_side: ctx.build(getattr(node, big_side))}
+        sides[choice] = ctx.build(getattr(node, choice))
+        (left, dl), (right, dr) = sides["left"], sides["right"]
+        if dl.kind == dr.kind == "random":
+            built, choice = (keeps, left, dl, right, dr), None
+        else:
+            small_node = scans.broadcast_built(ctx, *sides[choice])
+            pair = (left, small_node) if choice == "right" else (small_node, right)
+            return dataclasses.replace(node, left=pair[0], right=pair[1]), sides[big_side][1]
     if choice in ("left", "right"):
         small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
         big_node, big_dist = ctx.build(big)
@@ -60,10 +74,13 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
             small_node = scans.broadcast(ctx, small)
         pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
         return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
-    # read before the sides are built: building a scan takes its planned join filters
-    keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
-    left, dl = ctx.build(node.left)
-    right, dr = ctx.build(node.right)
+    if built is not None:
+        keeps, left, dl, right, dr = built
+    else:
+        # read before the sides are built: building a scan takes its planned join filters
+        keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
+        left, dl = ctx.build(node.left)
+        right, dr = ctx.build(node.right)
     if choice is None and dl.kind == dr.kind == "random" and colocate.in_place(ctx, node, left, right):
         return dataclasses.replace(node, left=left, right=right), RANDOM
     if (
