@@ -36,17 +36,20 @@ LEFT_BIG_IS_SMALL = (
 )
 
 
-def write_runtime_join_data(folder: Path) -> Path:
-    """dim(id, tag, name), big_fact(d_id, v), small_fact(d_id, v) as Parquet under ``folder``."""
+def write_runtime_join_data(
+    folder: Path, dim_rows: int = DIM_ROWS, big_rows: int = BIG_FACT_ROWS, small_rows: int = SMALL_FACT_ROWS
+) -> Path:
+    """dim(id, tag, name), big_fact(d_id, v), small_fact(d_id, v) as Parquet under ``folder`` (the row counts
+    as given; the tests use the defaults)."""
     rng = np.random.default_rng(7)
-    ids = np.arange(DIM_ROWS, dtype=np.int64)
-    rare = set(rng.choice(DIM_ROWS, RARE, replace=False).tolist())
-    names = [f"zz-{i}" if i in rare else f"a-{i}" for i in range(DIM_ROWS)]
+    ids = np.arange(dim_rows, dtype=np.int64)
+    rare = set(rng.choice(dim_rows, RARE, replace=False).tolist())
+    names = [f"zz-{i}" if i in rare else f"a-{i}" for i in range(dim_rows)]
     dim = pa.table({"id": ids, "tag": ids % 7, "name": names})
-    pq.write_table(dim, folder / "dim.parquet", row_group_size=25_000)
-    for name, rows in (("big_fact", BIG_FACT_ROWS), ("small_fact", SMALL_FACT_ROWS)):
+    pq.write_table(dim, folder / "dim.parquet", row_group_size=max(dim_rows // 4, 1))
+    for name, rows in (("big_fact", big_rows), ("small_fact", small_rows)):
         # small_fact hits the rare ids often enough that the join has rows
-        keys = rng.integers(0, DIM_ROWS, rows)
+        keys = rng.integers(0, dim_rows, rows)
         if name == "small_fact":
             keys[: rows // 10] = rng.choice(sorted(rare), rows // 10)
             rng.shuffle(keys)

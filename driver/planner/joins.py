@@ -41,7 +41,9 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         return dataclasses.replace(node, left=left, right=right), RANDOM
     choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
     # an uncertain estimate near the threshold: broadcast or hash decided at run time (planner/runtime.py)
-    decide = runtime.candidate(ctx, node, lambda n: _est_bytes(ctx, n)) if choice != "gather" else None
+    # (sides estimated as their planned join filters leave them)
+    est = lambda n: _est_bytes(ctx, n) * _filter_keep(ctx, n)  # noqa: E731
+    decide = runtime.candidate(ctx, node, est) if choice != "gather" else None
     if decide is not None and choice not in (None, decide[0]):
         decide = None
     built = None

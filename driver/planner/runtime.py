@@ -79,7 +79,8 @@ def candidate(
     ctx: Context, node: L.Join, est_bytes: Callable[[L.Node], float]
 ) -> tuple[str, float, str] | None:
     """(side S, limit in bytes, why the estimate is uncertain) when ``node``'s broadcast-vs-hash choice is left
-    to run time (module doc); else None. ``est_bytes`` gives a subtree's estimated bytes."""
+    to run time (module doc); else None. ``est_bytes`` gives a subtree's estimated bytes (once the join filters
+    planned onto its scans cut it)."""
     opts = ctx.options
     if not opts.runtime_join or ctx.world < 2 or node.null_aware or not node.left_keys:
         return None
