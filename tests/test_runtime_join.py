@@ -6,11 +6,13 @@ against DuckDB at W = 2..4 on local, S3 (moto's server) and fabric-tcp, the deci
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import duckdb
 import pytest
 
 import squall
+from squall.driver.exchange_stats import format_exchanges
 from squall.driver.planner import PlannerOptions
 from squall.operators.runtime_join import data_bytes
 from squall.plan import Plan
@@ -117,6 +119,9 @@ def _check_big_is_small(result, tables, sql, workers):
     stays = d["stays"]
     assert stays["run_time_join"]["this_side"] == "kept where it is (no exchange)"
     assert stays["bytes_moved"] == 0 and sum(stays["rows_per_rank"]) == SMALL_FACT_ROWS
+    analyzed = format_exchanges(result.stats)  # what `squall explain --analyze` prints
+    assert re.search(r"run-time join decision: broadcast \(\d+ bytes <= limit \d+\)", analyzed), analyzed
+    assert "this side kept where it is (no exchange)" in analyzed
 
 
 @pytest.mark.parametrize("workers", [2, 3, 4])

@@ -11,7 +11,10 @@ hash-partitioned on a subset of the join keys, only the other side moves to
 match it; else both sides move by key. A semi/anti join's right side is deduped
 on its keys before it moves (only its distinct keys matter). ``NOT IN`` always
 replicates its right side: its NULLs and its emptiness are global facts. A join
-without equality keys that is too big to broadcast runs on rank 0.
+without equality keys that is too big to broadcast runs on rank 0. When the side
+that may be broadcast has a guessed estimate near the threshold, both sides are
+hashed and the choice is taken at run time from that side's actual size
+(:mod:`.runtime`).
 """
 
 from __future__ import annotations
