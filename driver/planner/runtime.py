@@ -2,8 +2,9 @@
 
 The planner chooses broadcast vs hash from estimates (:func:`~squall.driver.planner.joins._broadcast_choice`:
 a side under ``broadcast_limit`` whose W copies cost no more than moving the other side). Some estimates
-rest on guesses: a filter the statistics cannot price (``LIKE``, ``OR``, a comparison of two columns, a
-filter above a join), a ``GROUP BY`` (a tenth of its input), ``HAVING``, a semi or anti join (half its left
+rest on guesses: a filter the statistics cannot price (``LIKE``, a comparison of two columns, a filter above
+a join; a column against constants, and ``AND``/``OR``/``NOT`` of those, is priced by min/max and NDVs), a
+``GROUP BY`` (a tenth of its input), ``HAVING``, a semi or anti join (half its left
 side). When the side S that may be broadcast has such an estimate and the estimate lies within
 ``runtime_join_spread`` (10x) of the decision's threshold either way, and the other side is estimated at
 ``runtime_join_min_bytes`` (1 MB) or more (what a broadcast would keep in place), the choice is left to run
@@ -16,6 +17,10 @@ time:
   the senders' actual sizes are shared through ``Exchange.sizes`` (metadata, no data); S at or under the
   limit goes whole to every rank and B's rows stay where they were made (B's exchange is skipped), else
   both go by hash as planned.
+
+Where the planner would broadcast S, both sides are built first (:func:`~squall.driver.planner.joins.plan`)
+and the choice goes to run time only when both come out spread over the ranks, to be hashed by fresh
+exchanges; otherwise S is broadcast as planned. Sides are estimated as their planned join filters leave them.
 
 The join's output :class:`~squall.driver.planner.core.Dist` is the hash on its keys with ``group`` = S's
 stage id: a later step that relies on that partitioning (a co-located join, an aggregate in place) calls
