@@ -108,7 +108,7 @@ class RuntimeJoins:
     def __init__(self, plan: Plan, rank: int, exchange: Exchange, query_id: str) -> None:
         self.plan, self.rank, self.exchange, self.query_id = plan, rank, exchange, query_id
         self.world = plan.world_size
-        #: join id -> (S stage id, B stage id)
+        #: join id -> role ("decides": S, "stays": B) -> stage id
         self.members: dict[int, dict[str, int]] = {}
         for stage in plan.stages:
             out = stage.output
