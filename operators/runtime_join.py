@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.partition import PART_COLUMN, split_by_partition
 from squall.operators.skew import remote_bytes
-from squall.plan import ExchangeInput, Plan, Stage
+from squall.plan import Plan, Stage
 
 #: bytes counted per row of a nested (list, struct, map) column
 NESTED_ROW_BYTES = 16
@@ -114,15 +114,7 @@ class RuntimeJoins:
             out = stage.output
             if out.runtime_join:
                 self.members.setdefault(out.runtime_join, {})[out.runtime_role] = stage.id
-        #: join id -> the stage that joins (it reads both sides' exchanges); other readers are join filters
-        self.join_stage: dict[int, int] = {}
-        for join, roles in self.members.items():
-            both = {roles.get("decides"), roles.get("stays")}
-            for stage in plan.stages:
-                if both <= {i.stage for i in stage.inputs if isinstance(i, ExchangeInput)}:
-                    self.join_stage[join] = stage.id
         self.decisions: dict[int, Decision] = {}
-        self._own: dict[int, pa.Table] = {}  # S stage id -> this rank's own rows of it (broadcast decided)
         self._held: dict[int, _Held] = {}
         self._kept: dict[int, pa.Table] = {}  # B stage id -> its own rows (broadcast decided)
         self._ready: dict[int, list[Stage]] = {}  # stage id -> exchanges to receive once it ran
@@ -146,15 +138,6 @@ class RuntimeJoins:
         if not self.handles(stage):
             return [stage]
         return self._ready.pop(stage.id, [])
-
-    def input_of(self, stage: Stage, source: int, received: pa.Table) -> pa.Table:
-        """What ``stage`` reads of exchange ``source``: as received, except that a join filter built from a side
-        decided to go to every rank reads only this rank's own rows of it (the ranks' filters together still
-        cover every row once, as over hash partitions; not every row W times)."""
-        stage_of = self.plan.stage(source)
-        join = stage_of.output.runtime_join
-        decided = join and stage_of.output.runtime_role == "decides" and source in self._own
-        return self._own[source] if decided and self.join_stage.get(join) != stage.id else received
 
     def stays_here(self, stage: Stage) -> bool:
         """True when ``stage``'s rows are already decided to stay on this rank (its join's side S ran first and
@@ -218,7 +201,6 @@ class RuntimeJoins:
         spec = self.spec(stage, spec_of(stage))
         if d.broadcast:
             addressed = {r: data for r in spec.receivers}
-            self._own[stage.id] = data
         else:
             parts = split_by_partition(held.table, len(stage.output.receivers))
             addressed = {r: parts[i] for i, r in enumerate(stage.output.receivers)}

@@ -317,7 +317,7 @@ class Worker:
                 assert isinstance(inp, ExchangeInput)
                 if inp.stage not in received and (kept := self._runtime.kept(inp.stage)) is not None:
                     received[inp.stage] = kept  # a run-time join's side that stayed where it was made
-                table = self._runtime.input_of(stage, inp.stage, received[inp.stage])
+                table = received[inp.stage]
                 if self._last_use.get(inp.stage) == stage.id:
                     del received[inp.stage]
             sr.rows_in += table.num_rows

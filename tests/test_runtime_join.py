@@ -209,36 +209,3 @@ def test_duckdb_builds_on_the_smaller_input_from_exact_sizes(order):
     join = find(plan[0], "HASH_JOIN")
     probe, build = (int(c["extra_info"]["Estimated Cardinality"]) for c in join["children"])
     assert (probe, build) == (200_000, 3000)
-
-
-# --- beside a join filter, on TPC-H ---------------------------------------------------------------------
-
-#: orders' LIKE is a flat 10 % guess: the planner hashes both sides (orders is the build side of a key set on
-#: lineitem, which reads its exchange too); '%pinto beans sleep%' keeps few orders (broadcast at run time),
-#: '%e%' most (hash)
-TPCH_SMALL = (
-    "SELECT count(*) AS n, sum(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
-    "WHERE o_comment LIKE '%pinto beans sleep%' AND l_shipdate >= DATE '1998-06-01'"
-)
-TPCH_BIG = (
-    "SELECT count(*) AS n, sum(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
-    "WHERE o_comment LIKE '%e%' AND l_shipdate >= DATE '1998-01-01'"
-)
-
-
-@pytest.mark.parametrize("workers", [2, 3])
-def test_beside_a_join_filter_built_from_the_decided_side(tmp_path_factory, workers):
-    from .tpch_data import duckdb_over, tpch_dataset
-
-    data = tpch_dataset(0.1, tmp_path_factory=tmp_path_factory)
-    opts = PlannerOptions(replicated_scan_rows=0, runtime_join_min_bytes=0)
-    ref = duckdb_over(data)
-    with squall.connect(data=str(data), workers=workers, planner_options=opts) as con:
-        for sql, decision in ((TPCH_SMALL, "broadcast"), (TPCH_BIG, "hash")):
-            text = con.explain(sql)
-            assert "key set on l_orderkey" in text and DECIDED in text, text
-            result = con.sql(sql)
-            assert_same_result(result.to_arrow(), ref.sql(sql).to_arrow_table(), sql)
-            d = decisions(result.stats)
-            assert {e["run_time_join"]["decision"] for e in d.values()} == {decision}, d
-            assert result.stats["join_filters"], result.stats

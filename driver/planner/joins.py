@@ -45,8 +45,7 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
     # an uncertain estimate near the threshold: broadcast or hash decided at run time (planner/runtime.py)
     # (sides estimated as their planned join filters leave them)
-    est = lambda n: _est_bytes(ctx, n) * _filter_keep(ctx, n)  # noqa: E731
-    decide = runtime.candidate(ctx, node, est) if choice != "gather" else None
+    decide = runtime.candidate(ctx, node, lambda n: _cut_bytes(ctx, n)) if choice != "gather" else None
     if decide is not None and choice not in (None, decide[0]):
         decide = None
     built = None
@@ -195,6 +194,11 @@ def _colocated(
 
 def _est_bytes(ctx: Context, node: L.Node) -> float:
     return estimate_rows(node) * _width(node, ctx.catalog)
+
+
+def _cut_bytes(ctx: Context, node: L.Node) -> float:
+    """``node``'s estimated bytes once the join filters planned onto its scans cut it."""
+    return _est_bytes(ctx, node) * _filter_keep(ctx, node)
 
 
 def _filter_keep(ctx: Context, node: L.Node) -> float:

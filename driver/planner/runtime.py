@@ -25,8 +25,8 @@ exchanges; otherwise S is broadcast as planned. Sides are estimated as their pla
 The join's output :class:`~squall.driver.planner.core.Dist` is the hash on its keys with ``group`` = S's
 stage id: a later step that relies on that partitioning (a co-located join, an aggregate in place) calls
 :meth:`~squall.driver.planner.core.Context.rely_on`, which turns the decision off (plain hash: after a
-broadcast the output lies where B's rows were). A side whose exchange another stage reads too (a reused
-subplan) keeps the planned hash (:func:`finish`); a join filter built from it is fine.
+broadcast the output lies where B's rows were). A side whose exchange another stage reads too (a join
+filter's build, a reused subplan) keeps the planned hash (:func:`finish`).
 """
 
 from __future__ import annotations
@@ -132,14 +132,12 @@ def mark(ctx: Context, node: L.Join, side: str, limit: float, why: str, left: L.
 
 
 def finish(ctx: Context) -> None:
-    """Unmark run-time joins whose exchanges a stage other than the join's and its join filters reads (a reused
-    subplan: they keep the planned hash). A join filter stage may read them: its key set or Bloom filter is the
-    same over all of S on every rank as over S's partitions (duplicate keys, OR-ed bits), only W times as many."""
-    filters = {bf.stage for built in ctx.filter_stages.values() for bf in built}
+    """Unmark run-time joins whose exchanges another stage reads too (a join filter's build, a reused subplan):
+    they keep the planned hash. (After a broadcast, a filter stage would build over all of S on every rank.)"""
     readers: dict[int, set[int]] = {}
     for stage in ctx.stages:
         for inp in stage.inputs:
-            if isinstance(inp, ExchangeInput) and stage.id not in filters:
+            if isinstance(inp, ExchangeInput):
                 readers.setdefault(inp.stage, set()).add(stage.id)
     members: dict[int, list[int]] = {}
     for stage in ctx.stages:
