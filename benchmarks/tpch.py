@@ -18,8 +18,8 @@ to itself included) and, as ``network``, the bytes they sent to other ranks (``b
 ``--no-join-filters`` plans without join filters (Bloom filter / key set pushdown), ``--no-join-in-place``
 without joins in place by key range (both sides' scans split by ranges of the join key, no exchange);
 ``--before-after`` runs every query on a second connection without the rules that cut bytes (join filters,
-join sides narrowed to the columns read above them, key ranges in skew-aware joins, and joins in place by
-key range) as well and prints its time, ratio and bytes on an indented line, then the totals and geomeans
+join sides narrowed to the columns read above them, key ranges in skew-aware joins, joins in place by key
+range, and run-time join decisions; ``--no-runtime-joins`` plans without the last alone) as well and prints its time, ratio and bytes on an indented line, then the totals and geomeans
 of both. ``--planner-option NAME=VALUE`` sets a ``PlannerOptions`` field on both connections;
 ``--before-option NAME=VALUE`` makes "before" differ by just these fields instead (an A/B of one rule in
 the same run, e.g. ``--before-after --before-option skew_handling=off``).
@@ -102,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-join-in-place", action="store_true", help="plan without joins in place by key range"
     )
     parser.add_argument(
+        "--no-runtime-joins",
+        action="store_true",
+        help="plan broadcast vs hash from estimates alone (no run-time join decisions)",
+    )
+    parser.add_argument(
         "--stage-plans-at-w1",
         action="store_true",
         help="at W=1 plan Squall's own stages instead of DuckDB planning the whole query (whole_query_at_w1)",
@@ -109,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--before-after",
         action="store_true",
-        help="also run each query without the byte-cutting rules (join filters, narrowed join sides, key ranges; "
+        help="also run each query without the byte-cutting rules (join filters, narrowed join sides, key ranges, "
+        "run-time join decisions; "
         "same run) "
         "and compare bytes exchanged and time",
     )
@@ -224,6 +230,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         join_filters=not args.no_join_filters,
         whole_query_at_w1=not args.stage_plans_at_w1,
         join_in_place=not args.no_join_in_place,
+        runtime_join=not args.no_runtime_joins,
         **dict(args.planner_option),
     )
     before = dict(args.before_option) or {
@@ -231,11 +238,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "narrow_join_sides": False,
         "skew_locality_ranges": False,
         "join_in_place": False,
+        "runtime_join": False,
     }
     before_label = (
         "before (" + ", ".join(f"{k}={v}" for k, v in args.before_option) + ")"
         if args.before_option
-        else "before (no join filters, no narrowing, no key ranges, no joins in place)"
+        else "before (no join filters, no narrowing, no key ranges, no joins in place, no run-time joins)"
     )
     if options != PlannerOptions():
         connect_kwargs["planner_options"] = options

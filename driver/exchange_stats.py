@@ -12,7 +12,13 @@
   was assigned to the rank that produced them: they did not cross the network), ``heavy_hitters``
   (how many hot keys) and ``heavy_handling`` (what happened to their rows); after a run-time broadcast
   join (``assignment`` "run-time broadcast join"), ``run_time`` says what this side did ("broadcast to
-  every rank" / "kept where it is") and ``heavy_handling`` the sizes that decided it.
+  every rank" / "kept where it is") and ``heavy_handling`` the sizes that decided it;
+- for a run-time join decision (``squall.operators.runtime_join``): ``run_time_join`` with ``decision``
+  ("broadcast" / "hash", the same on every rank), ``role`` ("decides": the side whose size decided;
+  "stays": the other), ``this_side`` (what this exchange did: "broadcast to every rank",
+  "kept where it is (no exchange)", "hash-partitioned"), ``decided_by_rows``/``decided_by_bytes`` (the
+  deciding side's actual rows and data bytes, summed over its senders), ``limit_bytes``, ``why`` and
+  ``sizes_s`` (the slowest rank's sizes round).
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ def exchange_balance(stage: Stage, reports: list[dict[str, Any]]) -> dict[str, A
                 out[key] = sum(s.get(key, 0) for s in skews)
         if "run_time" in first:
             out["run_time"] = first["run_time"]
+    decided = [by_rank[r]["runtime"] for r in sorted(by_rank) if by_rank[r].get("runtime")]
+    if decided:  # every rank took the same decision from the same sizes
+        out["run_time_join"] = {**decided[0], "sizes_s": max(d["sizes_s"] for d in decided)}
     return out
 
 
@@ -72,6 +81,9 @@ def format_exchanges(stats: dict[str, Any]) -> str:
     for e in stats.get("exchanges", []):
         rows = e.get("rows_per_rank", [])
         text = f"  stage {e['stage']} {e['kind']}: rows {rows} skew {e.get('skew', 1.0):.2f}"
+        if "run_time_join" in e:
+            rt = e["run_time_join"]
+            text += f"; run-time join decision: {rt['decision']} ({rt['why']}), this side {rt['this_side']}"
         if "run_time" in e:
             text += f"; run-time broadcast join: {e['run_time']}, rows moved {e['rows_moved']}"
         elif "assignment" in e:

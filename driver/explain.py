@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from squall.driver.planner.runtime import describe as describe_runtime
 from squall.driver.planner.skew import describe as describe_skew
 from squall.plan import DataSkipping, ExchangeInput, Plan, ScanInput, Stage
 
@@ -26,7 +27,11 @@ def _output(stage: Stage) -> str:
     if out.kind == "hash" and out.split_ranges:
         return f"key ranges({', '.join(out.keys)}) → {_ranks(out.receivers)}" + describe_skew(out)
     if out.kind == "hash":
-        return f"hash({', '.join(out.keys)}) → {_ranks(out.receivers)}" + describe_skew(out)
+        return (
+            f"hash({', '.join(out.keys)}) → {_ranks(out.receivers)}"
+            + describe_skew(out)
+            + describe_runtime(out)
+        )
     if out.kind == "broadcast":
         return f"broadcast from {_ranks(out.senders)} → {_ranks(out.receivers)}"
     return f"gather from {_ranks(out.senders)} → {_ranks(out.receivers)}"

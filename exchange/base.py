@@ -43,6 +43,15 @@ the owner (any attempt of that rank: a retried or duplicated worker) gets True a
 else False. ``claims(query_id, prefix)`` lists the owners of the claimed items whose id starts
 with ``prefix``. Item ids are ``[A-Za-z0-9_.-]+``. Claims live as long as the query's exchange
 data (``cleanup`` deletes them).
+
+Sizes (run-time join decisions, :mod:`squall.operators.runtime_join`): ``sizes(spec, rows, nbytes)``
+is a small collective over ``spec.senders`` that runs *before* any data of ``spec`` is sent: each
+sender publishes the rows and bytes it is about to send, and every caller gets every sender's
+``(rows, nbytes)``, identical on every rank, without any data moving. The first value a sender
+published wins (put-if-absent): a retried or duplicated sender reads back the first one, so every
+rank decides from the same numbers. Published as metadata of the exchange itself: a small file in the
+local folder, a zero-byte object whose key holds the numbers (one LIST reads them all) on S3, a
+put-if-absent on the fabric rendezvous.
 """
 
 from __future__ import annotations
@@ -188,6 +197,16 @@ class Exchange(ABC):
         """Owner rank of every claimed item of the query whose id starts with ``prefix``."""
         raise ExchangeError(f"the {self.name} exchange does not support claims")
 
+    #: whether :meth:`sizes` works on this endpoint
+    supports_sizes: ClassVar[bool] = False
+
+    def sizes(self, spec: ExchangeSpec, rows: int, nbytes: int) -> dict[int, tuple[int, int]]:
+        """Publish this rank's ``(rows, nbytes)`` for exchange ``spec`` (a sender; others publish
+        nothing) and return every sender's, identical on every rank: the first value a sender published
+        wins (module doc). Waits for missing senders at most the endpoint's timeout
+        (:class:`ExchangeTimeout`), stops early when the query was aborted (:class:`ExchangeAborted`)."""
+        raise ExchangeError(f"the {self.name} exchange does not share sizes")
+
     def stats(self) -> ExchangeStats:
         """Counters of this endpoint since it was opened."""
         return self._stats
@@ -263,6 +282,17 @@ def check_number(name: str, value: Any, kind: type = float, minimum: float = 0) 
         ok = False
     if not ok:
         raise ExchangeConfigError(f"exchange option {name} must be a number >= {minimum}, not {value!r}")
+
+
+def format_sizes(rows: int, nbytes: int) -> str:
+    """The text a size is published as: ``"<rows> <nbytes>"``."""
+    return f"{int(rows)} {int(nbytes)}"
+
+
+def parse_sizes(text: str) -> tuple[int, int]:
+    """Inverse of :func:`format_sizes`."""
+    rows, nbytes = text.split()
+    return int(rows), int(nbytes)
 
 
 def empty_like(schema: pa.Schema) -> pa.Table:

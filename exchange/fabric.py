@@ -50,6 +50,8 @@ puts its ``host:port`` into the config. Ranks publish their ``fi_getname``
 address there (``addr/<rank>``), look their peers up, mark finished sends
 (``done/<exchange>/<rank>``, so a retried worker's duplicate send is skipped)
 and poll the abort flag. Window addresses and MR keys travel in WIN messages.
+Sizes (``sizes``, run-time join decisions) are put-if-absent values ``sizes/<exchange>/<rank>`` on the
+rendezvous, read back with one ``get`` per polling round (the fabric progresses meanwhile).
 Claims (work stealing, ``claim``/``claims``) are arbitrated by the rendezvous too:
 its ``claim`` op is a put-if-absent of ``claim/<item>`` under the server's lock that
 answers with the owner, its ``list`` op returns the owners under a prefix — one small
@@ -104,6 +106,8 @@ from squall.exchange.base import (
     check_number,
     claim_result,
     concat,
+    format_sizes,
+    parse_sizes,
 )
 from squall.exchange.schedule import Schedule, Transfer, bound, open_shop
 
@@ -1238,6 +1242,22 @@ class FabricExchange(Exchange):
         items, abort = self._rv.list(f"claim/{prefix}")
         self._check_abort(abort)
         return {k.removeprefix("claim/"): int(v) for k, v in items.items()}
+
+    supports_sizes = True
+
+    def sizes(self, spec: ExchangeSpec, rows: int, nbytes: int) -> dict[int, tuple[int, int]]:
+        """A ``setnx`` of ``sizes/<exchange>/<rank>`` on the rendezvous (the first value wins), then one
+        ``get`` of every sender's per polling round (module doc)."""
+        x = spec.exchange_id
+        if self.rank in spec.senders:
+            _value, _new, abort = self._rv.setnx(f"sizes/{x}/{self.rank}", format_sizes(rows, nbytes))
+            self._check_abort(abort)
+        senders = sorted(spec.senders)
+        values = self._wait_for(
+            [f"sizes/{x}/{s}" for s in senders],
+            lambda missing: f"exchange {x}: no size from rank(s) {missing} after {self.timeout_s:.0f} s",
+        )
+        return {s: parse_sizes(str(values[f"sizes/{x}/{s}"])) for s in senders}
 
     def barrier(self, tag: str, ranks: Sequence[int] | None = None) -> None:
         """Wait until every rank in ``ranks`` (default: all) called ``barrier(tag)``; progresses meanwhile."""

@@ -5,10 +5,11 @@ Layout under the query folder ``<root>/<query_id>/``::
     x<exchange>/s<sender>-r<receiver>.arrow   one Arrow IPC file per receiver (hash, gather)
     x<exchange>/s<sender>-all.arrow           one file every receiver reads (broadcast)
     x<exchange>/s<sender>.done                written last: the sender's parts are complete
+    x<exchange>/z<sender>.size                "<rows> <bytes>" the sender published (``sizes``)
     ABORT                                     the query was aborted; holds the reason
     claims/<item>                             a claimed work item; holds the owner's rank
 
-A claim is a hard link of a finished temporary file to ``claims/<item>``: ``link`` fails
+A claim (and a published size) is a hard link of a finished temporary file to ``claims/<item>``: ``link`` fails
 with EEXIST when the item is taken, so exactly one rank (process) wins, and the file
 always holds its owner's rank in full.
 
@@ -40,6 +41,8 @@ from squall.exchange.base import (
     check_number,
     claim_result,
     concat,
+    format_sizes,
+    parse_sizes,
 )
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -113,6 +116,27 @@ class LocalExchange(Exchange):
                 out[entry.name] = int(Path(entry.path).read_text())
         return out
 
+    supports_sizes = True
+
+    def sizes(self, spec: ExchangeSpec, rows: int, nbytes: int) -> dict[int, tuple[int, int]]:
+        """Publish ``z<rank>.size`` with an atomic ``link`` (the first copy wins), wait for every
+        sender's, read them (one small file each; see the base class)."""
+        folder = self._dir(spec)
+        if self.rank in spec.senders:
+            target = folder / f"z{self.rank}.size"
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_text(format_sizes(rows, nbytes))
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                pass  # a retried or duplicated sender: the first value stands
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._stats.count("write")
+        self._wait(spec, folder, "z{}.size")
+        self._stats.count("read", len(spec.senders))
+        return {s: parse_sizes((folder / f"z{s}.size").read_text()) for s in sorted(spec.senders)}
+
     def _dir(self, spec: ExchangeSpec) -> Path:
         path = self.folder / f"x{spec.exchange_id}"
         path.mkdir(parents=True, exist_ok=True)
@@ -143,12 +167,12 @@ class LocalExchange(Exchange):
             {"exchange_id": spec.exchange_id, "kind": spec.kind, "bytes_sent": written, "rows_sent": rows}
         )
 
-    def _wait(self, spec: ExchangeSpec, folder: Path) -> None:
+    def _wait(self, spec: ExchangeSpec, folder: Path, marker: str = "s{}.done") -> None:
         deadline = time.monotonic() + self.timeout_s
         pending = set(spec.senders)
         delay = 0.0005
         while True:
-            pending = {s for s in pending if not (folder / f"s{s}.done").exists()}
+            pending = {s for s in pending if not (folder / marker.format(s)).exists()}
             if not pending:
                 return
             abort = self.folder / "ABORT"

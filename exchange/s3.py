@@ -13,8 +13,16 @@ Keys
 All objects of a query live under ``<prefix>/<query_id>/`` (``config["prefix"]``)::
 
     <prefix>/<query_id>/<hhhh>-x<exchange>-l<level>-g<group>/s<sender>_<lengths>   one object per (exchange, level, sender)
+    <prefix>/<query_id>/<hhhh>-x<exchange>-sizes/s<sender>[_<rows>.<bytes>]     a sender's size (``sizes``): its claim, then its name
     <prefix>/<query_id>/ABORT                                                   the query was aborted; holds the reason
     <prefix>/<query_id>/claims/<item>                                           a claimed work item (below)
+
+Sizes (run-time join decisions, ``sizes``): *before* any data of the exchange, each sender PUTs
+``s<sender>`` holding its rows and bytes with ``If-None-Match: *`` (the first copy of a retried or
+duplicated sender wins; a later copy GETs the winner's numbers), then an empty object whose key holds those
+numbers in base 36; readers LIST that prefix (polling as for data) until every sender's named key is there.
+So every copy names the same numbers and every reader reads them from LISTs alone. Two PUTs per sender and
+one LIST per reader and round, counted in the exchange's ``put`` and ``list``.
 
 Claims (work stealing): ``claim`` PUTs ``claims/<item>`` with ``If-None-Match: *``; a 412 means
 another rank (or an earlier attempt of this one) has it, and one HEAD tells which. The object's
@@ -181,6 +189,8 @@ from squall.exchange.base import (
     check_number,
     claim_result,
     concat,
+    format_sizes,
+    parse_sizes,
 )
 
 log = logging.getLogger(__name__)
@@ -333,6 +343,16 @@ def parse_key(key: str, group: str) -> tuple[int, list[int] | None] | None:
         return None
     body = m.group(2)
     return int(m.group(1)), None if body == "i" else [int(x, 36) for x in body.split(".")]
+
+
+def sizes_prefix(prefix: str, query_id: str, exchange_id: int) -> str:
+    """The LIST prefix of the sizes the senders of one exchange published (module doc, "Keys")."""
+    name = f"x{exchange_id}-sizes"
+    spread = hashlib.blake2b(f"{query_id}/{name}".encode(), digest_size=2).hexdigest()
+    return f"{prefix}/{spread}-{name}/"
+
+
+_SIZE_KEY = re.compile(r"s(\d+)_([0-9a-z]+)\.([0-9a-z]+)")
 
 
 def split_range(lo: int, hi: int, part_size: int) -> list[tuple[int, int]]:
@@ -750,6 +770,39 @@ class S3Exchange(Exchange):
             if not resp.get("IsTruncated"):
                 return out
             token = {"ContinuationToken": resp["NextContinuationToken"]}
+
+    # -- sizes (module doc, "Sizes")
+
+    supports_sizes = True
+
+    def sizes(self, spec: ExchangeSpec, rows: int, nbytes: int) -> dict[int, tuple[int, int]]:
+        """One conditional PUT of an empty object named by the numbers, then LISTs until every sender's."""
+        xid = spec.exchange_id
+        self._ledger.entry(spec, self.levels(spec))
+        base = sizes_prefix(self.prefix, spec.query_id, xid)
+        if self.rank in spec.senders:
+            # the first copy of this sender to claim s<rank> fixes the numbers; every copy names them the same
+            claimed = f"{base}s{self.rank}"
+            if not self._put_if_absent(xid, claimed, format_sizes(rows, nbytes).encode()):
+                body = self._request(xid, "get", claimed, self.client.get_object)["Body"].read()
+                rows, nbytes = parse_sizes(body.decode())
+            self._put_if_absent(xid, f"{claimed}_{_b36(rows)}.{_b36(nbytes)}", b"")
+        found: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + self.timeout_s
+        delay = float(self.opts["poll_min_s"])
+        while True:
+            for key in self._list(xid, base):  # key order: the smallest key of a sender wins
+                m = _SIZE_KEY.fullmatch(key.removeprefix(base))
+                if m is not None and int(m.group(1)) in spec.senders and int(m.group(1)) not in found:
+                    found[int(m.group(1))] = (int(m.group(2), 36), int(m.group(3), 36))
+            missing = sorted(set(spec.senders) - found.keys())
+            if not missing:
+                return {s: found[s] for s in sorted(found)}
+            self._check_abort(xid)
+            if time.monotonic() > deadline:
+                raise _timeout(xid, missing, self.timeout_s)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())) * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, float(self.opts["poll_max_s"]))
 
     # -- receiving
 

@@ -33,6 +33,7 @@ from squall.operators.partition import (
     split_range_sql,
 )
 from squall.operators.rangepart import range_parts
+from squall.operators.runtime_join import RuntimeJoins
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.skew import SkewExchanges, remote_bytes
 from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
@@ -70,6 +71,8 @@ class StageReport:
     sampled: int = 0  # keys this rank sampled for a range output's splitters
     bytes_to_others: int = 0  # Arrow bytes of the rows this rank sent to other ranks (crossed the network)
     skew: dict[str, Any] = field(default_factory=dict)  # a skew-aware exchange's summary (operators/skew.py)
+    #: a run-time join decision's summary (operators/runtime_join.py)
+    runtime: dict[str, Any] = field(default_factory=dict)
     #: join filters applied here: label → [rows before, rows after] (see Stage.join_filters)
     join_filters: dict[str, list[int]] = field(default_factory=dict)
 
@@ -143,6 +146,7 @@ class Worker:
         self._probes: dict[str, ProbeView] = {}  # predicate cache probes of native scans, by scan name
         self._skipping: dict[str, Any] = {}
         self._skew = SkewExchanges(plan, rank, exchange, query_id)
+        self._runtime = RuntimeJoins(plan, rank, exchange, query_id)
 
     def _storage(self, path: str) -> Storage:
         scheme = scheme_of(path)
@@ -220,11 +224,17 @@ class Worker:
                 if stage.output.kind == "result":
                     self._result = table
             if stage.output.kind != "result" and self.rank in stage.output.receivers:
-                # a skew-aware group's exchanges are received together, after its last member was sent
-                for ready in self._skew.ready(stage):
+                # a skew-aware group's exchanges are received together, after its last member was sent;
+                # a run-time join's after its decision (a side kept in place is not received at all)
+                waiting = (
+                    self._runtime.ready(stage) if self._runtime.handles(stage) else self._skew.ready(stage)
+                )
+                for ready in waiting:
                     rr = reports[ready.id]
                     t0 = time.perf_counter()
-                    got = self.exchange.receive(exchange_spec(self.query_id, ready))
+                    got = self.exchange.receive(
+                        self._runtime.spec(ready, exchange_spec(self.query_id, ready))
+                    )
                     rr.receive_s += time.perf_counter() - t0
                     rr.rows_received = got.num_rows
                     rr.bytes_received = got.nbytes
@@ -305,6 +315,8 @@ class Worker:
                     self._skipping[inp.name] = probed
             else:
                 assert isinstance(inp, ExchangeInput)
+                if inp.stage not in received and (kept := self._runtime.kept(inp.stage)) is not None:
+                    received[inp.stage] = kept  # a run-time join's side that stayed where it was made
                 table = received[inp.stage]
                 if self._last_use.get(inp.stage) == stage.id:
                     del received[inp.stage]
@@ -322,7 +334,7 @@ class Worker:
                 db.register(name, kept)
                 filtered.append(name)
                 sr.join_filters[label] = [_count(db, pre_sql), kept.num_rows]
-            if output.kind == "hash":
+            if output.kind == "hash" and not self._runtime.stays_here(stage):
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
                 key += f", ({output.null_sql}) AS {NULL_COLUMN}" if output.null_sql else ""
                 part = (
@@ -343,6 +355,12 @@ class Worker:
         sr.rows_out = table.num_rows
         sr.bytes_out = table.nbytes
         if output.kind != "result" and self.rank in output.senders:
+            if self._runtime.handles(
+                stage
+            ):  # broadcast or hash from the actual size: operators/runtime_join.py
+                self._runtime.send(stage, table, sr, lambda s: exchange_spec(self.query_id, s))
+                sr.send_s += time.perf_counter() - t2
+                return table
             if self._skew.handles(stage):  # histogram round and assignment: operators/skew.py
                 self._skew.hold(stage, table, sr, lambda s: exchange_spec(self.query_id, s))
                 sr.send_s += time.perf_counter() - t2

@@ -171,6 +171,14 @@ class Output:
     #: key (``partition_sql`` is not used), so rows of data clustered by the key stay where they are, with no
     #: histogram round. Empty = by ``partition_sql``.
     split_ranges: tuple[tuple[int, int], ...] = ()
+    #: a run-time join decision (``squall.operators.runtime_join``) when > 0: the id of the stage whose actual
+    #: size decides (the join's side that may be broadcast). Its output (``runtime_role`` "decides") goes whole
+    #: to every rank when its rows' bytes, summed over the senders (``Exchange.sizes``), are at most
+    #: ``runtime_limit``, else by hash; the other side's output ("stays") then stays on the rank that made it
+    #: (no exchange at all), else by hash
+    runtime_join: int = 0
+    runtime_role: str = ""
+    runtime_limit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -275,6 +283,9 @@ class Plan:
                 range_hi=o.get("range_hi", 0),
                 null_sql=o.get("null_sql", ""),
                 split_ranges=tuple((int(lo), int(r)) for lo, r in o.get("split_ranges", ())),
+                runtime_join=o.get("runtime_join", 0),
+                runtime_role=o.get("runtime_role", ""),
+                runtime_limit=o.get("runtime_limit", 0.0),
             )
             stages.append(
                 Stage(

@@ -36,6 +36,7 @@ from squall.driver.planner import (
     filters,
     joins,
     onerank,
+    runtime,
     scans,
     setops,
     sort,
@@ -79,6 +80,7 @@ class Planner(Context):
             if self._own_db:
                 self._db.close()
         self.stages.append(final)
+        runtime.finish(self)
         self.fix_receivers()
         return Plan(
             sql=bound.sql,

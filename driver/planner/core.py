@@ -79,6 +79,15 @@ class PlannerOptions:
     #: … and the join broadcasts a side instead when, at run time, its actual bytes are at most
     #: ``broadcast_limit`` and broadcasting moves fewer bytes than hashing both sides
     runtime_broadcast: bool = True
+    #: run-time join decisions (planner/runtime.py, operators/runtime_join.py): a join whose side that may be
+    #: broadcast has an estimate resting on guesses (LIKE, OR, a GROUP BY, HAVING, a semi join, a filter above a
+    #: join) within ``runtime_join_spread`` times of the broadcast threshold either way is hash-partitioned or
+    #: broadcast as that side's actual size, shared before its rows move, decides
+    runtime_join: bool = True
+    #: … the factor by which such an estimate may be off
+    runtime_join_spread: float = 10.0
+    #: … when the other side (what a broadcast keeps in place) is estimated at least this big
+    runtime_join_min_bytes: float = 1e6
     #: … and, keyed by one integer column whose range the catalog knows, may partition by key range instead
     #: of hash when that balances as well and keeps more bytes in place (locality: data clustered by the key stays)
     skew_locality_ranges: bool = True
@@ -363,7 +372,7 @@ class Context:
         sid, ref = found
         index = next(i for i, s in enumerate(self.stages) if s.id == sid)
         stage = self.stages[index]
-        if stage.output.partitions:
+        if stage.output.partitions or stage.output.runtime_join:
             del self.reusable[key]
             return None
         if sid not in self.shared:
@@ -412,6 +421,9 @@ class Context:
         broadcast) nor broadcast a side at run time."""
         if not dist.group:
             return
+        if any(s.output.runtime_join == dist.group for s in self.stages):
+            self.drop_runtime_join(dist.group, "a later step uses this join's key partitioning")
+            return
         for i, s in enumerate(self.stages):
             out = s.output
             if exact and out.group == dist.group and out.split_ranges:  # the other input is hashed
@@ -432,6 +444,16 @@ class Context:
                 )  # fmt: skip
                 note = s.note + "; skew handling off: a later step uses this join's key partitioning"
                 self.stages[i] = dataclasses.replace(s, output=plain, note=note)
+
+    def drop_runtime_join(self, join: int, why: str) -> None:
+        """Turn the run-time join decision ``join`` (planner/runtime.py) back into the planned hash (``why``: the
+        reason, for readers of the code; the plan is then exactly the one planned without the decision, its note
+        dropped)."""
+        for i, s in enumerate(self.stages):
+            if s.output.runtime_join == join:
+                out = dataclasses.replace(s.output, runtime_join=0, runtime_role="", runtime_limit=0.0)
+                self.stages[i] = dataclasses.replace(s, output=out)
+        self.notes[:] = [n for n in self.notes if f"actual size of stage {join}'s output" not in n]
 
     def result_stage(self, node: L.Node, bound: BoundQuery, ranks: tuple[int, ...] = (0,)) -> Stage:
         """The last stage, on rank 0 (or one part per rank of ``ranks``, in rank order), cast to

@@ -11,7 +11,10 @@ hash-partitioned on a subset of the join keys, only the other side moves to
 match it; else both sides move by key. A semi/anti join's right side is deduped
 on its keys before it moves (only its distinct keys matter). ``NOT IN`` always
 replicates its right side: its NULLs and its emptiness are global facts. A join
-without equality keys that is too big to broadcast runs on rank 0.
+without equality keys that is too big to broadcast runs on rank 0. When the side
+that may be broadcast has a guessed estimate near the threshold, both sides are
+hashed and the choice is taken at run time from that side's actual size
+(:mod:`.runtime`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from sqlglot import exp
 
 from squall.driver import logical as L
 from squall.driver.catalog import Catalog
-from squall.driver.planner import colocate, scans, skew
+from squall.driver.planner import colocate, runtime, scans, skew
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.translate import estimate_rows
 
@@ -40,6 +43,27 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         right, _ = ctx.build(node.right)
         return dataclasses.replace(node, left=left, right=right), RANDOM
     choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
+    # an uncertain estimate near the threshold: broadcast or hash decided at run time (planner/runtime.py)
+    # (sides estimated as their planned join filters leave them)
+    decide = runtime.candidate(ctx, node, lambda n: _cut_bytes(ctx, n)) if choice != "gather" else None
+    if decide is not None and choice not in (None, decide[0]):
+        decide = None
+    built = None
+    if decide is not None and choice is not None:
+        # the planner would broadcast that side: both sides are built first (in the order the broadcast plan
+        # builds them), and only when both come out spread over the ranks, to be hashed by fresh exchanges, is
+        # the choice left to run time; otherwise the broadcast as planned
+        keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
+        big_side = "left" if choice == "right" else "right"
+        sides = {big_side: ctx.build(getattr(node, big_side))}
+        sides[choice] = ctx.build(getattr(node, choice))
+        (left, dl), (right, dr) = sides["left"], sides["right"]
+        if dl.kind == dr.kind == "random":
+            built, choice = (keeps, left, dl, right, dr), None
+        else:
+            small_node = scans.broadcast_built(ctx, *sides[choice])
+            pair = (left, small_node) if choice == "right" else (small_node, right)
+            return dataclasses.replace(node, left=pair[0], right=pair[1]), sides[big_side][1]
     if choice in ("left", "right"):
         small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
         big_node, big_dist = ctx.build(big)
@@ -54,10 +78,13 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
             small_node = scans.broadcast(ctx, small)
         pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
         return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
-    # read before the sides are built: building a scan takes its planned join filters
-    keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
-    left, dl = ctx.build(node.left)
-    right, dr = ctx.build(node.right)
+    if built is not None:
+        keeps, left, dl, right, dr = built
+    else:
+        # read before the sides are built: building a scan takes its planned join filters
+        keeps = (_filter_keep(ctx, node.left), _filter_keep(ctx, node.right))
+        left, dl = ctx.build(node.left)
+        right, dr = ctx.build(node.right)
     if choice is None and dl.kind == dr.kind == "random" and colocate.in_place(ctx, node, left, right):
         return dataclasses.replace(node, left=left, right=right), RANDOM
     if (
@@ -95,6 +122,8 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
         equi_only = node.residual is None and not node.null_aware
         group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
+    if not group and decide is not None:  # both sides' plain hash exchanges feed the join directly
+        group = runtime.mark(ctx, node, *decide, left, right)
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)
@@ -165,6 +194,11 @@ def _colocated(
 
 def _est_bytes(ctx: Context, node: L.Node) -> float:
     return estimate_rows(node) * _width(node, ctx.catalog)
+
+
+def _cut_bytes(ctx: Context, node: L.Node) -> float:
+    """``node``'s estimated bytes once the join filters planned onto its scans cut it."""
+    return _est_bytes(ctx, node) * _filter_keep(ctx, node)
 
 
 def _filter_keep(ctx: Context, node: L.Node) -> float:
