@@ -46,6 +46,11 @@ from squall.exchange.base import (
 )
 
 DEFAULT_TIMEOUT_S = 600.0
+#: a receiver polls for its senders' done markers every FAST_POLL_S for the first FAST_POLL_FOR_S of a wait,
+#: then every SLOW_POLL_S
+FAST_POLL_S = 0.001
+FAST_POLL_FOR_S = 0.25
+SLOW_POLL_S = 0.01
 
 
 def default_root() -> Path:
@@ -168,7 +173,8 @@ class LocalExchange(Exchange):
         )
 
     def _wait(self, spec: ExchangeSpec, folder: Path, marker: str = "s{}.done") -> None:
-        deadline = time.monotonic() + self.timeout_s
+        start = time.monotonic()
+        deadline = start + self.timeout_s
         pending = set(spec.senders)
         delay = 0.0005
         while True:
@@ -184,7 +190,9 @@ class LocalExchange(Exchange):
                     f"exchange {spec.exchange_id}: no data from rank(s) {missing} after {self.timeout_s:.0f} s"
                 )
             time.sleep(delay)
-            delay = min(delay * 2, 0.01)
+            # poll every ms while the wait is short (a stage boundary: a sender a few ms behind), back off
+            # to 10 ms in long waits; a 10 ms cap from the start overshot a typical boundary by ~5 ms
+            delay = min(delay * 2, FAST_POLL_S if time.monotonic() - start < FAST_POLL_FOR_S else SLOW_POLL_S)
 
     def receive(self, spec: ExchangeSpec) -> pa.Table:
         folder = self._dir(spec)
