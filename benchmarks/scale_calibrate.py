@@ -138,7 +138,11 @@ def main(argv: list[str] | None = None) -> None:
         rates, overhead, points = measure_rates(args.data, queries)
         base.rates = {k: round(v, 1) for k, v in rates.items()}
         base.stage_overhead_s = round(overhead, 5)
+        stale = ("rates_kept", "contended_rates")  # notes of an earlier calibration's rates
+        base.meta = {k: v for k, v in base.meta.items() if k not in stale}
         base.meta = {**base.meta, "rates_load_average": [round(x, 1) for x in load],
+                     "rates_note": "per-shape rows/s of one DuckDB thread: every query on two workers x 1 thread "
+                     "over SF1, each stage's compute_s (slowest rank) against its rows per rank",
                      "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                      "machine": f"{pyplatform.machine()} {os.cpu_count()} cores, {pyplatform.python_version()}",
                      "threads_per_worker": 1, "stages_measured": len(points),

@@ -13,7 +13,10 @@ profile and the exchange version the exchange runs (``s3-v2``). Printed, with th
 background load and the 1-minute load average of each run: measured vs predicted execution time (goal
 ±25 %) and, per exchange, PUT / index GET / data GET counts (goal: exact) plus the timing-dependent
 polling LISTs (predicted / measured / the formula's one per reader and level) and abort HEADs.
-``--from-json FILE`` re-predicts from saved measurements without running anything.
+``--from-json FILE`` re-predicts from saved measurements without running anything. ``--fit A.json,B.json``
+searches the ``emulator-here`` profile's fixed costs (worker set-up CPU and wall time, CPU per S3 request,
+the driver's set-up and clean-up: :data:`FIT_GRID`) for the least mean |log error| over saved runs; fit on some runs, then
+validate the profile with those values on another run (the table above), not on the runs it was fitted to.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ sys.path.append(
 )  # tests.s3server (append: keep the installed squall)
 
 BUCKET = "squall-scale-validate"
+#: pause after a query before the second CPU probe
+SETTLE_S = 0.5
 
 
 def background_load(seconds: float = 0.4) -> float:
@@ -83,6 +88,9 @@ def measure(
                             )
                             continue
                         wall = time.perf_counter() - t0
+                        # the emulator's processes finish their invocations after the result is back: let
+                        # them settle, or the probe counts the query's own tail as other programs' load
+                        time.sleep(SETTLE_S)
                         load = (before + background_load()) / 2
                         stats = res.stats
                         tries.append({"workers": w, "query": q, "wall_s": wall, "plan": res_plan(con, res, sql),
@@ -111,8 +119,11 @@ def res_plan(con: Any, res: Any, sql: str) -> str:
     return plan.to_json()
 
 
-def predict(runs: list[dict[str, Any]], seeds: int = 3) -> list[dict[str, Any]]:
-    """Model predictions for the measured runs (mean over ``seeds`` simulations)."""
+def predict(
+    runs: list[dict[str, Any]], seeds: int = 3, overrides: dict[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """Model predictions for the measured runs (mean over ``seeds`` simulations); ``overrides``: profile
+    fields to change (``--fit`` tries them)."""
     from squall.driver.scale import EMULATOR_HERE, PlatformConfig, StageSizes, estimate, load_calibration
     from squall.plan import Plan
 
@@ -123,7 +134,9 @@ def predict(runs: list[dict[str, Any]], seeds: int = 3) -> list[dict[str, Any]]:
         fanout = run["stats"].get("lambda", {}).get("fanout")
         cfg = PlatformConfig(workers=plan.world_size, fanout=fanout, memory_mb=1024, profile="emulator-here")
         sizes = StageSizes.from_stats(run["stats"])
-        prof = EMULATOR_HERE.with_(background_load=float(run.get("background_load", 0.0)))
+        prof = EMULATOR_HERE.with_(
+            background_load=float(run.get("background_load", 0.0)), **(overrides or {})
+        )
         ests = [estimate(plan, cfg, cal, sizes=sizes, profile_=prof, seed=s) for s in range(1, seeds + 1)]
         measured_x = {int(x["stage"]): x for x in run["stats"]["exchanges"]}
         xrows = []
@@ -170,6 +183,34 @@ def report(rows: list[dict[str, Any]]) -> None:
               f"measured LISTs ≥ formula: {lists_ok}/{total}")  # fmt: skip
 
 
+#: the emulator profile's fixed costs that ``--fit`` searches (the rest are measured or from the sources)
+FIT_GRID: dict[str, tuple[float, ...]] = {
+    "worker_setup_cpu_s": (0.0, 0.025, 0.05, 0.1, 0.2, 0.35),
+    "worker_setup_s": (0.0, 0.02, 0.05),
+    "s3_request_cpu_s": (0.0, 0.005, 0.01, 0.015),
+    "driver_setup_s": (0.0, 0.025, 0.05),
+    "cleanup_s": (0.0, 0.05, 0.1),
+}
+
+
+def fit(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """The grid point of :data:`FIT_GRID` with the least mean |log(predicted / measured)| over ``runs``
+    (one simulation each: a fit, not the validation); prints the best few."""
+    import itertools
+    import math
+
+    scores = []
+    names = list(FIT_GRID)
+    for values in itertools.product(*FIT_GRID.values()):
+        overrides = dict(zip(names, values, strict=True))
+        errors = [abs(math.log(r["predicted_s"] / r["measured_s"])) for r in predict(runs, 1, overrides)]
+        scores.append((sum(errors) / len(errors), max(errors), overrides))
+    scores.sort(key=lambda t: t[:2])
+    for mean, worst, overrides in scores[:5]:
+        print(f"mean |log error| {mean:.3f}, worst {worst:.3f}: {overrides}")
+    return scores[0][2]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="4,8,16")
@@ -179,7 +220,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", default="", help="save measurements here")
     ap.add_argument("--repeat", type=int, default=3, help="runs per query; the median one is compared")
     ap.add_argument("--from-json", default="", help="predict from saved measurements (no runs)")
+    ap.add_argument(
+        "--fit",
+        default="",
+        metavar="A.json[,B.json…]",
+        help="fit the emulator profile's fixed costs (FIT_GRID) to saved measurements and print the best",
+    )
     args = ap.parse_args(argv)
+    if args.fit:
+        fit([run for path in args.fit.split(",") for run in json.loads(Path(path).read_text())])
+        return
     if args.from_json:
         runs = json.loads(Path(args.from_json).read_text())
     else:

@@ -4,6 +4,7 @@ above 512 workers, boards instead of per-sender events) leave small-W prediction
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -33,7 +34,17 @@ RUNS = Path(__file__).with_name("validation-runs.json")
 #: the per-request model (before the boards, rank classes and emptiness, Nov 2026) on the validation's runs,
 #: mean of seeds 1-3 (benchmarks/scale_validate.py's predict): (W, query) -> seconds, with the emulator
 #: profile's fixed costs as they were then (before the quiet re-fit)
-PER_REQUEST_PROFILE = EMULATOR_HERE.with_(worker_setup_cpu_s=0.5, driver_cpu_s=0.6)
+PER_REQUEST_PROFILE = EMULATOR_HERE.with_(
+    worker_setup_cpu_s=0.5,
+    driver_cpu_s=0.6,
+    worker_setup_s=0.05,
+    s3_request_cpu_s=0.015,
+    driver_setup_s=0.05,
+    cleanup_s=0.15,
+)
+#: … and the calibration's compute rates as they were then (rows/s per shape; re-measured 2026-11-27)
+PER_REQUEST_RATES = {"aggregate": 3315719.1, "join": 5142329.4, "project": 4229024.3, "scan": 4229024.3,
+                     "sort": 4229024.3}  # fmt: skip
 PER_REQUEST_MODEL = {(4, 1): 52.53, (4, 3): 58.67, (4, 6): 85.64, (4, 12): 70.9, (8, 1): 80.7, (8, 3): 33.76,
                      (8, 6): 22.8, (8, 12): 27.62, (16, 3): 87.27, (16, 6): 60.49, (16, 12): 69.07}  # fmt: skip
 
@@ -164,7 +175,7 @@ def test_validation_runs_data_gets_exact():
 def test_same_predictions_as_the_per_request_model():
     """Boards and rank classes change how the model runs, not what it predicts: with every pair counted as
     non-empty (what the model assumed before) the validation's runs get the per-request model's times."""
-    cal = load_calibration()
+    cal = dataclasses.replace(load_calibration(), rates=PER_REQUEST_RATES, stage_overhead_s=0.004)
     for run in _validation_runs():
         from squall.plan import Plan as P
 
