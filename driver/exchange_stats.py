@@ -25,7 +25,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from squall.driver.planner.core import PlannerOptions
 from squall.plan import Stage
+
+#: explain --analyze says why a plain hash exchange above this skew (max/mean rows) moving at least
+#: UNEVEN_MIN_BYTES had no skew handling
+UNEVEN = 1.25
+UNEVEN_MIN_BYTES = 1 << 20
 
 
 def skew_factor(values: list[int]) -> float:
@@ -98,6 +104,15 @@ def format_exchanges(stats: dict[str, Any]) -> str:
                 text += f"; NULL-key rows dropped {e['null_key_rows_dropped']} (they match nothing)"
             if "null_key_rows_kept_local" in e:
                 text += f"; NULL-key rows kept local {e['null_key_rows_kept_local']} (they match nothing)"
+        elif (
+            e["kind"] == "hash"
+            and e.get("skew", 1.0) > UNEVEN
+            and e.get("bytes_moved", 0) >= UNEVEN_MIN_BYTES
+        ):
+            text += (
+                "; plain hash % W, no skew handling here (skew-aware joins start at PlannerOptions.skew_min_bytes,"
+                f" {PlannerOptions().skew_min_bytes / 1e6:.0f} MB by default, of estimated join input)"
+            )
         if e.get("schedule"):  # the fabric exchange's communication schedule (or why there is none)
             text += f"; schedule {e['schedule']}"
         lines.append(text)

@@ -13,7 +13,7 @@ import pytest
 
 import squall
 from squall.cli import main
-from squall.driver.exchange_stats import skew_factor
+from squall.driver.exchange_stats import UNEVEN, UNEVEN_MIN_BYTES, format_exchanges, skew_factor
 from squall.driver.planner import PlannerOptions
 from squall.plan import Plan
 from squall.testing import assert_same_result
@@ -70,6 +70,22 @@ def test_stats_show_rows_per_rank_and_skew(skewed):
     # the fact side: 30 % of the rows on one rank of 4 (~0.3 + 0.7/4 = 47.5 % vs 25 %)
     assert max(e["skew"] for e in hashed) > 1.6
     assert sum(sum(e["rows_per_rank"]) for e in hashed) >= 60_000
+
+
+def test_explain_analyze_says_why_an_uneven_exchange_had_no_skew_handling(tmp_path):
+    """Under ``skew_min_bytes`` a skewed join keeps plain hashing; ``explain --analyze`` says so on the
+    uneven exchange (≥ UNEVEN_MIN_BYTES moved) and on no other."""
+    folder = write_skewed(tmp_path / "big", fact_rows=200_000)
+    with squall.connect(data=str(folder), workers=4, planner_options=PlannerOptions(**NO_BROADCAST)) as con:
+        result = con.sql(JOIN)
+    assert_same_result(result.to_arrow(), reference(folder, JOIN), JOIN)
+    lines = format_exchanges(result.stats).splitlines()[1:]
+    flagged = 0
+    for e, line in zip(result.stats["exchanges"], lines, strict=True):
+        uneven = e["kind"] == "hash" and e["skew"] > UNEVEN and e["bytes_moved"] >= UNEVEN_MIN_BYTES
+        assert ("plain hash % W, no skew handling here" in line) == uneven, line
+        flagged += uneven
+    assert flagged == 1  # the fact side (30 % of its rows on one key)
 
 
 def test_explain_analyze_prints_a_line_per_exchange(skewed, capsys):
