@@ -133,7 +133,8 @@ class Connection:
         sql, pivot_s = pivots.sql, time.perf_counter() - start
         start = time.perf_counter()
         version = self.catalog.version()
-        key = (sql, version, world_size, self.planner_options, self.predicate_cache.generation)
+        options = self._planner_options_at(world_size)
+        key = (sql, version, world_size, options, self.predicate_cache.generation)
         checked = time.perf_counter()
         with self._plan_lock:
             cached = self._plans.get(key)
@@ -141,7 +142,7 @@ class Connection:
                 if self._db is None:
                     self._db = Sandbox(threads=1)
                 timings: dict[str, float] = {"cache_s": checked - start}
-                cached = compile_sql(self.catalog, sql, world_size, self.planner_options, self._db, timings)
+                cached = compile_sql(self.catalog, sql, world_size, options, self._db, timings)
                 self._plans[key] = cached
                 while len(self._plans) > PLAN_CACHE_SIZE:
                     self._plans.popitem(last=False)
@@ -153,6 +154,15 @@ class Connection:
             cached = dataclasses.replace(cached, notes=(*pivots.notes, *cached.notes))
             compiled["planning_breakdown"]["pivot_values_s"] = pivot_s
         return cached, compiled
+
+    def _planner_options_at(self, world_size: int) -> PlannerOptions | None:
+        """The planner options of a plan at ``world_size`` on this connection's platform: where its ranks
+        share cores (more local workers than cores), with ``ranks_per_core`` set, which scales the
+        skew-aware joins' threshold (see :attr:`PlannerOptions.skew_threshold`)."""
+        share, given = self.platform.ranks_per_core(world_size), self.planner_options or PlannerOptions()
+        if share <= 1.0 or given.ranks_per_core:  # every rank has a core, or the caller said
+            return self.planner_options
+        return dataclasses.replace(given, ranks_per_core=share)
 
     def _first_query(self, sql: str, world_size: int) -> pa.Table:
         """Run a query the driver needs before it can plan another (a dynamic PIVOT's values)."""

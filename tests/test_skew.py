@@ -433,3 +433,28 @@ def test_run_time_broadcast_join_on_s3_exchange(skewed):
     assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
     runs = sorted(e["run_time"] for e in _join_exchanges(result.stats))
     assert runs == ["broadcast to every rank", "kept where it is"], result.stats["exchanges"]
+
+
+@pytest.mark.parametrize("cores", [2, 8])
+def test_skew_threshold_grows_with_ranks_per_core(skewed, monkeypatch, cores):
+    """Local workers beyond the machine's cores share them: the skew-aware joins' threshold is scaled by
+    the ranks per core (their histogram round is a barrier), and the plan says which join kept plain
+    hashing for that reason; ``skew_min_bytes=0`` (skew handling forced) stays 0."""
+    monkeypatch.setattr("squall.driver.platforms.local.platform.os.cpu_count", lambda: cores)
+    # the JOIN's two sides are estimated at ~1.2 MB: over 0.5 MB, under 0.5 MB x 4 ranks per core
+    opts = PlannerOptions(**NO_BROADCAST, skew_min_bytes=0.5e6)
+    with squall.connect(data=str(skewed), workers=8, planner_options=opts) as con:
+        plan = con.explain(JOIN)
+        assert con._planner_options_at(cores) is opts  # one rank per core: as given
+    skew_aware = "; skew-aware: partitions=" in plan
+    if cores == 2:
+        assert (
+            not skew_aware
+            and "keeps plain hashing: ~1.18 MB < skew_min_bytes 0.5 MB x 4 ranks per core" in plan
+        )
+    else:
+        assert skew_aware and "ranks per core" not in plan, plan
+    forcing = dataclasses.replace(opts, skew_min_bytes=0.0)
+    with squall.connect(data=str(skewed), workers=8, planner_options=forcing) as con:
+        plan = con.explain(JOIN)
+    assert "; skew-aware: partitions=" in plan and "ranks per core" not in plan, plan

@@ -104,7 +104,7 @@ def _spreads_hot_keys(ctx: Context, node: L.Aggregate, dist: Dist) -> bool:
     less than the extra exchange."""
     if not dist.group or not any(s.output.group == dist.group and s.output.heavy for s in ctx.stages):
         return False
-    return estimate_rows(node.input) * 8.0 * len(node.input.names) >= ctx.options.skew_min_bytes
+    return estimate_rows(node.input) * 8.0 * len(node.input.names) >= ctx.options.skew_threshold
 
 
 def _complete_in_place(
@@ -185,7 +185,7 @@ def _distinct_in_two_steps(
     pre = L.Aggregate(child, cols, ())
     groups = _est_groups(ctx, node)
     pair_bytes = estimate_rows(node.input) * 8.0 * len(cols)
-    guarded = ctx.options.skew_handling and pair_bytes >= ctx.options.skew_min_bytes
+    guarded = ctx.options.skew_handling and pair_bytes >= ctx.options.skew_threshold
     if node.keys and groups >= ctx.options.distinct_by_keys_groups * ctx.world and not guarded:
         # many groups and an input under skew_min_bytes (where skew handling would spread a hot group's
         # values): by the group keys alone, each rank completes its groups (no partial → final round)
@@ -195,7 +195,7 @@ def _distinct_in_two_steps(
             tuple(L.col(n) for n, _e in node.keys),
             f"distinct aggregate: (group keys, value) pairs by group key, complete where they land "
             f"(~{groups:,.0f} groups est. ≥ distinct_by_keys_groups {ctx.options.distinct_by_keys_groups:,.0f} "
-            f"per rank; ~{pair_bytes / 1e6:,.0f} MB of pairs < skew_min_bytes)",
+            f"per rank; ~{pair_bytes / 1e6:,.0f} MB of pairs < skew_min_bytes{_scaled(ctx)})",
         )
         aggs = tuple(
             (
@@ -393,3 +393,9 @@ def split_aggs(
         else:
             raise NotSupportedError(f"aggregate {f} split")
     return tuple(partial), tuple(final), tuple(post)
+
+
+def _scaled(ctx: Context) -> str:
+    """How the skew threshold was scaled for the plan's ranks per core ("" when it was not)."""
+    share = ctx.options.ranks_per_core
+    return f" x {share:g} ranks per core" if share > 1.0 else ""

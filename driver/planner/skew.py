@@ -2,7 +2,8 @@
 
 Applies to a join both of whose sides move by key (neither is already partitioned to match) when
 ``PlannerOptions.skew_handling`` is on and the two sides are estimated at ``skew_min_bytes`` or more
-(smaller joins keep plain ``hash % W``: the histogram round would cost more than any imbalance). The
+(smaller joins keep plain ``hash % W``: the histogram round would cost more than any imbalance;
+the threshold grows with ``PlannerOptions.ranks_per_core`` where ranks share cores). The
 two exchanges then partition into ``skew_partitions_per_rank * W`` radix partitions and share one
 assignment computed at run time (``squall.operators.skew``), so equal keys still meet on one rank.
 
@@ -71,10 +72,15 @@ def co_partition(
     group's id (for the join's output :class:`Dist`), 0 when the join keeps plain hashing.
     """
     opts = ctx.options
-    if not opts.skew_handling or ctx.world == 1 or est_bytes < opts.skew_min_bytes or kind not in _ROLES:
+    if not opts.skew_handling or ctx.world == 1 or kind not in _ROLES:
         return 0
     ids = [_hash_stage(ctx, side) for side in (left, right)]
     if None in ids:
+        return 0
+    if est_bytes < opts.skew_threshold:
+        if why := opts.below_skew_threshold(est_bytes):
+            keys = ", ".join(next(s for s in ctx.stages if s.id == ids[0]).output.keys)
+            ctx.notes.append(f"{kind} join on {keys} keeps plain hashing: {why}")
         return 0
     group = min(i for i in ids if i is not None)
     limit = opts.broadcast_limit if opts.runtime_broadcast else 0.0
@@ -103,7 +109,9 @@ def by_key_ranges(
     if (ranges := _split_ranges(ctx, sid, key)) is not None:
         _mark_split_ranges(ctx, sid, ranges)
         return sid
-    if est_bytes < opts.skew_min_bytes:
+    if est_bytes < opts.skew_threshold:
+        if why := opts.below_skew_threshold(est_bytes):
+            ctx.notes.append(f"aggregate by {L.sql_of(key)} keeps plain hashing: {why}")
         return 0
     _mark(ctx, sid, sid, "", 0.0, key_range)
     return sid

@@ -86,6 +86,14 @@ class Platform(ABC):
             kinds = " or ".join("local files" if s == "file" else f"{s}:// locations" for s in cls.storages)
             raise OptionError(f"the {cls.name} platform's workers read {kinds}, not {location!r}")
 
+    def ranks_per_core(self, world_size: int) -> float:
+        """How many ranks of a ``world_size`` plan share one core (1.0: every rank has cores of its own, as
+        Lambda functions and cluster nodes do). The connection passes it to the planner
+        (``PlannerOptions.ranks_per_core``), which scales its skew-handling threshold by it: a skew-aware
+        join's histogram round is a barrier, cheap where each rank has its own core and dear where ranks
+        take turns on shared ones."""
+        return 1.0
+
     @abstractmethod
     def execute(
         self, plan: Plan, query_id: str, progress: Callable[[Progress], None] | None = None

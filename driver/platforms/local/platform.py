@@ -125,6 +125,11 @@ class LocalPlatform(Platform):
         """The platform starts its workers on this machine (subject to :func:`max_local_workers`)."""
         return True
 
+    def ranks_per_core(self, world_size: int) -> float:
+        """More ranks than this machine has cores share them (W / cores; 1.0 up to one rank per core)."""
+        cores = os.cpu_count() or 1
+        return max(1.0, world_size / cores) if self._spawns_locally() else 1.0
+
     # --- pool ---------------------------------------------------------------------------------
 
     def _get_listener(self) -> Listener:
