@@ -25,7 +25,6 @@ import glob
 import hashlib
 import json
 import os
-import struct
 import tempfile
 import threading
 from collections.abc import Collection
@@ -36,7 +35,7 @@ import pyarrow.parquet as pq
 
 from squall.driver.parquet_indexes import IndexFile, connect
 from squall.errors import DataError
-from squall.operators.s3storage import plan_ranges
+from squall.operators.s3storage import footer_span, plan_ranges
 from squall.operators.storage import Storage
 
 #: bytes of an object's end read for its footer in one GET
@@ -161,12 +160,7 @@ def _build(storage: Storage, path: str, file: str) -> None:
         raise DataError(f"not a Parquet file: {path}")
     lo = max(0, size - FOOTER_BYTES)
     (tail,) = storage.read_ranges(path, [(lo, size)])
-    if tail[-4:] != b"PAR1":
-        raise DataError(f"not a Parquet file: {path}")
-    (footer_len,) = struct.unpack_from("<I", tail, len(tail) - 8)
-    need = footer_len + 8
-    if need + 4 > size:
-        raise DataError(f"corrupt Parquet footer in {path}")
+    need = footer_span(tail, size, path)
     if need > len(tail):
         (head,) = storage.read_ranges(path, [(size - need, lo)])
         tail = head + tail

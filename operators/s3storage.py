@@ -109,6 +109,19 @@ def plan_ranges(
     return out
 
 
+def footer_span(tail: bytes, size: int, path: str) -> int:
+    """Bytes at the end of Parquet object ``path`` (of ``size`` bytes) that hold its footer, its length
+    and the closing ``PAR1``, from ``tail`` (the object's last bytes, at least 12); DataError when the
+    tail does not end a Parquet file."""
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise DataError(f"not a Parquet file: {path}")
+    (footer_len,) = struct.unpack_from("<I", tail, len(tail) - 8)
+    need = footer_len + 8
+    if need + 4 > size:
+        raise DataError(f"corrupt Parquet footer in {path}")
+    return need
+
+
 class RangeFile:
     """A read-only file over some fetched byte ranges of an object, for ``pa.PythonFile``.
 
@@ -371,12 +384,7 @@ class S3Storage(Storage):
             if self._sizes.get(path) == 0:
                 raise DataError(f"not a Parquet file (empty object): {path}")
         tail, total = self._get(path, f"bytes=-{self.footer_bytes}")
-        if len(tail) < 12 or tail[-4:] != b"PAR1":
-            raise DataError(f"not a Parquet file: {path}")
-        (footer_len,) = struct.unpack_from("<I", tail, len(tail) - 8)
-        need = footer_len + 8
-        if need + 4 > total:
-            raise DataError(f"corrupt Parquet footer in {path}")
+        need = footer_span(tail, total, path)
         if need > len(tail):
             tail = self._get_range(path, total - need, total - len(tail)) + tail
         try:

@@ -355,9 +355,8 @@ class Worker:
         sr.rows_out = table.num_rows
         sr.bytes_out = table.nbytes
         if output.kind != "result" and self.rank in output.senders:
-            if self._runtime.handles(
-                stage
-            ):  # broadcast or hash from the actual size: operators/runtime_join.py
+            # a run-time join: broadcast or hash from the actual size (operators/runtime_join.py)
+            if self._runtime.handles(stage):
                 self._runtime.send(stage, table, sr, lambda s: exchange_spec(self.query_id, s))
                 sr.send_s += time.perf_counter() - t2
                 return table

@@ -450,7 +450,7 @@ def test_skew_threshold_grows_with_ranks_per_core(skewed, monkeypatch, cores):
     if cores == 2:
         assert (
             not skew_aware
-            and "keeps plain hashing: ~1.18 MB < skew_min_bytes 0.5 MB x 4 ranks per core" in plan
+            and "keeps plain hashing: ~1.18 MB < skew_min_bytes 0.50 MB x 4 ranks per core" in plan
         )
     else:
         assert skew_aware and "ranks per core" not in plan, plan

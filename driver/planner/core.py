@@ -157,7 +157,7 @@ class PlannerOptions:
         (the ranks share cores), for the plan's notes; "" when that is not the reason."""
         if self.skew_min_bytes <= est_bytes < self.skew_threshold:
             return (
-                f"~{_mb(est_bytes)} < skew_min_bytes {_mb(self.skew_min_bytes)} x "
+                f"~{megabytes(est_bytes)} < skew_min_bytes {megabytes(self.skew_min_bytes)} x "
                 f"{self.ranks_per_core:g} ranks per core (more workers than cores: the histogram round is a "
                 "barrier)"
             )
@@ -182,9 +182,9 @@ class PlannerOptions:
             raise ValueError(f"{name} wants a {type(default).__name__}, got {raw!r}") from None
 
 
-def _mb(nbytes: float) -> str:
-    mb = nbytes / 1e6
-    return f"{mb:,.0f} MB" if mb >= 100 else f"{mb:.3g} MB"
+def megabytes(nbytes: float) -> str:
+    """``nbytes`` as MB for plan notes: two decimals under 10 MB, whole MB above."""
+    return f"{nbytes / 1e6:.2f} MB" if nbytes < 1e7 else f"{nbytes / 1e6:,.0f} MB"
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from sqlglot import exp
 from squall.driver import logical as L
 from squall.driver.estimate import column_constraint
 from squall.driver.planner import scans
-from squall.driver.planner.core import Context
+from squall.driver.planner.core import Context, megabytes
 from squall.plan import ExchangeInput, Output
 
 #: join kinds whose side S may go to every rank while the other side's rows stay where they are: (S, B)
@@ -107,7 +107,7 @@ def candidate(
             continue
         if best is None or s_est < est_bytes(getattr(node, best[0])):
             reason = "; ".join(dict.fromkeys(why))
-            best = (s_side, limit, f"estimated {_mb(s_est)} rests on guesses ({reason})")
+            best = (s_side, limit, f"estimated {megabytes(s_est)} rests on guesses ({reason})")
     return best
 
 
@@ -126,7 +126,7 @@ def mark(ctx: Context, node: L.Join, side: str, limit: float, why: str, left: L.
     keys = ", ".join(f"{L.sql_of(a)} = {L.sql_of(b)}" for a, b in zip(node.left_keys, node.right_keys))
     ctx.notes.append(
         f"{node.kind} join on {keys}: broadcast or hash decided at run time from the actual size of stage "
-        f"{s_id}'s output, limit {_mb(limit)} ({why})"
+        f"{s_id}'s output, limit {megabytes(limit)} ({why})"
     )
     return s_id
 
@@ -165,7 +165,7 @@ def describe(output: Output) -> str:
     join = output.runtime_join
     if not join:
         return ""
-    limit = _mb(output.runtime_limit)
+    limit = megabytes(output.runtime_limit)
     if output.runtime_role == "decides":
         return f"; broadcast or hash decided at run time from the actual size of this output, limit {limit}"
     return (
@@ -193,7 +193,3 @@ def _hash_stage(ctx: Context, ref: L.Node) -> int | None:
     if out.senders != everyone or out.receivers != everyone:
         return None
     return spec.stage
-
-
-def _mb(nbytes: float) -> str:
-    return f"{nbytes / 1e6:.2f} MB" if nbytes < 1e7 else f"{nbytes / 1e6:.0f} MB"
