@@ -26,7 +26,7 @@ from sqlglot.tokens import TokenType
 
 from squall.driver.catalog import Catalog
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
-from squall.operators.duck import Sandbox
+from squall.operators.duck import Sandbox, raise_if_interrupted
 
 DIALECT = "duckdb"
 
@@ -255,6 +255,7 @@ class Binder:
             except duckdb.PermissionException as err:
                 raise UnsafeQueryError(_one_line(str(err))) from None
             except duckdb.Error as err:
+                raise_if_interrupted(err)
                 raise QueryRuntimeError(_one_line(str(err))) from None
             finally:
                 for name in tables:

@@ -8,6 +8,7 @@ and on the driver alike.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,19 @@ class ParquetView:
                 text += " WHERE " + " AND ".join(conditions)
             selects.append(text)
         return "\nUNION ALL\n".join(selects)
+
+
+def raise_if_interrupted(err: duckdb.Error) -> None:
+    """Raise KeyboardInterrupt when ``err`` is DuckDB's wrapping of one: Ctrl-C while DuckDB called back into
+    Python (reading a registered Arrow table's schema or rows) surfaces as an Invalid Input Error
+    ``… failed: KeyboardInterrupt: …``, which must stay an interrupt, not become a query error."""
+    if isinstance(err, duckdb.InvalidInputException) and _INTERRUPT.search(str(err)):
+        raise KeyboardInterrupt from None
+
+
+#: DuckDB's text for a KeyboardInterrupt raised in a Python callback: "… failed: KeyboardInterrupt: " (a
+#: registered object's schema) or "… Python exception: <traceback> KeyboardInterrupt" (an Arrow stream's rows)
+_INTERRUPT = re.compile(r"failed: KeyboardInterrupt:|Python exception: .*\nKeyboardInterrupt\s*$", re.DOTALL)
 
 
 def ident(name: str) -> str:

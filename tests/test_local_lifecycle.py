@@ -15,12 +15,15 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
+import pyarrow as pa
 import pytest
 
 import squall
 from squall.driver.planner import PlannerOptions
 from squall.driver.platforms.local.platform import LocalPlatform, max_local_workers
 from squall.errors import OptionError, QueryCancelled, QueryTimeout, WorkerError
+from squall.operators.duck import Sandbox, raise_if_interrupted
 
 #: four stages on 2 workers (hash, hash, gather, result); rank 1 sleeps before stage 3
 SLOW = (
@@ -330,3 +333,40 @@ def test_worker_programs_answer_bad_starts_in_one_line(program):
     assert unreachable.returncode == 1 and unreachable.stderr.startswith(
         "error: cannot connect to the driver"
     )
+
+
+def _interrupting_schema() -> object:
+    class Interrupting:
+        def __arrow_c_schema__(self):
+            raise KeyboardInterrupt
+
+        def __arrow_c_stream__(self, requested_schema=None):
+            raise KeyboardInterrupt
+
+    return Interrupting()
+
+
+def _interrupting_rows() -> pa.RecordBatchReader:
+    def batches():
+        raise KeyboardInterrupt
+        yield
+
+    return pa.RecordBatchReader.from_batches(pa.schema([("a", pa.int64())]), batches())
+
+
+@pytest.mark.parametrize("source", [_interrupting_schema, _interrupting_rows], ids=["schema", "rows"])
+def test_ctrl_c_inside_duckdb_stays_an_interrupt(source):
+    """Ctrl-C while DuckDB reads a registered Arrow object (the driver binds and type-checks queries over
+    registered empty tables) comes back as KeyboardInterrupt, not as a query error (seen in CI: Ctrl-C during
+    planning read 'reading the schema of the object registered as 'nation' failed: KeyboardInterrupt')."""
+    with Sandbox(threads=1) as db:
+        with pytest.raises(duckdb.InvalidInputException) as caught:
+            db.con.register("t", source())
+            db.query("SELECT * FROM t")
+        with pytest.raises(KeyboardInterrupt):
+            raise_if_interrupted(caught.value)
+        db.register("v", pa.table({"s": ["KeyboardInterrupt"]}))
+        with pytest.raises(duckdb.Error) as other:
+            db.query("SELECT error(s) FROM v")
+    assert "KeyboardInterrupt" in str(other.value)
+    raise_if_interrupted(other.value)  # a user's value that merely says it: not an interrupt

@@ -27,7 +27,7 @@ from squall.driver.planner.reuse import stage_key
 from squall.driver.sqlgen import InputRef, render
 from squall.driver.translate import Names
 from squall.errors import NotSupportedError
-from squall.operators.duck import Sandbox
+from squall.operators.duck import Sandbox, raise_if_interrupted
 from squall.plan import ExchangeInput, Output, ScanInput, Stage
 
 
@@ -305,6 +305,7 @@ class Context:
                 schema = rel.limit(0).to_arrow_table().schema
                 types = tuple(zip(rel.columns, (str(t) for t in rel.types)))
             except duckdb.Error as err:
+                raise_if_interrupted(err)
                 raise NotSupportedError(
                     f"planner produced SQL DuckDB rejects ({str(err).splitlines()[0]})"
                 ) from None
@@ -335,7 +336,10 @@ class Context:
                 self._db.con.register(name, table)
                 registered.append(name)
             return tuple(str(t) for t in self._db.relation(sql).types)
-        except (duckdb.Error, NotSupportedError, KeyError, TypeError, ValueError):
+        except duckdb.Error as err:
+            raise_if_interrupted(err)
+            return None
+        except (NotSupportedError, KeyError, TypeError, ValueError):
             return None
         finally:
             for name in registered:
