@@ -195,7 +195,7 @@ def _distinct_in_two_steps(
             tuple(L.col(n) for n, _e in node.keys),
             f"distinct aggregate: (group keys, value) pairs by group key, complete where they land "
             f"(~{groups:,.0f} groups est. ≥ distinct_by_keys_groups {ctx.options.distinct_by_keys_groups:,.0f} "
-            f"per rank; ~{pair_bytes / 1e6:,.0f} MB of pairs < skew_min_bytes{_scaled(ctx)})",
+            f"per rank; ~{pair_bytes / 1e6:,.0f} MB of pairs < skew_min_bytes{ctx.options.per_core()})",
         )
         aggs = tuple(
             (
@@ -393,9 +393,3 @@ def split_aggs(
         else:
             raise NotSupportedError(f"aggregate {f} split")
     return tuple(partial), tuple(final), tuple(post)
-
-
-def _scaled(ctx: Context) -> str:
-    """How the skew threshold was scaled for the plan's ranks per core ("" when it was not)."""
-    share = ctx.options.ranks_per_core
-    return f" x {share:g} ranks per core" if share > 1.0 else ""

@@ -152,14 +152,17 @@ class PlannerOptions:
         scaled by :attr:`ranks_per_core`."""
         return self.skew_min_bytes * max(1.0, self.ranks_per_core)
 
+    def per_core(self) -> str:
+        """`` x N ranks per core`` when :attr:`skew_threshold` is scaled, for the plan's notes; else ""."""
+        return f" x {self.ranks_per_core:g} ranks per core" if self.ranks_per_core > 1.0 else ""
+
     def below_skew_threshold(self, est_bytes: float) -> str:
         """Why an input of ``est_bytes`` keeps plain hashing although it reaches ``skew_min_bytes``
         (the ranks share cores), for the plan's notes; "" when that is not the reason."""
         if self.skew_min_bytes <= est_bytes < self.skew_threshold:
             return (
-                f"~{megabytes(est_bytes)} < skew_min_bytes {megabytes(self.skew_min_bytes)} x "
-                f"{self.ranks_per_core:g} ranks per core (more workers than cores: the histogram round is a "
-                "barrier)"
+                f"~{megabytes(est_bytes)} < skew_min_bytes {megabytes(self.skew_min_bytes)}{self.per_core()} "
+                "(more workers than cores: the histogram round is a barrier)"
             )
         return ""
 
