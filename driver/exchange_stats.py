@@ -111,7 +111,8 @@ def format_exchanges(stats: dict[str, Any]) -> str:
         ):
             text += (
                 "; plain hash % W, no skew handling here (skew-aware joins start at PlannerOptions.skew_min_bytes,"
-                f" {PlannerOptions().skew_min_bytes / 1e6:.0f} MB by default, of estimated join input)"
+                f" {PlannerOptions().skew_min_bytes / 1e6:.0f} MB by default, of estimated join input; times the"
+                " ranks per core where local workers outnumber cores: see the plan's notes)"
             )
         if e.get("schedule"):  # the fabric exchange's communication schedule (or why there is none)
             text += f"; schedule {e['schedule']}"
