@@ -24,7 +24,7 @@ import pyarrow as pa
 
 import squall
 from squall.driver import compile as compile_module
-from squall.driver.pivot_rewrite import Rewritten
+from squall.driver.frontend.pivot import Rewritten
 from squall.testing import compare_results
 
 QUERIES = {

@@ -6,8 +6,8 @@
 Each query is planned by the real planner over TPC-H SF1 (``$SQUALL_TPCH_CACHE/sf1``) for 4 workers,
 with its size thresholds scaled so that it picks the plan it would pick at SF1000;
 the calibration's TPC-H profile (stage output sizes at SF0.1 and SF1, same plan signature) gives each
-stage's growth exponent, and :func:`squall.driver.scale.workload.scaled` spreads the scans of the target
-SF evenly over W ranks. The ``aws`` profile's model (see ``squall.driver.scale.params``) then predicts
+stage's growth exponent, and :func:`squall.driver.forecast.scale.workload.scaled` spreads the scans of the target
+SF evenly over W ranks. The ``aws`` profile's model (see ``squall.driver.forecast.scale.params``) then predicts
 time, cost and requests. Writes into ``--out``: ``tables.txt`` (what it prints), ``latency_sf<SF>.png``,
 ``cost_sf<SF>.png`` (per query, vs W), ``pareto_sf<SF>.png`` (cost vs latency, every query and W, the
 front marked) and ``results.json``; prints the table per SF with the best W (cheapest within 10 % of the fastest, only W
@@ -35,9 +35,9 @@ def workloads(data: str, queries: list[int]) -> dict[int, Any]:
     """Per query: (template plan, SF1 sizes, exponents) from the planner and the calibration."""
     import squall
     from squall import tpch
-    from squall.driver.scale import load_calibration
-    from squall.driver.scale.calibrate import PLAN_AS_SF, large_sf_options, signature
-    from squall.driver.scale.workload import StageSize, StageSizes, exponents_between
+    from squall.driver.forecast.scale import load_calibration
+    from squall.driver.forecast.scale.calibrate import PLAN_AS_SF, large_sf_options, signature
+    from squall.driver.forecast.scale.workload import StageSize, StageSizes, exponents_between
 
     cal = load_calibration()
     profiles = cal.tpch.get("queries", {})
@@ -64,8 +64,8 @@ def workloads(data: str, queries: list[int]) -> dict[int, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from squall.driver.scale import PlatformConfig, estimate_workload, load_calibration
-    from squall.driver.scale.workload import guess_sizes, scaled
+    from squall.driver.forecast.scale import PlatformConfig, estimate_workload, load_calibration
+    from squall.driver.forecast.scale.workload import guess_sizes, scaled
 
     cal = load_calibration()
     queries = [int(q) for q in args.queries.split(",")]
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    from squall.driver.scale import best_workers
+    from squall.driver.forecast.scale import best_workers
 
     ok = [r for r in rows if r["feasible"]]
     if not ok:

@@ -1,7 +1,7 @@
 """Measure the scale model's compute rates and TPC-H stage sizes here; write them as a calibration JSON.
 
 ``python benchmarks/scale_calibrate.py [--data /work/tpch-cache] [--out FILE] [--queries 1,3,6]``
-(the default ``--out`` is the calibration shipped in the package, ``driver/scale/calibration.json``)
+(the default ``--out`` is the calibration shipped in the package, ``driver/forecast/scale/calibration.json``)
 
 1. **Rates**: every TPC-H query runs on the local platform with two workers (one DuckDB thread each)
    over SF1 (the real stage SQL on real splits, through the public API ``squall.connect``); each
@@ -10,9 +10,9 @@
    the median time of stages under 1,000 rows).
 2. **Stage sizes**: every query runs with 4 workers at SF0.1 and SF1, planned as if the data were
    SF1000 (the planner's size thresholds divided by 1,000 resp. 10,000:
-   :func:`squall.driver.scale.calibrate.large_sf_options`), so both runs have the plan structure the
+   :func:`squall.driver.forecast.scale.calibrate.large_sf_options`), so both runs have the plan structure the
    real planner picks at SF1000; each stage's output rows and Arrow bytes are kept with that plan's
-   stage signature, so :func:`squall.driver.scale.workload.scaled` can grow them to SF100…SF10000.
+   stage signature, so :func:`squall.driver.forecast.scale.workload.scaled` can grow them to SF100…SF10000.
 
 Data: ``<data>/sf0.1`` and ``<data>/sf1`` (``SQUALL_TPCH_CACHE``; ``tpchgen-cli`` writes them).
 """
@@ -31,10 +31,10 @@ from typing import Any
 
 import squall
 from squall import tpch
-from squall.driver import scale
-from squall.driver.scale.calibrate import PLAN_AS_SF, large_sf_options, signature
-from squall.driver.scale.calibration import SHAPES, Calibration, load_calibration
-from squall.driver.scale.workload import stage_shape
+from squall.driver.forecast import scale
+from squall.driver.forecast.scale.calibrate import PLAN_AS_SF, large_sf_options, signature
+from squall.driver.forecast.scale.calibration import SHAPES, Calibration, load_calibration
+from squall.driver.forecast.scale.workload import stage_shape
 
 
 def measure_rates(

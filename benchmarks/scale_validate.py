@@ -124,7 +124,13 @@ def predict(
 ) -> list[dict[str, Any]]:
     """Model predictions for the measured runs (mean over ``seeds`` simulations); ``overrides``: profile
     fields to change (``--fit`` tries them)."""
-    from squall.driver.scale import EMULATOR_HERE, PlatformConfig, StageSizes, estimate, load_calibration
+    from squall.driver.forecast.scale import (
+        EMULATOR_HERE,
+        PlatformConfig,
+        StageSizes,
+        estimate,
+        load_calibration,
+    )
     from squall.plan import Plan
 
     cal = load_calibration()

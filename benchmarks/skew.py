@@ -52,8 +52,8 @@ import duckdb
 
 import squall
 import squall.tpch as tpch
-from squall.driver.exchange_stats import skew_factor
 from squall.driver.planner import PlannerOptions
+from squall.driver.report.exchanges import skew_factor
 from squall.errors import SquallError
 from squall.testing import compare_results
 from squall.tpch.skew import SkewSpec, generate_skewed, read_marker

@@ -10,17 +10,17 @@ import time
 
 import duckdb
 
-from squall.driver import logical as L
-from squall.driver.boundary import Boundary
-from squall.driver.catalog import Catalog
-from squall.driver.coalesce import Coalesced, coalesce_subqueries
-from squall.driver.eager_aggregate import eager_aggregates
-from squall.driver.fallback import one_rank
-from squall.driver.frontend import Binder, BoundQuery
-from squall.driver.pivot_rewrite import plain_pivots
+from squall.driver.catalog.tables import Catalog
+from squall.driver.frontend.bind import Binder, BoundQuery
+from squall.driver.frontend.boundary import Boundary
+from squall.driver.frontend.pivot import plain_pivots
+from squall.driver.ir import nodes as L
+from squall.driver.logical.fallback import one_rank
+from squall.driver.logical.rules.coalesce import Coalesced, coalesce_subqueries
+from squall.driver.logical.rules.eager_aggregation import eager_aggregates
+from squall.driver.logical.rules.prune import prune
+from squall.driver.logical.translate import Names, Planned, Translator
 from squall.driver.planner import Planner, PlannerOptions
-from squall.driver.prune import prune
-from squall.driver.translate import Names, Planned, Translator
 from squall.errors import BindError, NotSupportedError
 from squall.operators.duck import Sandbox
 from squall.plan import Plan, ScanInput
@@ -136,7 +136,7 @@ def _on_one_rank(
     spent: dict[str, float],
     notes: tuple[str, ...],
 ) -> Plan:
-    """The whole query as one :class:`~squall.driver.logical.OneRank` part (its tables scanned by Squall)."""
+    """The whole query as one :class:`~squall.driver.ir.nodes.OneRank` part (its tables scanned by Squall)."""
     t0 = time.perf_counter()
     names = Names()
     node, outputs = one_rank(catalog, bound, names.fresh, reason)

@@ -6,7 +6,7 @@ formats ``csv`` with a header line and ``json`` lines) or for every S3 table of 
 planner only knows "this table's scan is s3select": the ScanInput carries the table's
 format, the source columns and the pushed filters (DuckDB SQL text). The catalog half
 (listing the objects, inferring the schema from a sample) is
-:mod:`squall.driver.s3select_tables`; this module is the worker half, the
+:mod:`squall.driver.catalog.s3select`; this module is the worker half, the
 ``s3select`` reader of :mod:`squall.operators.scan_kinds`:
 
 - :func:`read_s3select`: for each object of the rank's splits, one

@@ -2,7 +2,7 @@
 
 A reader is ``read(spec, rank, storage_of) -> pyarrow.Table``: the rows of the
 scan for one rank, columns renamed to the stage's names. The driver half of each
-kind (its table loader) is in :mod:`squall.driver.scan_kinds`; both halves are
+kind (its table loader) is in :mod:`squall.driver.catalog.scan_kinds`; both halves are
 registered under the same name.
 
 May import: :mod:`squall.registry`, :mod:`squall.errors` (readers are imported lazily).

@@ -4,7 +4,7 @@ The planner lists a scan's *probe* (``ScanInput.skipping``: row groups whose out
 the driver's predicate cache does not know). A rank evaluates the scan's filters on
 the probed row groups it reads and reports, per scan, the row groups where no row
 passed (``empty``) and where some did (``matched``); the driver stores them
-(``squall.driver.predicate_cache``). Local files: one DuckDB view over just those
+(``squall.driver.skipping.predicate_cache``). Local files: one DuckDB view over just those
 row groups, each tagged with its number (``file_row_number`` ranges, only the
 filter columns are read, a CASE on ``file_row_number`` tags each row with its row group); other storages: the rows the scan already read, tagged
 by row group. A replicated scan is probed by rank 0 only.

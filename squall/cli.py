@@ -61,8 +61,8 @@ def _log_args(sp: argparse.ArgumentParser, top: bool) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from squall.driver.catalog.scan_kinds import scan_kinds
     from squall.driver.platforms.base import PLATFORMS
-    from squall.driver.scan_kinds import scan_kinds
 
     p = _Parser(
         prog="squall",
@@ -420,7 +420,7 @@ def _explain(args: argparse.Namespace) -> int:
     try:
         print(con.explain(sql, estimate=args.estimate))
         if args.analyze:
-            from squall.driver.exchange_stats import format_exchanges
+            from squall.driver.report.exchanges import format_exchanges
 
             print()
             print(format_exchanges(con.sql(sql).stats))
@@ -689,7 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug outside planning: one line here, the traceback in the log file
         if os.environ.get("SQUALL_DEBUG"):
             raise
-        from squall.driver.boundary import internal_error
+        from squall.driver.frontend.boundary import internal_error
 
         print(f"error: {internal_error('running the command', ' '.join(argv), exc)}", file=sys.stderr)
         return 2

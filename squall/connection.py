@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from squall.driver.catalog import Catalog
+from squall.driver.catalog.tables import Catalog
 from squall.driver.compile import compile_sql
-from squall.driver.explain import explain_plan
-from squall.driver.pivot_values import resolve_pivots
+from squall.driver.frontend.pivot_values import resolve_pivots
 from squall.driver.planner import PlannerOptions
 from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
-from squall.driver.predicate_cache import PredicateCache
-from squall.driver.skipping_stats import skipping_stats
-from squall.driver.stats import summarize
+from squall.driver.report.explain import explain_plan
+from squall.driver.report.skipping import skipping_stats
+from squall.driver.report.stats import summarize
+from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, QueryTimeout
 from squall.operators.duck import Sandbox
 from squall.operators.worker import USER_RUNTIME, StageReport, WorkerReport
@@ -30,8 +30,8 @@ from squall.result import Result
 
 if TYPE_CHECKING:
     from squall.client import RemoteConnection
-    from squall.driver.forecast import AutoChoice, Estimator
-    from squall.driver.scale import Estimate
+    from squall.driver.forecast.predict import AutoChoice, Estimator
+    from squall.driver.forecast.scale import Estimate
 
 #: compiled plans kept per connection (least recently used dropped first)
 PLAN_CACHE_SIZE = 128
@@ -188,15 +188,17 @@ class Connection:
         reason = choice.reason if choice is not None else (self._auto_note or None)
         if not estimate:
             return f"{text.rstrip()}\n\n{reason}"
-        from squall.driver.forecast import format_estimate  # the scale model: imported when first used
+        from squall.driver.forecast.predict import (
+            format_estimate,  # the scale model: imported when first used
+        )
 
         return f"{text.rstrip()}\n\n{format_estimate(self.estimator.estimate(plan), self.estimator, reason)}"
 
     @property
     def estimator(self) -> Estimator:
-        """The scale model for this connection's platform (cached per plan; see :mod:`squall.driver.forecast`)."""
+        """The scale model for this connection's platform (cached per plan; see :mod:`squall.driver.forecast.predict`)."""
         if self._estimator is None:
-            from squall.driver.forecast import Estimator, platform_config  # imported when first used
+            from squall.driver.forecast.predict import Estimator, platform_config  # imported when first used
 
             self._estimator = Estimator(self.platform.name, platform_config(self.platform))
         return self._estimator
@@ -210,10 +212,10 @@ class Connection:
         return self.estimator.estimate(self.plan(sql))
 
     def _auto_workers(self, platform: str) -> int:
-        """``workers="auto"`` at connect: the W the platform starts with (see :mod:`squall.driver.forecast`)."""
+        """``workers="auto"`` at connect: the W the platform starts with (see :mod:`squall.driver.forecast.predict`)."""
         import os
 
-        from squall.driver.forecast import PER_QUERY_W, fixed_auto_workers
+        from squall.driver.forecast.predict import PER_QUERY_W, fixed_auto_workers
         from squall.driver.platforms.local.platform import max_local_workers
 
         if platform == "lambda":
@@ -253,7 +255,7 @@ class Connection:
 
     def _stats_estimate(self, plan: Plan) -> Callable[[], dict[str, Any] | None]:
         """Start the model for ``stats["estimate"]`` beside the run (lambda platforms, or W ≤ 64)."""
-        from squall.driver.forecast import STATS_MAX_W, summary
+        from squall.driver.forecast.predict import STATS_MAX_W, summary
 
         if not (self.estimator.on_lambda or plan.world_size <= 64) or plan.world_size > STATS_MAX_W:
             return lambda: None

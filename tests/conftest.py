@@ -72,7 +72,7 @@ def connections():
 
 @pytest.fixture(scope="session", autouse=True)
 def metadata_mirrors_in_the_session_tmp(tmp_path_factory):
-    """S3 objects' metadata mirrors (driver/metadata_mirror.py) go to the session's temp folder, not the
+    """S3 objects' metadata mirrors (driver/skipping/metadata_mirror.py) go to the session's temp folder, not the
     machine's shared default."""
     patch = pytest.MonkeyPatch()
     patch.setenv("SQUALL_MIRROR_DIR", str(tmp_path_factory.mktemp("mirrors")))

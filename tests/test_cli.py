@@ -264,7 +264,7 @@ def test_cost_line_on_lambda_platforms(capsys, monkeypatch, tmp_path):
 
 def test_scan_choices_from_the_registry(monkeypatch):
     from squall.cli import _parser
-    from squall.driver import scan_kinds
+    from squall.driver.catalog import scan_kinds
 
     monkeypatch.setattr(scan_kinds, "LOADERS", scan_kinds.Registry("scan", {"parquet": "x:y", "zz": "x:z"}))
     query = _parser()._subparsers._group_actions[0].choices["query"]  # type: ignore[union-attr]
@@ -370,7 +370,7 @@ def test_syntax_error_points_where_duckdb_does(sql):
 
     import duckdb
 
-    from squall.driver.frontend import parse
+    from squall.driver.frontend.bind import parse
 
     with pytest.raises(duckdb.ParserException) as theirs:
         duckdb.connect().execute(sql)

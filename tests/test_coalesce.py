@@ -1,4 +1,4 @@
-"""Subquery coalescing (driver/coalesce.py): EXISTS / NOT EXISTS subqueries over one table on one key read
+"""Subquery coalescing (driver/logical/rules/coalesce.py): EXISTS / NOT EXISTS subqueries over one table on one key read
 one scan, each join testing its own filters on the shared rows. Answers match DuckDB, NULLs included."""
 
 from __future__ import annotations

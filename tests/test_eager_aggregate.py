@@ -1,4 +1,4 @@
-"""Eager aggregation (driver/eager_aggregate.py): a left join's many side aggregated by the join key below
+"""Eager aggregation (driver/logical/rules/eager_aggregation.py): a left join's many side aggregated by the join key below
 the join, combined above it. Answers match DuckDB, with unmatched left rows, NULL values and several left
 rows per group."""
 

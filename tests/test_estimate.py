@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from sqlglot import exp, parse_one
 
-from squall.driver import logical as L
-from squall.driver.catalog_snapshot import from_snapshot
+from squall.driver.catalog.snapshot import from_snapshot
 from squall.driver.compile import aggregate_function_names
-from squall.driver.estimate import conjunction_selectivity, selectivity
-from squall.driver.frontend import Binder
-from squall.driver.translate import Translator, estimate_rows
+from squall.driver.estimate.selectivity import conjunction_selectivity, selectivity
+from squall.driver.frontend.bind import Binder
+from squall.driver.ir import nodes as L
+from squall.driver.logical.translate import Translator, estimate_rows
 from squall.operators.duck import Sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"

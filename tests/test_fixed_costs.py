@@ -49,7 +49,7 @@ def test_scale_model_not_imported_by_a_query():
         "con = squall.connect(workers=1)\n"
         "assert con.sql('SELECT 1').fetchall() == [(1,)]\n"
         "con.close()\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('squall.driver.forecast', 'squall.driver.scale',"
+        "print(sorted(m for m in sys.modules if m.startswith(('squall.driver.forecast.predict', 'squall.driver.forecast.scale',"
         " 'squall.client'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

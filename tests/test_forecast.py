@@ -11,11 +11,11 @@ import pytest
 
 import squall
 from squall.cli import main
-from squall.driver.forecast import auto_candidates, platform_config, profile_for
+from squall.driver.forecast.predict import auto_candidates, platform_config, profile_for
+from squall.driver.forecast.scale import best_workers, estimate_workload
+from squall.driver.forecast.scale.requests import CURRENT
+from squall.driver.forecast.scale.workload import guess_sizes, scaled
 from squall.driver.planner import PlannerOptions
-from squall.driver.scale import best_workers, estimate_workload
-from squall.driver.scale.requests import CURRENT
-from squall.driver.scale.workload import guess_sizes, scaled
 
 from .s3server import moto_available, moto_s3
 
@@ -137,7 +137,7 @@ def test_stats_estimate_on_lambda_local_beside_the_measured_requests(sf001_parts
             platform="lambda-local",
             exchange="s3://squall-forecast/x",
             # the GROUP BY l_orderkey's partial groups by the splits' key ranges (not complete in place):
-            # rows stay on their rank, no data GET for them (driver/scale/workload.py stays_local)
+            # rows stay on their rank, no data GET for them (driver/forecast/scale/workload.py stays_local)
             planner_options=PlannerOptions(gather_groups=10, aggregate_in_place=False),
         )
         try:

@@ -13,8 +13,8 @@ import pytest
 
 import squall
 from squall import cli
-from squall.driver.planner import aggregates
-from squall.driver.translate import Translator
+from squall.driver.logical.translate import Translator
+from squall.driver.planner.rules import aggregates
 
 GROUPED = "SELECT grp, count(*) AS n FROM t GROUP BY grp"
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import squall
 import squall.tpch as tpch
 from squall.driver.planner import PlannerOptions
-from squall.driver.planner.bloom import _bits
 from squall.driver.planner.joinfilter import JoinFilter, build_sql, probe_sql
+from squall.driver.planner.rules.bloom import _bits
 from squall.plan import Plan
 from squall.testing import assert_same_result
 from tests.fuzz.dataset import duckdb_reference
@@ -343,11 +343,11 @@ SCALAR_THEN_ANTI = (
 
 def _anti_join_left(sf001: Path, sql: str) -> list:
     """The filters below the anti join of ``sql``'s logical plan (as translated, before planning)."""
-    from squall.driver.catalog import Catalog
+    from squall.driver.catalog.tables import Catalog
     from squall.driver.compile import aggregate_function_names
-    from squall.driver.frontend import Binder
-    from squall.driver.logical import Filter, Join, Node
-    from squall.driver.translate import Translator
+    from squall.driver.frontend.bind import Binder
+    from squall.driver.ir.nodes import Filter, Join, Node
+    from squall.driver.logical.translate import Translator
 
     def walk(n: Node) -> Iterator[Node]:
         yield n

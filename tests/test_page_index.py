@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
-from squall.driver import parquet_indexes as pi
-from squall.driver.metadata_mirror import MirrorStore
 from squall.driver.planner import PlannerOptions
+from squall.driver.skipping import page_index as pi
+from squall.driver.skipping.metadata_mirror import MirrorStore
 from squall.operators.storage import LocalStorage
 from squall.plan import DataSkipping
 from squall.testing import assert_same_result

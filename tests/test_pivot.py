@@ -232,7 +232,7 @@ def test_forms_not_rewritten_run_on_one_rank_and_say_so(stage_plans, name, why):
 
 def test_dynamic_pivot_without_a_connection_is_refused(data):
     """``compile_sql`` alone has no platform to read the values with: one line, not a wrong plan."""
-    from squall.driver.catalog import Catalog
+    from squall.driver.catalog.tables import Catalog
     from squall.driver.compile import compile_sql
 
     catalog = Catalog()

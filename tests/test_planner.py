@@ -126,7 +126,7 @@ def test_result_types_match_duckdb(tmp_path):
 def test_many_to_many_join_waits_for_a_key_join(sf1):
     """Q5 planned as at SF1000 (nothing broadcast): customer joins on (c_custkey, c_nationkey) after orders,
     not on c_nationkey alone after supplier (25 distinct values: ~36 G rows at SF1, the query never ended)."""
-    from squall.driver.scale.calibrate import large_sf_options
+    from squall.driver.forecast.scale.calibrate import large_sf_options
 
     con = squall.Connection(data=str(sf1), workers=4, planner_options=large_sf_options(1.0))
     try:

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from squall import tpch
-from squall.driver.catalog_snapshot import SnapshotCatalog, from_snapshot
+from squall.driver.catalog.snapshot import SnapshotCatalog, from_snapshot
 from squall.driver.compile import compile_sql
-from squall.driver.explain import explain_plan
 from squall.driver.planner import RULES, PlannerOptions
+from squall.driver.report.explain import explain_plan
 from squall.operators.duck import Sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"

@@ -18,8 +18,8 @@ import sqlglot
 
 import squall
 from squall.driver.planner import PlannerOptions
-from squall.driver.predicate_cache import PredicateCache
-from squall.driver.predicates import parse_key, predicate_key
+from squall.driver.skipping.predicate_cache import PredicateCache
+from squall.driver.skipping.predicates import parse_key, predicate_key
 from squall.testing import assert_same_result
 
 from .s3server import moto_available, moto_s3

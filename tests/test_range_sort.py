@@ -1,4 +1,4 @@
-"""Range-partitioned ORDER BY (driver/planner/sort.py, operators/rangepart.py) against DuckDB.
+"""Range-partitioned ORDER BY (driver/planner/rules/sort.py, operators/rangepart.py) against DuckDB.
 
 A table written here holds the awkward cases: ties and a dominant key, NULLs, an all-NULL column,
 empty and non-ASCII strings and prefixes of each other, dates, decimals, doubles with NaN and

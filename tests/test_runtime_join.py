@@ -12,8 +12,8 @@ import duckdb
 import pytest
 
 import squall
-from squall.driver.exchange_stats import format_exchanges
 from squall.driver.planner import PlannerOptions
+from squall.driver.report.exchanges import format_exchanges
 from squall.operators.runtime_join import data_bytes
 from squall.plan import Plan
 from squall.testing import assert_same_result

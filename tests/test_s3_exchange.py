@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from squall.driver.scale.requests import ExchangeShape, exchange_counts
+from squall.driver.forecast.scale.requests import ExchangeShape, exchange_counts
 from squall.exchange.base import (
     ExchangeAborted,
     ExchangeError,

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import squall.driver.catalog as catalog_module
+import squall.driver.catalog.tables as catalog_module
 import squall.operators.scan as scan_module
-from squall.driver.catalog import SCANS, Catalog
-from squall.driver.scan_kinds import LOADERS, loader
+from squall.driver.catalog.scan_kinds import LOADERS, loader
+from squall.driver.catalog.tables import SCANS, Catalog
 from squall.errors import OptionError
 from squall.operators.scan_kinds import READERS, reader
 

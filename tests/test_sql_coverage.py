@@ -240,7 +240,7 @@ QUERIES = {
     "empty_result": "SELECT * FROM t1 WHERE id < 0",
     "all_null_column": "SELECT sum(nothing), count(nothing), max(nothing) FROM t1",
     "unnest_without_from": "SELECT unnest([1, 2, 3]) AS x",
-    # LATERAL decorrelated (driver/lateral.py) and unnest in FROM expanded where its rows are (driver/unnest_from.py)
+    # LATERAL decorrelated (driver/logical/decorrelate/lateral.py) and unnest in FROM expanded where its rows are (driver/logical/unnest.py)
     "lateral": "SELECT * FROM t3, LATERAL (SELECT count(*) FROM t2 WHERE t2.cat = t3.cat) AS x",
     "lateral_join": "SELECT a.id, b.m FROM t1 a JOIN LATERAL (SELECT max(score) AS m FROM t2 WHERE t2.t1_id = a.id) b "
     "ON true WHERE a.id < 50",

@@ -25,7 +25,7 @@ import pytest
 
 import squall
 from squall import tpcds
-from squall.driver.explain import explain_plan
+from squall.driver.report.explain import explain_plan
 from squall.errors import DataError, NotSupportedError, OptionError
 from squall.testing import assert_same_result
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
-from squall.driver.logical import WHOLE_QUERY_AT_W1
+from squall.driver.ir.nodes import WHOLE_QUERY_AT_W1
 from squall.driver.planner import PlannerOptions
 from squall.testing import assert_same_result
 from tests.fuzz.dataset import duckdb_reference

@@ -28,23 +28,23 @@ catalog, ``squall.plan`` and the DuckDB sandbox; nothing imports back.
 
 from __future__ import annotations
 
-from squall.driver.catalog import Catalog
-from squall.driver.frontend import BoundQuery
-from squall.driver.planner import (
+from squall.driver.catalog.tables import Catalog
+from squall.driver.frontend.bind import BoundQuery
+from squall.driver.logical.translate import Names, Planned
+from squall.driver.planner import runtime
+from squall.driver.planner.core import Context, PlannerOptions
+from squall.driver.planner.rules import (
     aggregates,
     bloom,
     filters,
     joins,
     onerank,
-    runtime,
     scans,
     setops,
     sort,
     topk,
     windows,
 )
-from squall.driver.planner.core import Context, PlannerOptions
-from squall.driver.translate import Names, Planned
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 

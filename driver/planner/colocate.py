@@ -31,13 +31,14 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from squall.driver import logical as L
-from squall.driver.catalog import RowGroup
-from squall.driver.planner import scans, skew, skipping
+from squall.driver.catalog.tables import RowGroup
+from squall.driver.ir import nodes as L
+from squall.driver.ir.sqlgen import InputRef, Templated
+from squall.driver.planner import skew, skipping
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import leaves
 from squall.driver.planner.joinfilter import FilterProbe
-from squall.driver.sqlgen import InputRef, Templated
+from squall.driver.planner.rules import scans
 from squall.plan import ExchangeInput, ScanInput
 
 Bounds = tuple[tuple[int | None, int | None], ...]

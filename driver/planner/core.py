@@ -18,14 +18,14 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from squall.driver import logical as L
-from squall.driver.catalog import Catalog
-from squall.driver.frontend import BoundQuery
+from squall.driver.catalog.tables import Catalog
+from squall.driver.frontend.bind import BoundQuery
+from squall.driver.ir import nodes as L
+from squall.driver.ir.sqlgen import InputRef, render
+from squall.driver.logical.translate import Names
 from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, named_probes
 from squall.driver.planner.reuse import stage_key
-from squall.driver.sqlgen import InputRef, render
-from squall.driver.translate import Names
 from squall.errors import NotSupportedError
 from squall.operators.duck import Sandbox, raise_if_interrupted
 from squall.plan import ExchangeInput, Output, ScanInput, Stage
@@ -54,10 +54,10 @@ class PlannerOptions:
     #: row groups early steal unread ones from the others, one row group at a time
     work_stealing: bool = False
     #: range-partition an ORDER BY without LIMIT over all ranks (instead of sorting on rank 0)
-    #: when its input has at least this many estimated rows (driver/planner/sort.py)
+    #: when its input has at least this many estimated rows (driver/planner/rules/sort.py)
     range_sort_rows: float = 1_000_000
     #: skip row groups where the predicate cache knows an implied predicate matched no row, and have
-    #: workers record the outcome of row groups it does not know (see squall.driver.predicate_cache)
+    #: workers record the outcome of row groups it does not know (see squall.driver.skipping.predicate_cache)
     predicate_cache: bool = True
     #: … but probe a scan only when the planner expects at most this many of an average row group's rows
     #: to pass its filters (more: the row group is very unlikely to be empty, and the probe re-reads the
@@ -118,7 +118,7 @@ class PlannerOptions:
     #: the joins, subqueries and CTEs itself; the scans still prune, probe the predicate cache and
     #: count); off: Squall's own stage plan at W=1 too
     whole_query_at_w1: bool = True
-    #: join sides drop the columns only their own filters read before they are sent (see driver/prune.py)
+    #: join sides drop the columns only their own filters read before they are sent (see driver/logical/rules/prune.py)
     narrow_join_sides: bool = True
     #: join filters (Bloom filter / key set of the build keys applied at the probe side's scans)
     join_filters: bool = True
@@ -140,10 +140,10 @@ class PlannerOptions:
     #: exchange instead of computing it again (see planner/reuse.py)
     reuse_subplans: bool = True
     #: an EXISTS and a NOT EXISTS (or two of either) over one table on the same key read one scan, their
-    #: own filters tested in the joins (TPC-H Q21; see driver/coalesce.py)
+    #: own filters tested in the joins (TPC-H Q21; see driver/logical/rules/coalesce.py)
     coalesce_subqueries: bool = True
     #: an aggregate over a join whose many side is aggregated by the join key first (COUNT/SUM/MIN/MAX of
-    #: its columns; TPC-H Q13; see driver/eager_aggregate.py)
+    #: its columns; TPC-H Q13; see driver/logical/rules/eager_aggregation.py)
     eager_aggregation: bool = True
 
     @property
@@ -234,7 +234,7 @@ class Context:
     ``rules`` are modules with ``NODES`` (the logical node types they plan) and
     ``plan(ctx, node) -> (node, Dist)``; :meth:`build` runs the first that matches.
     ``replicate`` is set while a subtree is planned for every rank to read whole
-    (a replicated scan, see :mod:`~squall.driver.planner.scans`).
+    (a replicated scan, see :mod:`~squall.driver.planner.rules.scans`).
     """
 
     def __init__(

@@ -7,8 +7,8 @@ from typing import cast
 import sqlglot
 from sqlglot import exp
 
-from squall.driver import logical as L
-from squall.driver.sqlgen import InputRef
+from squall.driver.ir import nodes as L
+from squall.driver.ir.sqlgen import InputRef
 
 #: DuckDB type names that hash as numbers (cast to DOUBLE before hashing)
 NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from squall.driver import logical as L
+from squall.driver.ir import nodes as L
+from squall.driver.ir.sqlgen import InputRef, Templated, q, render
 from squall.driver.planner.exprs import hashable
-from squall.driver.sqlgen import InputRef, Templated, q, render
 
 #: hash functions of a Bloom filter (k); with ≥10 bits per key the false-positive rate is about 1-2 %
 HASHES = 3

@@ -1,6 +1,6 @@
 """Run-time join decisions: broadcast or hash-partition, decided from the actual size of a join side.
 
-The planner chooses broadcast vs hash from estimates (:func:`~squall.driver.planner.joins._broadcast_choice`:
+The planner chooses broadcast vs hash from estimates (:func:`~squall.driver.planner.rules.joins._broadcast_choice`:
 a side under ``broadcast_limit`` whose W copies cost no more than moving the other side). Some estimates
 rest on guesses: a filter the statistics cannot price (``LIKE``, a comparison of two columns, a filter above
 a join; a column against constants, and ``AND``/``OR``/``NOT`` of those, is priced by min/max and NDVs), a
@@ -18,7 +18,7 @@ time:
   limit goes whole to every rank and B's rows stay where they were made (B's exchange is skipped), else
   both go by hash as planned.
 
-Where the planner would broadcast S, both sides are built first (:func:`~squall.driver.planner.joins.plan`)
+Where the planner would broadcast S, both sides are built first (:func:`~squall.driver.planner.rules.joins.plan`)
 and the choice goes to run time only when both come out spread over the ranks, to be hashed by fresh
 exchanges; otherwise S is broadcast as planned. Sides are estimated as their planned join filters leave them.
 
@@ -36,10 +36,10 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from squall.driver import logical as L
-from squall.driver.estimate import column_constraint
-from squall.driver.planner import scans
+from squall.driver.estimate.selectivity import column_constraint
+from squall.driver.ir import nodes as L
 from squall.driver.planner.core import Context, megabytes
+from squall.driver.planner.rules import scans
 from squall.plan import ExchangeInput, Output
 
 #: join kinds whose side S may go to every rank while the other side's rows stay where they are: (S, B)
@@ -71,7 +71,7 @@ def guesses(node: L.Node) -> list[str]:
 
 def _priced(pred: exp.Expression) -> bool:
     """Whether the statistics price ``pred`` (a column against constants: min/max ranges, NDVs; and/or/not of
-    such), rather than a flat guess (driver/estimate.py)."""
+    such), rather than a flat guess (driver/estimate/selectivity.py)."""
     if isinstance(pred, (exp.And, exp.Or)):
         return _priced(pred.this) and _priced(pred.expression)
     if isinstance(pred, (exp.Not, exp.Paren)):

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 from sqlglot import exp
 
-from squall.driver import logical as L
-from squall.driver.catalog import RowGroup
+from squall.driver.catalog.tables import RowGroup
+from squall.driver.ir import nodes as L
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import find_scan_column, leaves
 from squall.plan import ExchangeInput, Output, ScanInput

@@ -1,22 +1,22 @@
 """Row-group skipping beyond min/max: Parquet page indexes, Bloom filters and the predicate cache.
 
-Called by the scan rule (:mod:`~squall.driver.planner.scans`) with the row groups
+Called by the scan rule (:mod:`~squall.driver.planner.rules.scans`) with the row groups
 left after min/max pruning, in this order:
 
 - **page index**: for the range / ``=`` / ``IN`` conjuncts of the scan's normalized
-  predicate (:mod:`squall.driver.predicates`), a row group is skipped when no row is
+  predicate (:mod:`squall.driver.skipping.predicates`), a row group is skipped when no row is
   on a page of *every* filtered column whose [min, max] may match (the intersection of
   the columns' matching pages' row ranges is empty), though its row-group min/max did
   not rule it out (``x = 5`` with pages [1, 4] and [6, 10]);
 - **Bloom filters**: ``=``/``IN`` conjuncts on columns whose footers hold Bloom filters
   skip the row groups whose filters rule out every value;
-- **predicate cache** (:mod:`squall.driver.predicate_cache`): row groups where a
+- **predicate cache** (:mod:`squall.driver.skipping.predicate_cache`): row groups where a
   predicate the scan's predicate implies matched no row are skipped, and the row groups
   whose outcome it does not know are listed for the workers to record (the *probe*).
 
-Page indexes and Bloom filters are read by DuckDB (:mod:`squall.driver.parquet_indexes`)
+Page indexes and Bloom filters are read by DuckDB (:mod:`squall.driver.skipping.page_index`)
 from local files, and for object-store tables from a metadata mirror
-(:mod:`squall.driver.metadata_mirror`: footer and index bytes fetched with ranged GETs),
+(:mod:`squall.driver.skipping.metadata_mirror`: footer and index bytes fetched with ranged GETs),
 each once per file stamp (a file's whole page index: DuckDB parses all of it; the Bloom
 filters of the filtered columns), only when the footer says the file has them and min/max
 left row groups to check; page-index verdicts are kept per (file, stamp, predicate). All counts travel in the scan's
@@ -36,14 +36,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlglot import exp
 
-from squall.driver import logical as L
-from squall.driver import metadata_mirror
-from squall.driver import parquet_indexes as pi
-from squall.driver.catalog import RowGroup, TableInfo
-from squall.driver.estimate import conjunction_selectivity
+from squall.driver.catalog.tables import RowGroup, TableInfo
+from squall.driver.estimate.selectivity import conjunction_selectivity
+from squall.driver.ir import nodes as L
 from squall.driver.planner.core import Context
-from squall.driver.predicate_cache import PredicateCache
-from squall.driver.predicates import equality_values, parse_key, predicate_key
+from squall.driver.skipping import metadata_mirror
+from squall.driver.skipping import page_index as pi
+from squall.driver.skipping.predicate_cache import PredicateCache
+from squall.driver.skipping.predicates import equality_values, parse_key, predicate_key
 from squall.errors import DataError
 from squall.operators.storage import Storage, scheme_of
 from squall.plan import DataSkipping

@@ -16,7 +16,7 @@ merged) in the same contiguous, balanced chunks per rank as any scan. ``squall e
 
 from __future__ import annotations
 
-from squall.driver.catalog import TableInfo
+from squall.driver.catalog.tables import TableInfo
 from squall.driver.planner.core import Context
 
 

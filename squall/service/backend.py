@@ -23,7 +23,7 @@ from typing import Any
 
 from squall import aws
 from squall.connection import Connection
-from squall.driver.predicate_cache import PredicateCache
+from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.errors import OptionError, SquallError
 from squall.service import records
 from squall.service.errors import Busy, squall_error
@@ -208,7 +208,7 @@ class LambdaBackend(Backend):
         return self._client
 
     def check(self, sql: str, workers: int | None) -> None:
-        from squall.driver.frontend import check_safe, parse
+        from squall.driver.frontend.bind import check_safe, parse
 
         self.check_workers(workers)
         check_safe(parse(sql))

@@ -241,8 +241,8 @@ def describe_tables(connection: Connection) -> list[dict[str, Any]]:
 def explain_doc(con: Connection, sql: str, estimate: bool = False) -> dict[str, Any]:
     """``{"text", "plan"}`` of ``sql``; with ``estimate``: the text ends with the scale model's prediction
     and ``"estimate"`` holds it (``time_s``, ``cost_usd``, ``requests``, ``profile``, ``workers``, ``label``)."""
-    from squall.driver.explain import explain_plan
-    from squall.driver.forecast import format_estimate, summary
+    from squall.driver.forecast.predict import format_estimate, summary
+    from squall.driver.report.explain import explain_plan
 
     plan = con.plan(sql)
     doc: dict[str, Any] = {"text": explain_plan(plan), "plan": plan.to_dict()}

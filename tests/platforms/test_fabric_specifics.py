@@ -85,7 +85,7 @@ def test_cli_platform_fabric(sf01, capsys):
 def test_communication_schedule_on_tpch(sf01, schedule):
     """Neo-Join's open-shop schedule on a whole query (every exchange above 0 bytes), or the default on one
     machine (rotated, saying why); the answer is DuckDB's and each exchange's stats name its schedule."""
-    from squall.driver.exchange_stats import format_exchanges
+    from squall.driver.report.exchanges import format_exchanges
 
     options = {"schedule": schedule, "schedule_min_bytes": 0, "schedule_quantum": 4096}
     reference = duckdb_over(sf01)

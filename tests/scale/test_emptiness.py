@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from squall.driver.scale import (
+from squall.driver.forecast.scale import (
     EMULATOR_HERE,
     Calibration,
     PlatformConfig,
@@ -23,9 +23,9 @@ from squall.driver.scale import (
     from_plan,
     load_calibration,
 )
-from squall.driver.scale.emptiness import hash_pairs, hit_rate, output_rule
-from squall.driver.scale.requests import ExchangeShape, PairWeights, grid_reads
-from squall.driver.scale.workload import StageSize, scaled
+from squall.driver.forecast.scale.emptiness import hash_pairs, hit_rate, output_rule
+from squall.driver.forecast.scale.requests import ExchangeShape, PairWeights, grid_reads
+from squall.driver.forecast.scale.workload import StageSize, scaled
 from squall.plan import ExchangeInput, Output, Plan, Stage
 
 from .test_model import make_plan

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from squall.driver.cost import query_cost
-from squall.driver.scale import (
+from squall.driver.forecast.prices import query_cost
+from squall.driver.forecast.scale import (
     AWS,
     Calibration,
     PlatformConfig,
@@ -17,8 +17,8 @@ from squall.driver.scale import (
     estimate_workload,
     exchange_counts,
 )
-from squall.driver.scale.model import tree_blocks, tree_children
-from squall.driver.scale.requests import (
+from squall.driver.forecast.scale.model import tree_blocks, tree_children
+from squall.driver.forecast.scale.requests import (
     CURRENT,
     FORMULAS,
     POLL_MAX_S,
@@ -29,7 +29,7 @@ from squall.driver.scale.requests import (
     grid_reads,
     grid_width,
 )
-from squall.driver.scale.workload import StageSize, StageSizes, scaled
+from squall.driver.forecast.scale.workload import StageSize, StageSizes, scaled
 from squall.plan import ExchangeInput, Output, Plan, ScanInput, Split, Stage
 
 CAL = Calibration()
@@ -245,7 +245,7 @@ def test_more_workers_same_sf_more_requests():
 
 
 def test_shipped_calibration_loads():
-    from squall.driver.scale import load_calibration
+    from squall.driver.forecast.scale import load_calibration
 
     cal = load_calibration()
     assert set(cal.rates) >= {"scan", "aggregate", "join", "sort", "project"}

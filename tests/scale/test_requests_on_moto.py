@@ -3,7 +3,7 @@ included (issue 15: "request counts at W = 4, 9, 16 and 64 within the formulas, 
 
 A hash exchange among W ranks (threads, each with its own endpoint and boto3 client), every pair with
 data, ``levels="auto"`` (one level below 16 ranks, two from 16) — and sender k starts k x 15 ms late,
-so receivers really wait and poll. Asserted against :func:`squall.driver.scale.requests.exchange_counts`
+so receivers really wait and poll. Asserted against :func:`squall.driver.forecast.scale.requests.exchange_counts`
 (the table the simulator uses) and Lambada's bounds:
 
 - PUT and data GET exactly the formula (one level W PUTs and W(W-1) GETs ≤ W²; two levels 2W PUTs and
@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from squall.driver.scale.requests import POLL_MAX_S, POLL_MIN_S, ExchangeShape, exchange_counts
+from squall.driver.forecast.scale.requests import POLL_MAX_S, POLL_MIN_S, ExchangeShape, exchange_counts
 from squall.exchange.base import ExchangeSpec, exchange_factory, open_exchange
 
 from ..s3server import moto_available, moto_s3

@@ -1,0 +1,1 @@
+"""logical.decorrelate: TODO."""

@@ -1,0 +1,1 @@
+"""planner.rules: TODO."""

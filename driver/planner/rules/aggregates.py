@@ -1,0 +1,395 @@
+"""Aggregates: partial → exchange → final, or complete where the rows already are.
+
+An aggregate whose input is already hash-partitioned on a subset of its group
+keys (or is on one rank, or replicated) completes in place — except decomposable aggregates over a
+skew-aware join that may spread hot keys (selective broadcast), which go partial → final so that the join
+keeps that freedom. Otherwise decomposable
+aggregates run partial on every rank (AVG as SUM and COUNT, VAR/STDDEV as
+count, mean and M2, merged pairwise as DuckDB does) and final after the
+exchange: a gather to rank 0 when there are few groups (no keys, or at most
+``gather_groups`` by the catalog's NDVs), else hash-partitioned by the group keys. Aggregates that cannot
+be split (DISTINCT, holistic ones) move their rows instead — deduped locally on
+(keys, arguments) first when that cannot change the result — and complete after
+the move. DISTINCT aggregates that all read one argument (``count``/``sum``/``min``/``max``) go in two
+steps instead (as Spark plans one distinct aggregate): the (keys, argument) pairs move by both and are
+deduped where they land, then the aggregates, no longer DISTINCT, split partial → final as above; a hot
+group key's values are spread over the ranks by value, and each rank sends one partial row per group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from squall.driver.ir import nodes as L
+from squall.driver.ir.sqlgen import q
+from squall.driver.logical.translate import estimate_rows
+from squall.driver.planner import colocate, skew
+from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
+from squall.driver.planner.exprs import find_scan_column, parse, rewrite_cols
+from squall.errors import NotSupportedError
+from squall.plan import Output
+
+NODES = (L.Aggregate,)
+
+_DECOMPOSABLE = {"sum", "count", "count_star", "min", "max", "avg", "bool_and", "bool_or", "bit_and", "bit_or",
+                 "bit_xor", "stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop",
+                 "product", "fsum", "sumkahan", "kahan_sum"}  # fmt: skip
+#: partial and final are the same function
+_SAME = {"min", "max", "bool_and", "bool_or", "bit_and", "bit_or", "bit_xor", "sum", "product", "fsum"}
+#: duplicates of an argument do not change the result
+_IDEMPOTENT = {"min", "max", "bool_and", "bool_or", "bit_and", "bit_or"}
+_VARIANCE = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop")
+
+Aggs = tuple[tuple[str, L.AggCall], ...]
+
+
+def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
+    child, dist = ctx.build(node.input)
+    if node.sets:
+        return _plan_sets(ctx, node, child, dist)
+    key_texts = [L.sql_of(e) for _n, e in node.keys]
+    out_dist_keys = tuple(frozenset([q(n)]) for n, _e in node.keys)
+    if ctx.world == 1 or dist.kind in ("single", "replicated"):
+        return L.Aggregate(child, node.keys, node.aggs), (dist if dist.kind != "random" else RANDOM)
+    decomposable = all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs)
+    in_place = dist.kind == "hash" and node.keys and all(any(t in eq for t in key_texts) for eq in dist.keys)
+    if in_place and not (decomposable and _spreads_hot_keys(ctx, node, dist)):
+        mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
+        ctx.rely_on(dist, exact=False)
+        return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
+    gather = not node.keys or (not node.by_key and _est_groups(ctx, node) <= ctx.options.gather_groups)
+    if (
+        dist.kind == "random"
+        and (done := _complete_in_place(ctx, node, child, resplit=not gather)) is not None
+    ):
+        return done
+    if decomposable:
+        return _partial_final(ctx, node, child, dist, gather)
+    if (arg := _one_distinct_argument(node)) is not None:
+        return _distinct_in_two_steps(ctx, node, child, dist, arg, gather)
+    # not decomposable (DISTINCT, holistic aggregates): move rows, then aggregate completely
+    pre: L.Node = child
+    if all((a.distinct or a.func in _IDEMPOTENT) and not a.filtered for _n, a in node.aggs) and node.aggs:
+        cols: dict[str, exp.Expression] = {n: e for n, e in node.keys}
+        for _n, a in node.aggs:
+            for arg in a.args:
+                cols.setdefault(ctx.fresh("arg"), arg)
+        # dedupe locally on (keys, arguments) first: shrinks what moves
+        names = {L.sql_of(e): n for n, e in cols.items()}
+        pre = L.Aggregate(child, tuple((n, e) for n, e in cols.items()), ())
+        keys = tuple((n, L.col(n)) for n, _e in node.keys)
+        aggs = tuple(
+            (n, dataclasses.replace(a, expression=rewrite_cols(a.expression, names))) for n, a in node.aggs
+        )
+        node = L.Aggregate(node.input, keys, aggs)
+    if not node.keys:
+        ref = ctx.gather(pre, dist, "aggregate that cannot be split: rows to rank 0")
+        return L.Aggregate(ref, node.keys, node.aggs), SINGLE
+    key_exprs = tuple(e for _n, e in node.keys)
+    if isinstance(pre, L.Aggregate):
+        key_exprs = tuple(L.col(n) for n, _e in node.keys)
+    ref, _ = ctx.to_hash(pre, dist, key_exprs, "aggregate that cannot be split: rows by group key")
+    return L.Aggregate(ref, node.keys, node.aggs), Dist("hash", out_dist_keys)
+
+
+def _spreads_hot_keys(ctx: Context, node: L.Aggregate, dist: Dist) -> bool:
+    """Whether ``dist`` comes from a skew-aware join that may spread a hot key's rows over the ranks
+    (selective broadcast) and ``node``'s input is estimated at ``skew_min_bytes`` or more. An aggregate of
+    decomposable functions over it then goes partial → final (one partial row per hot group and rank)
+    rather than in place, which would give up the spreading; over a small input one rank's hot group costs
+    less than the extra exchange."""
+    if not dist.group or not any(s.output.group == dist.group and s.output.heavy for s in ctx.stages):
+        return False
+    return estimate_rows(node.input) * 8.0 * len(node.input.names) >= ctx.options.skew_threshold
+
+
+def _complete_in_place(
+    ctx: Context, node: L.Aggregate, child: L.Node, resplit: bool
+) -> tuple[L.Node, Dist] | None:
+    """The whole aggregate on every rank, no exchange, when a group key is an integer column whose rows each
+    rank's scan splits hold a range of their own (Parquet statistics; data written in key order, e.g.
+    lineitem by l_orderkey): every group lies on one rank. Its output is grouped but not hash-partitioned.
+    With ``resplit`` (groups too many to gather to rank 0), the scan may also be split anew by ranges of the
+    key (:mod:`.colocate`); few groups go to rank 0 instead, where the query goes on with them."""
+    if not (ctx.options.aggregate_in_place and ctx.options.skew_locality_ranges) or node.sets:
+        return None
+    for name, key in node.keys:
+        if (ranges := skew.split_ranges_below(ctx, child, key)) is not None:
+            colocate.fix_ranges(ctx, child, key, ranges)  # a join above on the key takes the same ranges
+            bounds = ", ".join(f"≥{lo} → rank {r}" for lo, r in ranges[:3]) + (
+                ", …" if len(ranges) > 3 else ""
+            )
+            ctx.notes.append(
+                f"aggregate by {name} complete on every rank, no exchange: each rank's scan splits hold their own "
+                f"range of it (Parquet statistics: {bounds})"
+            )
+            return L.Aggregate(child, node.keys, node.aggs), RANDOM
+    for name, key in node.keys if resplit else ():
+        if (how := colocate.aggregate_in_place(ctx, child, key)) is not None:
+            ctx.notes.append(f"aggregate by {name} complete on every rank, no exchange: {how}")
+            return L.Aggregate(child, node.keys, node.aggs), RANDOM
+    return None
+
+
+def _partial_final(
+    ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist, gather: bool
+) -> tuple[L.Node, Dist]:
+    """Decomposable aggregates of ``node`` over ``child``: partial on every rank, then final after a gather to
+    rank 0 (``gather``) or a hash exchange by the group keys."""
+    partial, final, post = _split_aggs(ctx, node)
+    part_node = L.Aggregate(child, node.keys, partial)
+    key_cols = tuple((n, L.col(n)) for n, _e in node.keys)
+    if gather:
+        ref = ctx.gather(part_node, dist, "partial aggregates to rank 0")
+        out_dist = SINGLE
+    else:
+        by = tuple(q(n) for n, _ in node.keys)
+        ref = ctx.stage(part_node, dist, Output("hash", keys=by), "partial aggregates by group key")
+        domain = skew.column_domain(ctx, node.input, node.keys[0][1]) if len(node.keys) == 1 else None
+        rows = min(_est_groups(ctx, node) * ctx.world, estimate_rows(node.input))
+        group = skew.by_key_ranges(ctx, ref, rows * 8.0 * len(part_node.names), domain, node.keys[0][1])
+        out_dist = Dist("hash", tuple(frozenset([q(n)]) for n, _e in node.keys), group)
+    final_node: L.Node = L.Aggregate(ref, key_cols, final)
+    final_node = L.Project(final_node, tuple((n, L.col(n)) for n, _ in node.keys) + post)
+    return final_node, out_dist
+
+
+#: DISTINCT aggregates that, over (keys, argument) pairs deduped, are the plain aggregate of the argument
+_DISTINCT_SPLIT = {"count", "sum", "min", "max"}
+
+
+def _one_distinct_argument(node: L.Aggregate) -> exp.Expression | None:
+    """The argument every aggregate of ``node`` reads, when all are DISTINCT ``count``/``sum``/``min``/``max``
+    of that one argument (no FILTER); else None."""
+    if not node.aggs:
+        return None
+    args = set()
+    for _n, a in node.aggs:
+        if not a.distinct or a.filtered or a.func not in _DISTINCT_SPLIT or len(a.args) != 1:
+            return None
+        args.add(L.sql_of(a.args[0]))
+    return node.aggs[0][1].args[0] if len(args) == 1 else None
+
+
+def _distinct_in_two_steps(
+    ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist, arg: exp.Expression, gather: bool
+) -> tuple[L.Node, Dist]:
+    """DISTINCT aggregates of one argument: (keys, argument) pairs deduped locally, moved by both and deduped
+    where they land; then the plain aggregates of the argument, partial → final (see module doc)."""
+    value = ctx.fresh("distinct_arg")
+    cols = (*node.keys, (value, arg))
+    pre = L.Aggregate(child, cols, ())
+    groups = _est_groups(ctx, node)
+    pair_bytes = estimate_rows(node.input) * 8.0 * len(cols)
+    guarded = ctx.options.skew_handling and pair_bytes >= ctx.options.skew_threshold
+    if node.keys and groups >= ctx.options.distinct_by_keys_groups * ctx.world and not guarded:
+        # many groups and an input under skew_min_bytes (where skew handling would spread a hot group's
+        # values): by the group keys alone, each rank completes its groups (no partial → final round)
+        ref, _ = ctx.to_hash(
+            pre,
+            dist,
+            tuple(L.col(n) for n, _e in node.keys),
+            f"distinct aggregate: (group keys, value) pairs by group key, complete where they land "
+            f"(~{groups:,.0f} groups est. ≥ distinct_by_keys_groups {ctx.options.distinct_by_keys_groups:,.0f} "
+            f"per rank; ~{pair_bytes / 1e6:,.0f} MB of pairs < skew_min_bytes{ctx.options.per_core()})",
+        )
+        aggs = tuple(
+            (
+                n,
+                dataclasses.replace(
+                    a, args=(L.col(value),), expression=parse(f"{a.func.upper()}(DISTINCT {q(value)})")
+                ),
+            )
+            for n, a in node.aggs
+        )
+        keys = tuple((n, L.col(n)) for n, _e in node.keys)
+        return L.Aggregate(ref, keys, aggs), Dist("hash", tuple(frozenset([q(n)]) for n, _e in node.keys))
+    ref, pairs_dist = ctx.to_hash(
+        pre,
+        dist,
+        tuple(L.col(n) for n, _e in cols),
+        "distinct aggregate: (group keys, value) pairs by both, deduped where they land",
+    )
+    deduped = L.Aggregate(ref, tuple((n, L.col(n)) for n, _e in cols), ())
+    plain = tuple(
+        (n, L.AggCall(a.func, (L.col(value),), False, parse(f"{a.func.upper()}({q(value)})")))
+        for n, a in node.aggs
+    )
+    keys = tuple((n, L.col(n)) for n, _e in node.keys)
+    return _partial_final(ctx, L.Aggregate(deduped, keys, plain), deduped, pairs_dist, gather)
+
+
+def _plan_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tuple[L.Node, Dist]:
+    """GROUPING SETS / ROLLUP / CUBE in one pass: every rank aggregates its rows per grouping set
+    (the grouping id an extra output), the final GROUP BY (keys, grouping id) merges the partials
+    of one group, which lie on one rank after a gather or a hash exchange on (keys, id)."""
+    here = dataclasses.replace(node, input=child)
+    if ctx.world == 1 or dist.kind in ("single", "replicated"):
+        return here, dist if dist.kind != "hash" else RANDOM
+    if not all(a.func in _DECOMPOSABLE and not a.distinct and not a.filtered for _n, a in node.aggs):
+        if () not in node.sets:
+            return _expand_sets(ctx, node, child, dist)
+        # the grand total () must give one row even over no rows: all rows to rank 0
+        ref = ctx.gather(
+            child, dist, "grouping sets with () and an aggregate that cannot be split: rows to rank 0"
+        )
+        return dataclasses.replace(node, input=ref), SINGLE
+    partial, final, post = _split_aggs(ctx, node)
+    part_node = dataclasses.replace(node, input=child, aggs=partial)
+    names = tuple(n for n, _e in node.keys) + (node.gid,)
+    if _est_groups(ctx, node) * len(node.sets) <= ctx.options.gather_groups:
+        ref = ctx.gather(part_node, dist, "partial aggregates per grouping set to rank 0")
+        out_dist = SINGLE
+    else:
+        by = tuple(q(n) for n in names)
+        ref = ctx.stage(
+            part_node, dist, Output("hash", keys=by), "partial aggregates by (group key, grouping id)"
+        )
+        out_dist = Dist("hash", tuple(frozenset([k]) for k in by))
+    final_node: L.Node = L.Aggregate(ref, tuple((n, L.col(n)) for n in names), final)
+    keys = tuple((n, L.col(n)) for n, _ in node.keys)
+    return L.Project(final_node, keys + post + ((node.gid, L.col(node.gid)),)), out_dist
+
+
+def _expand_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> tuple[L.Node, Dist]:
+    """Grouping sets (without ``()``) over aggregates that cannot be split: each row once per set (keys not in
+    the set NULL, the set's grouping id a column), hash-partitioned on (keys, id), then one
+    plain GROUP BY (keys, id) per rank completes every group where its rows are."""
+    n = len(node.keys)
+    masked = [ctx.fresh("gs_" + name) for name, _e in node.keys]
+    ids = [sum(1 << (n - 1 - i) for i in range(n) if i not in s) for s in node.sets]
+    bigint = exp.DataType.build("BIGINT")
+    sets = L.Values(tuple((exp.cast(exp.Literal.number(g), bigint),) for g in ids), (node.gid,))
+    exprs: list[tuple[str, exp.Expression]] = [(c, L.col(c)) for c in child.names]
+    exprs.append((node.gid, L.col(node.gid)))
+    for i, (m, (_k, e)) in enumerate(zip(masked, node.keys)):
+        bit = parse(f"(({q(node.gid)} >> {n - 1 - i}) & 1) = 0")
+        exprs.append((m, exp.Case(ifs=[exp.If(this=bit, true=e.copy())])))
+    expanded: L.Node = L.Project(L.Join(child, sets, "cross"), tuple(exprs))
+    by = tuple(L.col(m) for m in masked) + (L.col(node.gid),)
+    ref, _ = ctx.to_hash(
+        expanded, dist, by, "grouping sets that cannot be split: rows once per set by (key, id)"
+    )
+    keys = tuple((name, L.col(m)) for (name, _e), m in zip(node.keys, masked)) + (
+        (node.gid, L.col(node.gid)),
+    )
+    agg = L.Aggregate(ref, keys, node.aggs)
+    out = tuple((c, L.col(c)) for c in node.names)
+    return L.Project(agg, out), Dist("hash", tuple(frozenset([q(c)]) for c, _e in keys))
+
+
+def _est_groups(ctx: Context, node: L.Aggregate) -> float:
+    """Product of the keys' NDVs (√rows for a computed key), at most the input's rows."""
+    rows = estimate_rows(node.input)
+    groups = 1.0
+    for _n, e in node.keys:
+        groups *= _ndv(ctx, node.input, e, rows)
+    return min(groups, rows)
+
+
+def _ndv(ctx: Context, below: L.Node, e: exp.Expression, rows: float) -> float:
+    if isinstance(e, exp.Column):
+        found = find_scan_column(below, e.name)
+        if found is not None:
+            scan, source = found
+            return float(ctx.catalog.ndv(scan.table, source))
+    return max(rows**0.5, 1.0)
+
+
+def _decimal_scale(ctx: Context, node: L.Aggregate, arg: exp.Expression) -> int:
+    """The scale of ``arg`` when DuckDB types it DECIMAL(p, s), else 0."""
+    types = ctx.logical_types(L.Project(node.input, (("__avg_arg", arg),)))
+    m = re.fullmatch(r"DECIMAL\(\d+,\s*(\d+)\)", types[0]) if types else None
+    return int(m.group(1)) if m else 0
+
+
+def _avg_sql(total: str, count: str, scale: int) -> str:
+    """The final AVG from the summed partial sums and counts, rounded as DuckDB's own AVG.
+
+    For a DECIMAL(p, s) argument DuckDB divides the exact unscaled sum by count * 10^s in extended
+    precision: the double nearest the true quotient. ``CAST(sum AS DOUBLE) / count`` would round the
+    decimal sum first and can land one ulp away, which breaks ties (``RANK() OVER (ORDER BY avg(x))``);
+    the unscaled sum is an integer, exact in a double below 2^53, so one IEEE division rounds as DuckDB.
+    """
+    if scale == 0:
+        return f"CAST({total} AS DOUBLE) / CAST({count} AS DOUBLE)"
+    unit = 10**scale
+    return f"CAST(CAST({total} * {unit} AS HUGEINT) AS DOUBLE) / (CAST({count} AS DOUBLE) * {unit}.0)"
+
+
+def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
+    """(partial aggregates, final aggregates over them, output expressions over the finals)."""
+    return split_aggs(node, ctx.fresh, lambda arg: _decimal_scale(ctx, node, arg))
+
+
+def split_aggs(
+    node: L.Aggregate, fresh: Callable[[str], str], decimal_scale: Callable[[exp.Expression], int]
+) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
+    """``node``'s decomposable aggregates as (partial aggregates, final aggregates over them, output
+    expressions over the finals); ``fresh`` names the new columns, ``decimal_scale`` gives an AVG argument's
+    DECIMAL scale. Also used below a join (driver/logical/rules/eager_aggregation.py)."""
+    partial: list[tuple[str, L.AggCall]] = []
+    final: list[tuple[str, L.AggCall]] = []
+    post: list[tuple[str, exp.Expression]] = []
+    seen: dict[str, str] = {}
+
+    def add_partial(func: str, args: tuple[exp.Expression, ...], text: str) -> str:
+        key = L.sql_of(parse(text))
+        if key not in seen:
+            seen[key] = fresh("p_" + func)
+            partial.append((seen[key], L.AggCall(func, args, False, parse(text))))
+        return seen[key]
+
+    def add_final(func: str, text: str) -> str:
+        key = L.sql_of(parse(text))
+        if key not in seen:
+            seen[key] = fresh("f_" + func)
+            final.append((seen[key], L.AggCall(func, (), False, parse(text))))
+        return seen[key]
+
+    for name, a in node.aggs:
+        f = a.func
+        arg = L.sql_of(a.args[0]) if a.args else ""
+        if f in ("count_star", "count"):
+            p = (
+                add_partial("count", (), "COUNT(*)")
+                if f == "count_star"
+                else add_partial("count", a.args, L.sql_of(a.expression))
+            )
+            post.append((name, parse(f"CAST(COALESCE({q(add_final('sum', f'SUM({q(p)})'))}, 0) AS BIGINT)")))
+        elif f in _SAME:
+            p = add_partial(f, a.args, L.sql_of(a.expression))
+            post.append((name, L.col(add_final(f, f"{f.upper()}({q(p)})"))))
+        elif f == "avg":
+            s = add_partial("sum", a.args, f"SUM({arg})")
+            c = add_partial("count", a.args, f"COUNT({arg})")
+            fs, fc = add_final("sum", f"SUM({q(s)})"), add_final("sum", f"SUM({q(c)})")
+            post.append((name, parse(_avg_sql(q(fs), q(fc), decimal_scale(a.args[0])))))
+        elif f in _VARIANCE:
+            # per partial (count, mean, M2), merged pairwise as DuckDB does (Chan et al.): stable, and
+            # exactly 0 for a constant column (a constant partial's mean is the value itself)
+            x = f"CAST({arg} AS DOUBLE)"
+            n = add_partial("count", a.args, f"COUNT({arg})")
+            mean = add_partial(
+                "mean", a.args, f"CASE WHEN MIN({x}) = MAX({x}) THEN MIN({x}) ELSE AVG({x}) END"
+            )
+            m2 = add_partial("m2", a.args, f"VAR_POP({x}) * COUNT({arg})")
+            merged = add_final(
+                "merge",
+                f"LIST_REDUCE(LIST({{'n': {q(n)}, 'mean': {q(mean)}, 'm2': {q(m2)}}}) FILTER (WHERE {q(n)} > 0), "
+                "LAMBDA a, b: {'n': a.n + b.n, 'mean': a.mean + (b.mean - a.mean) * b.n / (a.n + b.n), "
+                "'m2': a.m2 + b.m2 + (b.mean - a.mean) * (b.mean - a.mean) * a.n * b.n / (a.n + b.n)})",
+            )
+            fn, fm2 = f"STRUCT_EXTRACT({q(merged)}, 'n')", f"STRUCT_EXTRACT({q(merged)}, 'm2')"
+            pop = f in ("stddev_pop", "var_pop")
+            denom = fn if pop else f"({fn} - 1)"
+            guard = f"{fn} > 0" if pop else f"{fn} > 1"
+            var = f"CASE WHEN {guard} THEN GREATEST({fm2}, 0) / {denom} END"
+            post.append((name, parse(f"SQRT({var})" if f.startswith("stddev") else var)))
+        else:
+            raise NotSupportedError(f"aggregate {f} split")
+    return tuple(partial), tuple(final), tuple(post)

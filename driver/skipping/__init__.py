@@ -1,0 +1,1 @@
+"""skipping: TODO."""
