@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.testing import compare_results
 
 Q6 = """SELECT sum(l_extendedprice * l_discount) AS revenue FROM lineitem

@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 
 KEYS = ("l_shipdate", "l_orderkey", "l_linenumber")
 ORDER = "l_shipdate DESC, l_orderkey, l_linenumber"

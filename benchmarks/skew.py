@@ -52,7 +52,7 @@ import duckdb
 
 import squall
 import squall.tpch as tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.report.exchanges import skew_factor
 from squall.errors import SquallError
 from squall.testing import compare_results

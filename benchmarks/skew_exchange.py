@@ -21,7 +21,7 @@ import duckdb
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.testing import assert_same_result
 from tests.skew_data import JOIN, write_skewed
 

@@ -23,7 +23,7 @@ import duckdb
 
 import squall
 import squall.tpch as tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.plan import Plan, ScanInput
 from squall.testing import compare_results
 

@@ -41,7 +41,7 @@ import pyarrow as pa
 
 import squall
 import squall.tpch as tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.errors import DataError, SquallError
 from squall.testing import compare_results
 
@@ -227,14 +227,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.workers is not None:
         connect_kwargs["workers"] = args.workers
     options = PlannerOptions(
-        join_filters=not args.no_join_filters,
+        disabled_rules=("join_filters",) if args.no_join_filters else (),
         whole_query_at_w1=not args.stage_plans_at_w1,
         join_in_place=not args.no_join_in_place,
         runtime_join=not args.no_runtime_joins,
         **dict(args.planner_option),
     )
     before = dict(args.before_option) or {
-        "join_filters": False,
+        "disabled_rules": ("join_filters",),
         "narrow_join_sides": False,
         "skew_locality_ranges": False,
         "join_in_place": False,

@@ -16,11 +16,11 @@ from squall.driver.frontend.boundary import Boundary
 from squall.driver.frontend.pivot import plain_pivots
 from squall.driver.ir import nodes as L
 from squall.driver.logical.fallback import one_rank
-from squall.driver.logical.rules.coalesce import Coalesced, coalesce_subqueries
-from squall.driver.logical.rules.eager_aggregation import eager_aggregates
-from squall.driver.logical.rules.prune import prune
+from squall.driver.logical.rules import RULES as LOGICAL_RULES
+from squall.driver.logical.rules import LogicalContext, result_columns
 from squall.driver.logical.translate import Names, Planned, Translator
-from squall.driver.planner import Planner, PlannerOptions
+from squall.driver.options import PlannerOptions, run_rules
+from squall.driver.planner import Planner
 from squall.errors import BindError, NotSupportedError
 from squall.operators.duck import Sandbox
 from squall.plan import Plan, ScanInput
@@ -85,27 +85,23 @@ def _compile(
         if len(planned.outputs) != len(bound.names):
             raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
         opts = options or PlannerOptions()
-        node = prune(planned.node, narrow=opts.narrow_join_sides)
-        eager: list[str] = []
-        if opts.eager_aggregation:
-            node, eager = eager_aggregates(node, catalog, translator.names.fresh)
-        written = node
-        coalesced: list[Coalesced] = []
-        if opts.coalesce_subqueries:
-            node, coalesced = coalesce_subqueries(node, translator.names.fresh)
+        logical = LogicalContext(catalog, opts, translator.names.fresh)
+        node = run_rules("logical", LOGICAL_RULES, planned.node, logical, opts, spent, result_columns)
         t2 = time.perf_counter()
         spent["translate_s"] = t2 - t1
         boundary.step, boundary.locate = "planning", None
-        plan = Planner(catalog, world_size, options, db).plan(
+        plan = Planner(catalog, world_size, options, db, spent).plan(
             bound, Planned(node, planned.outputs), translator.names
         )
-        said = [*eager, *(c.note for c in coalesced)]
-        if coalesced and not all(c.shared_in(_scanned_names(plan)) for c in coalesced):
+        said = [*logical.notes, *(c.note for c in logical.coalesced)]
+        if logical.uncoalesced is not None and not all(
+            c.shared_in(_scanned_names(plan)) for c in logical.coalesced
+        ):
             # the joins' sides were cut apart after all: plan the subqueries as written (see coalesce.py)
-            plan = Planner(catalog, world_size, options, db).plan(
-                bound, Planned(written, planned.outputs), translator.names
+            plan = Planner(catalog, world_size, options, db, spent).plan(
+                bound, Planned(logical.uncoalesced, planned.outputs), translator.names
             )
-            said = [*eager, *(c.apart_note() for c in coalesced)]
+            said = [*logical.notes, *(c.apart_note() for c in logical.coalesced)]
         if translator.notes or pivots.notes or said:  # decorrelation, PIVOT and coalescing are said too
             notes = (*pivots.notes, *dict.fromkeys(translator.notes), *said)
             plan = dataclasses.replace(plan, notes=(*notes, *plan.notes))
@@ -142,7 +138,7 @@ def _on_one_rank(
     node, outputs = one_rank(catalog, bound, names.fresh, reason)
     t1 = time.perf_counter()
     spent["translate_s"] = spent.get("translate_s", 0.0) + t1 - t0
-    plan = Planner(catalog, world_size, options, db).plan(bound, Planned(node, outputs), names)
+    plan = Planner(catalog, world_size, options, db, spent).plan(bound, Planned(node, outputs), names)
     if notes:
         plan = dataclasses.replace(plan, notes=(*notes, *plan.notes))
     spent["plan_s"] = time.perf_counter() - t1

@@ -16,7 +16,7 @@ import pyarrow as pa
 from squall.driver.catalog.tables import Catalog
 from squall.driver.compile import compile_sql
 from squall.driver.frontend.pivot_values import resolve_pivots
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
 from squall.driver.report.explain import explain_plan
 from squall.driver.report.skipping import skipping_stats

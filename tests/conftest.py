@@ -8,7 +8,7 @@ import pytest
 
 import squall
 import squall.connection
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.plan import Plan
 
 from .tpch_data import duckdb_over, tpch_dataset

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 
 
 def test_connect_registers_tables_and_runs(connections, sf001):

@@ -14,7 +14,7 @@ import pytest
 
 import squall
 import squall.tpch as tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.plan import Plan, ScanInput
 from squall.testing import assert_same_result
 from tests.tpch_data import duckdb_over
@@ -73,7 +73,7 @@ def test_coalesced_subqueries_match_duckdb(
     sf001_parts: Path, duck, name: str, sql: str, flagged: str | None
 ) -> None:
     want = duck.sql(sql).to_arrow_table()
-    off = dataclasses.replace(SPREAD, coalesce_subqueries=False)
+    off = dataclasses.replace(SPREAD, disabled_rules=("coalesce",))
     for workers in (2, 3):
         con = squall.connect(str(sf001_parts), workers=workers, planner_options=SPREAD)
         apart = squall.connect(str(sf001_parts), workers=workers, planner_options=off)

@@ -14,7 +14,7 @@ import pytest
 
 import squall
 import squall.tpch as tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.testing import assert_same_result
 from tests.tpch_data import duckdb_over
 

@@ -15,7 +15,7 @@ import pytest
 
 import squall
 import squall.tpch as tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.testing import assert_same_result
 from tests.tpch_data import duckdb_over
 
@@ -58,7 +58,7 @@ def _eager_notes(con: squall.Connection, sql: str) -> list[str]:
 @pytest.mark.parametrize("name,sql,eager", CASES, ids=[c[0] for c in CASES])
 def test_eager_aggregates_match_duckdb(sf001_parts: Path, duck, name: str, sql: str, eager: bool) -> None:
     want = duck.sql(sql).to_arrow_table()
-    off = dataclasses.replace(SPREAD, eager_aggregation=False)
+    off = dataclasses.replace(SPREAD, disabled_rules=("eager_aggregation",))
     for workers in (2, 3):
         con = squall.connect(str(sf001_parts), workers=workers, planner_options=SPREAD)
         plain = squall.connect(str(sf001_parts), workers=workers, planner_options=off)

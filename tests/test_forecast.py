@@ -15,7 +15,7 @@ from squall.driver.forecast.predict import auto_candidates, platform_config, pro
 from squall.driver.forecast.scale import best_workers, estimate_workload
 from squall.driver.forecast.scale.requests import CURRENT
 from squall.driver.forecast.scale.workload import guess_sizes, scaled
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 
 from .s3server import moto_available, moto_s3
 

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import squall
 import squall.tpch as tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.planner.joinfilter import JoinFilter, build_sql, probe_sql
-from squall.driver.planner.rules.bloom import _bits
+from squall.driver.planner.rules.join_filters import _bits
 from squall.plan import Plan
 from squall.testing import assert_same_result
 from tests.fuzz.dataset import duckdb_reference
@@ -150,7 +150,7 @@ def test_filters_remove_rows_and_bytes_never_answers(sf001: Path, duck, workers:
     }
     on = squall.connect(str(sf001), workers=workers, planner_options=PlannerOptions(**force))
     off = squall.connect(
-        str(sf001), workers=workers, planner_options=PlannerOptions(join_filters=False, **force)
+        str(sf001), workers=workers, planner_options=PlannerOptions(disabled_rules=("join_filters",), **force)
     )
     try:
         expected = duck.sql(sql).to_arrow_table()
@@ -272,7 +272,9 @@ def test_right_side_cut_by_a_replicated_key_source(sf001: Path, duck, workers: i
     sql = LEFT_QUERIES[name]
     on = squall.connect(str(sf001), workers=workers, planner_options=LEFT_OPTIONS)
     off = squall.connect(
-        str(sf001), workers=workers, planner_options=dataclasses.replace(LEFT_OPTIONS, join_filters=False)
+        str(sf001),
+        workers=workers,
+        planner_options=dataclasses.replace(LEFT_OPTIONS, disabled_rules=("join_filters",)),
     )
     try:
         expected = duck.sql(sql).to_arrow_table()
@@ -315,7 +317,9 @@ def test_right_side_cut_by_the_left_sides_keys(sf001: Path, duck, workers: int, 
     sql = ROUND_QUERIES[name]
     on = squall.connect(str(sf001), workers=workers, planner_options=ROUND_OPTIONS)
     off = squall.connect(
-        str(sf001), workers=workers, planner_options=dataclasses.replace(ROUND_OPTIONS, join_filters=False)
+        str(sf001),
+        workers=workers,
+        planner_options=dataclasses.replace(ROUND_OPTIONS, disabled_rules=("join_filters",)),
     )
     try:
         expected = duck.sql(sql).to_arrow_table()

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.plan import Plan, ScanInput
 from squall.testing import assert_same_result
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.platforms.local.platform import LocalPlatform, max_local_workers
 from squall.errors import OptionError, QueryCancelled, QueryTimeout, WorkerError
 from squall.operators.duck import Sandbox, raise_if_interrupted
@@ -41,7 +41,7 @@ QUICK = "SELECT count(*) AS n FROM nation"
 CHILD = r"""
 import json, multiprocessing, os, sys, time
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.exchange.local import default_root
 
 data, root, scenario = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.skipping import page_index as pi
 from squall.driver.skipping.metadata_mirror import MirrorStore
 from squall.operators.storage import LocalStorage

@@ -11,7 +11,7 @@ import pytest
 
 import squall
 import squall.connection as connection
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 
 
 @pytest.fixture

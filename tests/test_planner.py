@@ -8,7 +8,7 @@ import pytest
 
 import squall
 from squall import tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.plan import ExchangeInput, Plan, ScanInput
 
 

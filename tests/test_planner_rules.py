@@ -21,7 +21,8 @@ import pytest
 from squall import tpch
 from squall.driver.catalog.snapshot import SnapshotCatalog, from_snapshot
 from squall.driver.compile import compile_sql
-from squall.driver.planner import RULES, PlannerOptions
+from squall.driver.options import PlannerOptions
+from squall.driver.planner import RULES
 from squall.driver.report.explain import explain_plan
 from squall.operators.duck import Sandbox
 
@@ -65,8 +66,8 @@ def parse_cases(text: str) -> list[Case]:
         while i < len(lines) and lines[i].startswith("--") and not lines[i].startswith("-- name:"):
             expect.append(lines[i][3:] if lines[i].startswith("-- ") else lines[i][2:])
             i += 1
-        knobs = (kv.split("=") for kv in header["options"].split(",") if kv.strip())
-        options = PlannerOptions(**{k.strip(): float(v) for k, v in knobs})
+        knobs = (PlannerOptions.setting(kv.strip()) for kv in header["options"].split(",") if kv.strip())
+        options = PlannerOptions(**dict(knobs))
         sql_text, expect_text = "\n".join(sql).strip(), "\n".join(expect)
         cases.append(Case(header["name"], int(header["workers"]), options, sql_text, expect_text, start, i))
     return cases

@@ -17,7 +17,7 @@ import pytest
 import sqlglot
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.driver.skipping.predicates import parse_key, predicate_key
 from squall.testing import assert_same_result

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.operators.rangepart import splitters
 from squall.testing import assert_same_result
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.planner.reuse import stage_key
 from squall.plan import ExchangeInput, Output, ScanInput
 from squall.testing import assert_same_result

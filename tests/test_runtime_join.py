@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 import squall
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.report.exchanges import format_exchanges
 from squall.operators.runtime_join import data_bytes
 from squall.plan import Plan

@@ -13,7 +13,7 @@ import pytest
 
 import squall
 from squall.cli import main
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.driver.report.exchanges import UNEVEN, UNEVEN_MIN_BYTES, format_exchanges, skew_factor
 from squall.plan import Plan
 from squall.testing import assert_same_result

@@ -12,7 +12,7 @@ import pytest
 
 import squall
 from squall.driver.ir.nodes import WHOLE_QUERY_AT_W1
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.testing import assert_same_result
 from tests.fuzz.dataset import duckdb_reference
 

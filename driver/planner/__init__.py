@@ -10,7 +10,7 @@ optimizer ``RULES``):
 - :mod:`.scans`: row-group splits per rank, replicated scans of small tables
   (:mod:`.steal` decides which split scans get work stealing);
 - :mod:`.filters`: filters and projections, in place;
-- :mod:`.bloom`: join filters (Bloom filter / key set of the build keys at the probe scans), then
+- :mod:`.join_filters`: join filters (Bloom filter / key set of the build keys at the probe scans), then
   :mod:`.joins`;
 - :mod:`.joins`: broadcast, co-located or hash-partitioned joins;
 - :mod:`.aggregates`: partial/final split, gather or hash, complete in place;
@@ -31,12 +31,13 @@ from __future__ import annotations
 from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend.bind import BoundQuery
 from squall.driver.logical.translate import Names, Planned
+from squall.driver.options import PlannerOptions
 from squall.driver.planner import runtime
-from squall.driver.planner.core import Context, PlannerOptions
+from squall.driver.planner.core import Context
 from squall.driver.planner.rules import (
     aggregates,
-    bloom,
     filters,
+    join_filters,
     joins,
     onerank,
     scans,
@@ -48,9 +49,9 @@ from squall.driver.planner.rules import (
 from squall.operators.duck import Sandbox
 from squall.plan import Plan
 
-RULES = (scans, filters, bloom, joins, aggregates, sort, topk, setops, windows, onerank)
+RULES = (scans, filters, join_filters, joins, aggregates, sort, topk, setops, windows, onerank)
 
-__all__ = ["RULES", "Planner", "PlannerOptions"]
+__all__ = ["RULES", "Planner"]
 
 
 class Planner(Context):
@@ -62,8 +63,9 @@ class Planner(Context):
         world_size: int,
         options: PlannerOptions | None = None,
         db: Sandbox | None = None,
+        breakdown: dict[str, float] | None = None,
     ) -> None:
-        super().__init__(catalog, world_size, options, db, RULES)
+        super().__init__(catalog, world_size, options, db, RULES, breakdown)
 
     def plan(self, bound: BoundQuery, planned: Planned, names: Names) -> Plan:
         self._names = names

@@ -38,7 +38,8 @@ from sqlglot import exp
 
 from squall.driver.estimate.selectivity import column_constraint
 from squall.driver.ir import nodes as L
-from squall.driver.planner.core import Context, megabytes
+from squall.driver.options import megabytes
+from squall.driver.planner.core import Context
 from squall.driver.planner.rules import scans
 from squall.plan import ExchangeInput, Output
 

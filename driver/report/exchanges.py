@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from squall.driver.planner.core import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.plan import Stage
 
 #: explain --analyze says why a plain hash exchange above this skew (max/mean rows) moving at least

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.testing import assert_same_result
 
 from .backends import Site, backend_named

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 
 from squall import tpch
-from squall.driver.planner import PlannerOptions
+from squall.driver.options import PlannerOptions
 from squall.testing import assert_same_result
 
 from .backends import SF, Site

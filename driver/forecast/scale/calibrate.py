@@ -36,7 +36,7 @@ PLAN_AS_SF = 1000.0
 def large_sf_options(data_sf: float, as_sf: float = PLAN_AS_SF) -> Any:
     """PlannerOptions whose absolute size thresholds make a plan over SF ``data_sf`` look like one over
     SF ``as_sf`` (broadcast limit, gather groups and replicated-scan rows divided by the ratio)."""
-    from squall.driver.planner import PlannerOptions
+    from squall.driver.options import PlannerOptions
 
     base = PlannerOptions()
     ratio = as_sf / data_sf

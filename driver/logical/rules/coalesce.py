@@ -27,12 +27,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.nodes import sql_of
 from squall.driver.logical.translate import and_all
+
+if TYPE_CHECKING:
+    from squall.driver.logical.rules.context import LogicalContext
+
+NAME = "coalesce"
+
+
+def apply(node: L.Node, ctx: LogicalContext) -> L.Node:
+    """The rule: :func:`coalesce_subqueries`; the plan before it is kept in ``ctx.uncoalesced``."""
+    coalesced_node, pairs = coalesce_subqueries(node, ctx.fresh)
+    if pairs:
+        ctx.uncoalesced, ctx.coalesced = node, pairs
+    return coalesced_node
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -43,6 +44,19 @@ from squall.driver.ir.nodes import columns_in, sql_of
 from squall.driver.logical.translate import estimate_rows
 from squall.driver.planner.exprs import find_scan_column
 from squall.driver.planner.rules.aggregates import split_aggs
+
+if TYPE_CHECKING:
+    from squall.driver.logical.rules.context import LogicalContext
+
+NAME = "eager_aggregation"
+
+
+def apply(node: L.Node, ctx: LogicalContext) -> L.Node:
+    """The rule: :func:`eager_aggregates`, its notes said in the plan."""
+    node, notes = eager_aggregates(node, ctx.catalog, ctx.fresh)
+    ctx.notes.extend(notes)
+    return node
+
 
 #: aggregate below the join only when the right side has at least this many rows per distinct key
 MIN_ROWS_PER_KEY = 4.0

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.nodes import columns_in
+
+if TYPE_CHECKING:
+    from squall.driver.logical.rules.context import LogicalContext
+
+NAME = "prune"
+REQUIRED = True  # the planner relies on every node carrying only what is read above it
+
+
+def apply(node: L.Node, ctx: LogicalContext) -> L.Node:
+    """The rule: :func:`prune` from the root (join sides narrowed with ``PlannerOptions.narrow_join_sides``)."""
+    return prune(node, narrow=ctx.options.narrow_join_sides)
 
 
 def prune(node: L.Node, required: set[str] | None = None, *, narrow: bool = True) -> L.Node:

@@ -290,7 +290,7 @@ Decision = tuple[
 def _decide(ctx: Context, node: L.Join) -> Decision | None:
     """(build side, its keys, probe keys, [(scan, its key columns, est. keep)], broadcast?) or None."""
     if (
-        not ctx.options.join_filters
+        not ctx.options.enabled("join_filters")
         or ctx.world == 1
         or ctx.replicate
         or node.kind not in ("inner", "semi", "left", "anti")
