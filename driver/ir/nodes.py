@@ -359,3 +359,17 @@ def describe(node: Node, indent: int = 0) -> str:
     lines = [f"{pad}{type(node).__name__} {detail}"]
     lines += [describe(c, indent + 1) for c in node.children]
     return "\n".join(lines)
+
+
+def find_scan_column(node: Node, name: str) -> tuple[Scan, str] | None:
+    """The scan below ``node`` that produces internal column ``name``, and its source column."""
+    if isinstance(node, Scan):
+        for source, internal in node.columns:
+            if internal == name:
+                return node, source
+        return None
+    for c in node.children:
+        found = find_scan_column(c, name)
+        if found is not None:
+            return found
+    return None

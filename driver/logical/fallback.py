@@ -20,7 +20,7 @@ from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend.bind import BoundQuery, referenced_tables
 from squall.driver.frontend.pivot_values import is_dynamic
 from squall.driver.ir import nodes as L
-from squall.driver.logical.scope import conjuncts
+from squall.driver.ir.exprs import conjuncts
 from squall.errors import NotSupportedError
 
 DIALECT = "duckdb"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -25,11 +25,22 @@ from squall.driver.catalog.tables import Catalog
 from squall.driver.estimate.selectivity import conjunction_selectivity
 from squall.driver.frontend.bind import BoundQuery
 from squall.driver.ir import nodes as L
+from squall.driver.ir.exprs import (
+    INTERNAL,
+    and_all,
+    conjunction,
+    conjuncts,
+    disjuncts,
+    from_items,
+    tables_of,
+    tables_read,
+    unwrap,
+)
 from squall.driver.logical.decorrelate.deep import lift_deep_correlation
 from squall.driver.logical.decorrelate.lateral import decorrelate_laterals, mark_implicit_laterals
-from squall.driver.logical.decorrelate.subqueries import INTERNAL, SubqueryMixin, _unwrap
+from squall.driver.logical.decorrelate.subqueries import SubqueryMixin
 from squall.driver.logical.fallback import one_rank
-from squall.driver.logical.scope import Scope, conjuncts, from_items, tables_read
+from squall.driver.logical.scope import Scope
 from squall.driver.logical.unnest import FromUnnest, expand, from_unnest, name_unnest_columns, rows_per_row
 from squall.errors import BindError, NotSupportedError, UserError
 
@@ -73,38 +84,11 @@ class Planned:
     outputs: tuple[tuple[str, str], ...]
 
 
-def disjuncts(e: exp.Expression) -> list[exp.Expression]:
-    if isinstance(e, exp.Paren):
-        return disjuncts(e.this)
-    if isinstance(e, exp.Or):
-        return disjuncts(e.this) + disjuncts(e.expression)
-    return [e]
-
-
-def and_all(items: Iterable[exp.Expression]) -> exp.Expression | None:
-    items = list(items)
-    if not items:
-        return None
-    return conjunction(items)
-
-
-def conjunction(items: Iterable[exp.Expression]) -> exp.Expression:
-    """AND of one or more predicates (copies)."""
-    items = list(items)
-    if len(items) == 1:
-        return items[0].copy()
-    return cast(exp.Expression, exp.and_(*[i.copy() for i in items]))
-
-
-def tables_of(e: exp.Expression) -> set[str]:
-    return {c.table for c in e.find_all(exp.Column) if c.table}
-
-
 def _is_semi(conj: exp.Expression) -> bool:
     """A conjunct that is a plain ``EXISTS (…)`` or ``x IN (SELECT …)``: a semi join, which only drops
     rows, so it is applied before the other subquery conjuncts (the rows a later decorrelated scalar
     subquery joins with are fewer, and join filters can follow its keys: TPC-H Q20)."""
-    c = _unwrap(conj)
+    c = unwrap(conj)
     return isinstance(c, exp.Exists) or (isinstance(c, exp.In) and c.args.get("query") is not None)
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
-import sqlglot
 from sqlglot import exp
 
 from squall.driver.ir import nodes as L
@@ -21,10 +18,6 @@ def hashable(key_sql: str, typ: str) -> str:
     if not typ.startswith(NUMERIC):
         return key_sql
     return f"CAST({key_sql} AS DOUBLE{'[]' if typ.endswith('[]') else ''})"
-
-
-def parse(text: str) -> exp.Expression:
-    return cast(exp.Expression, sqlglot.parse_one(text, read="duckdb"))
 
 
 def leaves(node: L.Node) -> list[InputRef]:
@@ -53,17 +46,3 @@ def rewrite_cols(e: exp.Expression, names: dict[str, str]) -> exp.Expression:
         return n
 
     return e.copy().transform(fix)
-
-
-def find_scan_column(node: L.Node, name: str) -> tuple[L.Scan, str] | None:
-    """The scan below ``node`` that produces internal column ``name``, and its source column."""
-    if isinstance(node, L.Scan):
-        for source, internal in node.columns:
-            if internal == name:
-                return node, source
-        return None
-    for c in node.children:
-        found = find_scan_column(c, name)
-        if found is not None:
-            return found
-    return None

@@ -38,8 +38,9 @@ from sqlglot import exp
 
 from squall.driver.catalog.tables import RowGroup
 from squall.driver.ir import nodes as L
+from squall.driver.ir.nodes import find_scan_column
 from squall.driver.planner.core import Context
-from squall.driver.planner.exprs import find_scan_column, leaves
+from squall.driver.planner.exprs import leaves
 from squall.plan import ExchangeInput, Output, ScanInput
 
 #: which side may keep its hot-key rows ("keep") / have its rows of them broadcast, by join kind

@@ -25,7 +25,7 @@ from typing import cast
 
 from sqlglot import exp
 
-from squall.driver.logical.scope import conjuncts, free_in, from_items
+from squall.driver.ir.exprs import conjuncts, free_in, from_aliases, from_items, set_where, tables_of, unwrap
 
 DELIM = "__deep"
 DIALECT = "duckdb"
@@ -41,7 +41,7 @@ def lift_deep_correlation(sel: exp.Select) -> tuple[exp.Select, list[str]]:
     notes: list[str] = []
     for n, sub in enumerate(_immediate_subqueries(sel)):
         inside = {i.alias_or_name for q in sub.find_all(exp.Select) for i in from_items(q)}
-        direct = {i.alias_or_name for i in from_items(sub)}
+        direct = from_aliases(sub)
         if through := through_equalities(sub, set(items) - inside, direct):
             notes.append(through_note(through))
         found = _deep_item(sub, items)
@@ -84,8 +84,8 @@ def _marked(sel: exp.Select) -> list[exp.Select]:
     its negation) of their own: under OR/CASE or in the select list, where they are mark joins."""
     top = set()
     for c in conjuncts(sel.args.get("where")):
-        bare = c.unnest()
-        bare = bare.this.unnest() if isinstance(bare, exp.Not) else bare
+        bare = unwrap(c)
+        bare = unwrap(bare.this) if isinstance(bare, exp.Not) else bare
         if isinstance(bare, (exp.Exists, exp.In)):
             top.add(id(bare))
     out = []
@@ -117,7 +117,7 @@ def _needs_delim(sub: exp.Select, items: dict[str, exp.Expression]) -> bool:
         outer = [col for col in c.find_all(exp.Column) if col.table in items and _reads(col, sub)]
         if not outer:
             continue
-        cu = c.unnest()
+        cu = unwrap(c)
         sides = [_one_of(cu.this), _one_of(cu.expression)] if isinstance(cu, exp.EQ) else []
         columns = [x for x in sides if isinstance(x, exp.Column)]
         if len(columns) != 2 or sum(1 for x in columns if x.table in items and _reads(x, sub)) != 1:
@@ -134,7 +134,7 @@ def through_equalities(body: exp.Select, outer: set[str], direct: set[str]) -> l
     inner.c instead."""
     same: dict[tuple[str, str], exp.Column] = {}
     for c in conjuncts(body.args.get("where")):
-        cu = c.unnest()
+        cu = unwrap(c)
         if (
             isinstance(cu, exp.EQ)
             and isinstance(cu.this, exp.Column)
@@ -172,7 +172,7 @@ def _immediate_subqueries(sel: exp.Select) -> list[exp.Select]:
 
 def _reads(col: exp.Column, top: exp.Select) -> bool:
     """``col`` reads past ``top`` (no SELECT between them, ``top`` included, defines its table)."""
-    return free_in(col, top) and col.table not in {i.alias_or_name for i in from_items(top)}
+    return free_in(col, top) and col.table not in from_aliases(top)
 
 
 def _deep_item(sub: exp.Select, items: dict[str, exp.Expression]) -> str | None:
@@ -209,7 +209,7 @@ def _liftable(item: exp.Expression) -> bool:
         return True
     if isinstance(item, exp.Subquery) and isinstance(item.this, (exp.Select, exp.Union)):
         inner = {i.alias_or_name for q in item.this.find_all(exp.Select) for i in from_items(q)}
-        return not {c.table for c in item.find_all(exp.Column) if c.table} - inner
+        return not tables_of(item) - inner
     return False
 
 
@@ -226,7 +226,7 @@ def _hoistable(c: exp.Expression, sub: exp.Select, items: dict[str, exp.Expressi
     FROM items."""
     if not any(isinstance(n, (exp.Subquery, exp.Exists)) for n in c.walk()):
         return False
-    own = {i.alias_or_name for i in from_items(sub)}
+    own = from_aliases(sub)
     tables = {col.table for col in c.find_all(exp.Column) if col.table and free_in(col, c)}
     return bool(tables & set(items)) and not tables & own
 
@@ -262,5 +262,5 @@ def _lift(sel: exp.Select, sub: exp.Select, name: str, item: exp.Expression, ali
         for c in columns
     ]
     where = sub.args.get("where")
-    sub.set("where", exp.Where(this=exp.and_(*keys, *([where.this] if where is not None else []))))
+    set_where(sub, keys + ([where.this] if where is not None else []))
     return ", ".join(f"{name}.{c}" for c in columns)

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from squall.driver.logical.scope import conjuncts, from_items
+from squall.driver.ir.exprs import conjuncts, from_items, set_where
 
 HIDDEN = "__lat"
 
@@ -339,7 +339,7 @@ def _equality(c: exp.Expression, outer: set[str]) -> bool:
 
 def _without(body: exp.Select, corr: list[exp.Expression]) -> None:
     keep = [c for c in conjuncts(body.args.get("where")) if not any(c is k for k in corr)]
-    body.set("where", exp.Where(this=exp.and_(*keep)) if keep else None)
+    set_where(body, keep)
 
 
 def _rewrite_as_join(
@@ -445,7 +445,7 @@ def _rewrite_as_scalars(
     sel.set("joins", [x for x in sel.args["joins"] if x is not j])
     if on:
         where = sel.args.get("where")
-        sel.set("where", exp.Where(this=exp.and_(*([where.this] if where is not None else []), *on)))
+        set_where(sel, ([where.this] if where is not None else []) + on)
     return True
 
 

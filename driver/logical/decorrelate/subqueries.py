@@ -32,37 +32,38 @@ translator runs that part on one rank (:mod:`squall.driver.logical.fallback`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlglot import exp
 
 from squall.driver.ir import nodes as L
+from squall.driver.ir.exprs import (
+    INTERNAL,
+    and_all,
+    conjunction,
+    conjuncts,
+    disjuncts,
+    from_aliases,
+    internal_ref,
+    set_where,
+    tables_of,
+    unwrap,
+)
 from squall.driver.logical.decorrelate.deep import through_equalities, through_note
-from squall.driver.logical.scope import Scope, conjuncts
+from squall.driver.logical.scope import Scope
 from squall.errors import NotSupportedError
 
 DIALECT = "duckdb"
-#: table qualifier of a column that already holds an internal name (a decorrelated subquery's value)
-INTERNAL = "__squall_internal"
-
-
-def internal_ref(name: str) -> exp.Column:
-    return exp.column(name, table=INTERNAL)
-
-
-def _unwrap(e: exp.Expression) -> exp.Expression:
-    while isinstance(e, exp.Paren):
-        e = e.this
-    return e
 
 
 def _query_of(e: exp.Expression) -> exp.Expression:
-    e = _unwrap(e)
+    e = unwrap(e)
     return e.this if isinstance(e, exp.Subquery) else e
 
 
 def _tables(e: exp.Expression) -> set[str]:
-    return {c.table for c in e.find_all(exp.Column) if c.table and c.table != INTERNAL}
+    return tables_of(e, ignore=INTERNAL)
 
 
 def _defined_aliases(q: exp.Expression) -> set[str]:
@@ -71,14 +72,6 @@ def _defined_aliases(q: exp.Expression) -> set[str]:
     names |= {s.alias for s in q.find_all(exp.Subquery) if s.alias}
     names |= {c.alias_or_name for c in q.find_all(exp.CTE)}
     return names
-
-
-def _direct_aliases(sel: exp.Select) -> set[str]:
-    items = []
-    if sel.args.get("from_") is not None:
-        items.append(sel.args["from_"].this)
-    items += [j.this for j in sel.args.get("joins") or []]
-    return {i.alias_or_name for i in items}
 
 
 def _has_agg(e: exp.Expression) -> bool:
@@ -106,7 +99,7 @@ def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
             raise NotSupportedError("correlated set operation in a subquery")
         return Correlation(sub, [], [])  # type: ignore[arg-type]
     inner_all = _defined_aliases(sub)
-    direct = _direct_aliases(sub)
+    direct = from_aliases(sub)
     body = sub.copy()
     through = through_equalities(body, outer_aliases - inner_all, direct)
     keep, pairs, residual = [], [], []
@@ -119,7 +112,7 @@ def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
             raise NotSupportedError("subquery correlated with a query more than one level up")
         if any(isinstance(n, (exp.Subquery, exp.Exists)) for n in c.walk()):
             raise NotSupportedError("nested subquery in a correlated predicate")
-        cu = _unwrap(c)
+        cu = unwrap(c)
         if isinstance(cu, exp.EQ):
             lt, rt = _tables(cu.this), _tables(cu.expression)
             if lt and lt <= direct and rt and rt <= outer_aliases and not rt & inner_all:
@@ -129,7 +122,7 @@ def correlate(sub: exp.Expression, outer_aliases: set[str]) -> Correlation:
                 pairs.append((cu.expression, cu.this))
                 continue
         residual.append(c)
-    body.set("where", exp.Where(this=exp.and_(*keep)) if keep else None)
+    set_where(body, keep)
     leftover = _tables(body) - inner_all
     if leftover:
         raise NotSupportedError(f"correlated reference outside WHERE: {', '.join(sorted(leftover))}")
@@ -165,9 +158,9 @@ class SubqueryMixin:
 
     def apply_subquery_conjunct(self, node: L.Node, conj: exp.Expression, scope, ctes) -> L.Node:
         """Apply one WHERE conjunct that holds a subquery on top of ``node``."""
-        c = _unwrap(conj)
+        c = unwrap(conj)
         negated = isinstance(c, exp.Not)
-        target = _unwrap(c.this) if negated else c
+        target = unwrap(c.this) if negated else c
         if isinstance(target, exp.Exists):
             return self._exists(node, _query_of(target.this), scope, ctes, negated)
         if isinstance(target, exp.In) and target.args.get("query") is not None:
@@ -260,7 +253,7 @@ class SubqueryMixin:
     def _in_mark(
         self, node: L.Node, lhs: exp.Expression, sub: exp.Expression, scope, ctes
     ) -> tuple[L.Node, exp.Expression]:
-        if isinstance(_unwrap(lhs), exp.Tuple):
+        if isinstance(unwrap(lhs), exp.Tuple):
             raise NotSupportedError("EXISTS or IN (subquery) inside OR/CASE; write it as a join")
         corr, inner = self._mark_input(sub, scope, value=True)
         n = len(corr.pairs)
@@ -339,10 +332,10 @@ class SubqueryMixin:
         level deep."""
         if not isinstance(sub, exp.Select):
             return node, sub
-        outer, direct = self._scope_aliases(scope), _direct_aliases(sub)
+        outer, direct = self._scope_aliases(scope), from_aliases(sub)
         keep, hoisted = [], []
         for c in conjuncts(sub.args.get("where")):
-            cols = {col.table for col in c.find_all(exp.Column) if col.table}
+            cols = tables_of(c)
             nested = any(isinstance(n, (exp.Subquery, exp.Exists)) for n in c.walk())
             if nested and cols & outer and not cols & direct and not _defined_aliases(c) & outer:
                 hoisted.append(c)
@@ -351,7 +344,7 @@ class SubqueryMixin:
         if not hoisted:
             return node, sub
         sub = sub.copy()
-        sub.set("where", exp.Where(this=exp.and_(*[k.copy() for k in keep])) if keep else None)
+        set_where(sub, keep)
         for c in hoisted:
             node = self.apply_subquery_conjunct(node, c.copy(), scope, ctes)
             self.notes.append(
@@ -383,7 +376,7 @@ class SubqueryMixin:
         residual = None
         if corr.residual:
             merged = self._residual_scope(scope, outputs, resid_cols)
-            residual = L_and([self.convert(r, merged) for r in corr.residual])
+            residual = and_all([self.convert(r, merged) for r in corr.residual])
         return L.Join(node, right, "anti" if anti else "semi", left_keys, right_keys, residual)
 
     def _in_tuple(self, node: L.Node, lhs: exp.Tuple, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
@@ -401,7 +394,7 @@ class SubqueryMixin:
         return L.Join(node, planned.node, "semi", left_keys, right_keys, None)
 
     def _in(self, node: L.Node, lhs: exp.Expression, sub: exp.Expression, scope, ctes, anti: bool) -> L.Node:
-        if isinstance(tuple_ := _unwrap(lhs), exp.Tuple):
+        if isinstance(tuple_ := unwrap(lhs), exp.Tuple):
             return self._in_tuple(node, tuple_, sub, scope, ctes, anti)
         if not isinstance(sub, exp.Select):
             # set operation: plan it as is, its single column is the key
@@ -436,7 +429,7 @@ class SubqueryMixin:
         residual = None
         if corr.residual:
             merged = self._residual_scope(scope, outputs, resid_cols)
-            residual = L_and([self.convert(r, merged) for r in corr.residual])
+            residual = and_all([self.convert(r, merged) for r in corr.residual])
         kind = "anti" if anti else "semi"
         return L.Join(node, right, kind, left_keys, right_keys, residual, null_aware=anti)
 
@@ -459,12 +452,7 @@ class SubqueryMixin:
             outputs = self._plan_with_select(body, [value.copy().as_("__v")], ctes)
             join = L.Join(node, self._last_planned.node, "left", (), (), None)
             return join, outputs["__v"]
-        for unsupported in ("group", "having", "limit", "distinct", "order"):
-            if body.args.get(unsupported):
-                raise NotSupportedError(f"correlated scalar subquery with {unsupported.upper()}")
-        if not _has_agg(value):
-            raise NotSupportedError("correlated scalar subquery without an aggregate")
-        empty = empty_value(value, self.aggregates)
+        empty = _aggregate_over_group(body, value, self.aggregates)
         keys = [inner.copy() for inner, _o in corr.pairs]
         body = body.copy()
         body.set("group", exp.Group(expressions=[k.copy() for k in keys]))
@@ -498,29 +486,19 @@ class SubqueryMixin:
         correlated predicate and aggregated per D row; the outer side LEFT JOINs that on D's columns.
         An outer row whose group is empty gets the value over no rows (COUNT → 0)."""
         body = corr.body
-        for unsupported in ("group", "having", "limit", "distinct", "order"):
-            if body.args.get(unsupported):
-                raise NotSupportedError(f"correlated scalar subquery with {unsupported.upper()}")
-        if not _has_agg(value):
-            raise NotSupportedError("correlated scalar subquery without an aggregate")
-        empty = empty_value(value, self.aggregates)
+        empty = _aggregate_over_group(body, value, self.aggregates)
         inner_aliases = _defined_aliases(sub)
         outer_aliases = self._scope_aliases(scope)
         preds: list[exp.Expression] = [exp.EQ(this=i.copy(), expression=o.copy()) for i, o in corr.pairs]
         preds += [r.copy() for r in corr.residual]
         outer_cols = _unique_columns(preds, outer_aliases - inner_aliases)
-        whole = cast(exp.Expression, exp.and_(*preds)) if len(preds) > 1 else preds[0]
+        whole = conjunction(preds)
         # a predicate that may hold for a NULL outer value (coalesce(o.x, 0) < i.y) gives the NULL D row a
         # value of its own: the outer side finds it through a NULL-safe key ([x] = [d]: lists compare NULLs equal)
         null_safe = [not rejects_null(whole, (c.table, c.name)) for c in outer_cols]
         # D: the distinct outer correlation values
         delim = [self.names.fresh(f"delim_{c.name}") for c in outer_cols]
-        outer_internal = []
-        for c in outer_cols:
-            internal = scope.lookup(c.table, c.name)
-            if internal is None:
-                raise NotSupportedError(f"correlated reference {c.sql(DIALECT)}")
-            outer_internal.append(internal)
+        outer_internal = _outer_internal(outer_cols, scope)
         d_node = L.Aggregate(node, tuple((d, L.col(i)) for d, i in zip(delim, outer_internal)), ())
         # the subquery's rows, with the inner columns the predicate and the value read
         inner_cols = _unique_columns(preds + [value], inner_aliases)
@@ -531,25 +509,9 @@ class SubqueryMixin:
             joined_scope.add(c.table, c.name, outputs[f"__r{i}"])
         for c, d in zip(outer_cols, delim):
             joined_scope.add(c.table, c.name, d)
-        left_keys, right_keys, rest = [], [], []
-        key_texts: list[str] = []
-        rest_texts: list[str] = []
-        for p in _factored(preds):
-            pu = _unwrap(p)
-            if isinstance(pu, exp.EQ):
-                sides = [_tables(pu.this), _tables(pu.expression)]
-                outer_side = [bool(t) and t <= outer_aliases and not t & inner_aliases for t in sides]
-                inner_side = [bool(t) and t <= inner_aliases for t in sides]
-                if (outer_side[0] and inner_side[1]) or (outer_side[1] and inner_side[0]):
-                    o, i = (pu.this, pu.expression) if outer_side[0] else (pu.expression, pu.this)
-                    left_keys.append(self.convert(o, joined_scope))
-                    right_keys.append(self.convert(i, joined_scope))
-                    key_texts.append(_short(pu, 60))
-                    continue
-            rest.append(self.convert(p, joined_scope))
-            rest_texts.append(_short(p, 60))
+        keys = self._dependent_keys(preds, joined_scope, outer_aliases, inner_aliases)
         dependent = L.Join(
-            d_node, self._last_planned.node, "inner", tuple(left_keys), tuple(right_keys), L_and(rest)
+            d_node, self._last_planned.node, "inner", tuple(keys.left), tuple(keys.right), and_all(keys.rest)
         )
         # aggregate per D row (GROUP BY D's columns), then LEFT JOIN the outer side on them
         d_refs = [exp.column(d, table=DELIM) for d in delim]
@@ -573,20 +535,36 @@ class SubqueryMixin:
             tuple(key(out[f"__k{i}"], safe) for i, safe in enumerate(null_safe)),
             None,
         )
-        self.notes.append(
-            f"dependent join: a scalar subquery correlated by {' AND '.join(key_texts + rest_texts[:1])}"
-            f"{' AND …' if len(rest_texts) > 1 else ''} is computed once per distinct "
-            f"({', '.join(c.sql(DIALECT) for c in outer_cols)}) of the outer side and LEFT JOINed back"
-            + ("" if empty is None else f" (no rows: {empty.sql(DIALECT)})")
-            + (
-                f"; its predicate may hold for NULL ({', '.join(c.sql(DIALECT) for c in nullable)}): joined back NULL-safe"
-                if (nullable := [c for c, safe in zip(outer_cols, null_safe) if safe])
-                else ""
-            )
-        )
+        self.notes.append(_dependent_note(keys, outer_cols, null_safe, empty))
         if empty is None:
             return join, out["__v"]
         return self._or_empty(join, out["__v"], out["__m"], empty)
+
+    def _dependent_keys(
+        self,
+        preds: list[exp.Expression],
+        joined_scope: Scope,
+        outer_aliases: set[str],
+        inner_aliases: set[str],
+    ) -> DependentKeys:
+        """The dependent join's keys (``inner = outer`` equalities, also out of ORs: :func:`_factored`) and
+        its other conjuncts, converted over ``joined_scope`` (the subquery's columns and D's)."""
+        keys = DependentKeys([], [], [], [], [])
+        for p in _factored(preds):
+            pu = unwrap(p)
+            if isinstance(pu, exp.EQ):
+                sides = [_tables(pu.this), _tables(pu.expression)]
+                outer_side = [bool(t) and t <= outer_aliases and not t & inner_aliases for t in sides]
+                inner_side = [bool(t) and t <= inner_aliases for t in sides]
+                if (outer_side[0] and inner_side[1]) or (outer_side[1] and inner_side[0]):
+                    o, i = (pu.this, pu.expression) if outer_side[0] else (pu.expression, pu.this)
+                    keys.left.append(self.convert(o, joined_scope))
+                    keys.right.append(self.convert(i, joined_scope))
+                    keys.key_texts.append(_short(pu, 60))
+                    continue
+            keys.rest.append(self.convert(p, joined_scope))
+            keys.rest_texts.append(_short(p, 60))
+        return keys
 
     def _checked_scalar(self, node: L.Node, body: exp.Select, ctes) -> tuple[L.Node, str]:
         """An uncorrelated scalar subquery that may return several rows: planned like any query, then
@@ -624,6 +602,60 @@ MORE_THAN_ONE_ROW = (
 )
 
 
+@dataclass
+class DependentKeys:
+    """A dependent join's condition: its key pairs (D's side, the subquery's), its other conjuncts, and
+    their texts for the plan note."""
+
+    left: list[exp.Expression]
+    right: list[exp.Expression]
+    rest: list[exp.Expression]
+    key_texts: list[str]
+    rest_texts: list[str]
+
+
+def _aggregate_over_group(
+    body: exp.Select, value: exp.Expression, aggregates: set[str]
+) -> exp.Expression | None:
+    """Check that a correlated scalar subquery (``body`` selecting ``value``) is an aggregate that can be
+    computed per correlation group; its value over no rows (:func:`empty_value`)."""
+    for unsupported in ("group", "having", "limit", "distinct", "order"):
+        if body.args.get(unsupported):
+            raise NotSupportedError(f"correlated scalar subquery with {unsupported.upper()}")
+    if not _has_agg(value):
+        raise NotSupportedError("correlated scalar subquery without an aggregate")
+    return empty_value(value, aggregates)
+
+
+def _outer_internal(outer_cols: list[exp.Column], scope: Scope) -> list[str]:
+    """The internal names of the outer columns a dependent join reads."""
+    outer_internal = []
+    for c in outer_cols:
+        internal = scope.lookup(c.table, c.name)
+        if internal is None:
+            raise NotSupportedError(f"correlated reference {c.sql(DIALECT)}")
+        outer_internal.append(internal)
+    return outer_internal
+
+
+def _dependent_note(
+    keys: DependentKeys, outer_cols: list[exp.Column], null_safe: list[bool], empty: exp.Expression | None
+) -> str:
+    """The plan note of a dependent join."""
+    key_texts, rest_texts = keys.key_texts, keys.rest_texts
+    return (
+        f"dependent join: a scalar subquery correlated by {' AND '.join(key_texts + rest_texts[:1])}"
+        f"{' AND …' if len(rest_texts) > 1 else ''} is computed once per distinct "
+        f"({', '.join(c.sql(DIALECT) for c in outer_cols)}) of the outer side and LEFT JOINed back"
+        + ("" if empty is None else f" (no rows: {empty.sql(DIALECT)})")
+        + (
+            f"; its predicate may hold for NULL ({', '.join(c.sql(DIALECT) for c in nullable)}): joined back NULL-safe"
+            if (nullable := [c for c, safe in zip(outer_cols, null_safe) if safe])
+            else ""
+        )
+    )
+
+
 #: table qualifier of the delim (distinct outer values) columns inside a dependent join
 DELIM = "__squall_delim"
 
@@ -638,7 +670,7 @@ NULL_ON_EMPTY: tuple[type[exp.Expression], ...] = (
 def empty_value(value: exp.Expression, aggregates: set[str]) -> exp.Expression | None:
     """``value`` (a scalar subquery's aggregate expression) over no rows: COUNT → 0, the others
     NULL; None when that is NULL anyway (a lone NULL-on-empty aggregate)."""
-    v = _unwrap(value)
+    v = unwrap(value)
     if isinstance(v, NULL_ON_EMPTY) and not isinstance(v, exp.Count):
         return None
     if any(isinstance(n, exp.Window) for n in v.walk()):
@@ -662,7 +694,7 @@ def empty_value(value: exp.Expression, aggregates: set[str]) -> exp.Expression |
 
 def _surely_null(e: exp.Expression) -> bool:
     """NULL, or arithmetic over a NULL (``avg(x) * 1.2`` over no rows)."""
-    e = _unwrap(e)
+    e = unwrap(e)
     if isinstance(e, exp.Null):
         return True
     if isinstance(e, _STRICT):
@@ -678,7 +710,7 @@ _COMPARE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILi
 
 def _null_if_null(e: exp.Expression, column: tuple[str, str]) -> bool:
     """True when ``e`` is surely NULL while ``column`` is."""
-    e = _unwrap(e)
+    e = unwrap(e)
     if isinstance(e, exp.Column):
         return (e.table, e.name) == column
     if isinstance(e, _STRICT):
@@ -691,7 +723,7 @@ def _null_if_null(e: exp.Expression, column: tuple[str, str]) -> bool:
 def rejects_null(p: exp.Expression, column: tuple[str, str]) -> bool:
     """True when predicate ``p`` is never TRUE while ``column`` is NULL (then a NULL outer value
     has an empty group, which an equality join on the delim columns gives it)."""
-    p = _unwrap(p)
+    p = unwrap(p)
     if isinstance(p, exp.And):
         return rejects_null(p.this, column) or rejects_null(p.expression, column)
     if isinstance(p, exp.Or):
@@ -709,7 +741,7 @@ def _factored(preds: list[exp.Expression]) -> list[exp.Expression]:
     out: list[exp.Expression] = []
     for p in preds:
         for c in conjuncts(p):
-            branches = _or_branches(c)
+            branches = disjuncts(c)
             if len(branches) < 2:
                 out.append(c)
                 continue
@@ -724,19 +756,6 @@ def _factored(preds: list[exp.Expression]) -> list[exp.Expression]:
                 ors = [exp.paren(exp.and_(*r)) if len(r) > 1 else r[0] for r in rests]
                 out.append(exp.paren(cast(exp.Expression, exp.or_(*ors))))
     return out
-
-
-def _or_branches(e: exp.Expression) -> list[exp.Expression]:
-    e = _unwrap(e)
-    if isinstance(e, exp.Or):
-        return _or_branches(e.this) + _or_branches(e.expression)
-    return [e]
-
-
-def L_and(items: list[exp.Expression]) -> exp.Expression | None:
-    if not items:
-        return None
-    return cast(exp.Expression, exp.and_(*items)) if len(items) > 1 else items[0]
 
 
 def _unique_columns(exprs: list[exp.Expression], inner: set[str]) -> list[exp.Column]:

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from squall.driver.ir import nodes as L
+from squall.driver.ir.exprs import and_all
 from squall.driver.ir.nodes import sql_of
-from squall.driver.logical.translate import and_all
 
 if TYPE_CHECKING:
     from squall.driver.logical.rules.context import LogicalContext
