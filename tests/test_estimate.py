@@ -11,10 +11,11 @@ from sqlglot import exp, parse_one
 
 from squall.driver.catalog.snapshot import from_snapshot
 from squall.driver.compile import aggregate_function_names
+from squall.driver.estimate.rows import estimate_rows
 from squall.driver.estimate.selectivity import conjunction_selectivity, selectivity
 from squall.driver.frontend.bind import Binder
 from squall.driver.ir import nodes as L
-from squall.driver.logical.translate import Translator, estimate_rows
+from squall.driver.logical.translate import Translator
 from squall.operators.duck import Sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"

@@ -1,1 +1,7 @@
-"""estimate: TODO."""
+"""Estimates that steer plan choices, never results.
+
+:mod:`.selectivity`: literal values, predicate selectivity, row-group pruning by min/max statistics;
+:mod:`.rows`: rough output rows of a logical subtree (``estimate_rows``); :mod:`.join_order`: the greedy
+order of a SELECT's inner joins and each join's estimated rows (NDVs and table sizes from the catalog).
+Imports: ``ir``, ``skipping``, ``catalog``, ``options``; never ``logical`` or the planner (they import this).
+"""

@@ -22,6 +22,8 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.simplify import simplify
 
 from squall.driver.catalog.tables import Catalog
+from squall.driver.estimate.join_order import Source, order_joins
+from squall.driver.estimate.rows import estimate_rows
 from squall.driver.estimate.selectivity import conjunction_selectivity
 from squall.driver.frontend.bind import BoundQuery
 from squall.driver.ir import nodes as L
@@ -31,6 +33,7 @@ from squall.driver.ir.exprs import (
     conjunction,
     conjuncts,
     disjuncts,
+    equi_between,
     from_items,
     tables_of,
     tables_read,
@@ -64,16 +67,6 @@ class Names:
             name = f"{base}_{i}"
         self._used.add(name)
         return name
-
-
-@dataclass
-class Source:
-    """One FROM item of a SELECT while its join tree is built."""
-
-    alias: str
-    node: L.Node
-    rows: float
-    width: float
 
 
 @dataclass(frozen=True)
@@ -149,10 +142,34 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
     return derived
 
 
-#: a join whose estimated output exceeds this many times its larger input is many-to-many (see _expands)
-EXPANDING = 4.0
-#: join keys whose NDVs cover this share of a table's rows are a key of that table
-KEY_SHARE = 0.9
+def _place_conjuncts(
+    sources: list[Source], preds: list[exp.Expression]
+) -> tuple[dict[str, list[exp.Expression]], list[exp.Expression], list[exp.Expression]]:
+    """``preds`` (each once, an OR over several sources with the filters it implies: :func:`factor_or`) as
+    (each source's own, those over several sources, those over none)."""
+    aliases = {s.alias for s in sources}
+    expanded: list[exp.Expression] = []
+    for p in preds:
+        expanded.append(p)
+        if isinstance(p, exp.Or) and len(tables_of(p)) > 1:
+            expanded.extend(factor_or(p, aliases))
+    seen: set[str] = set()
+    local: dict[str, list[exp.Expression]] = {s.alias: [] for s in sources}
+    multi: list[exp.Expression] = []
+    constant: list[exp.Expression] = []
+    for p in expanded:
+        key = p.sql(DIALECT)
+        if key in seen:
+            continue
+        seen.add(key)
+        refs = tables_of(p)
+        if not refs:
+            constant.append(p)
+        elif len(refs) == 1 and next(iter(refs)) in local:
+            local[next(iter(refs))].append(p)
+        else:
+            multi.append(p)
+    return local, multi, constant
 
 
 class Translator(SubqueryMixin):
@@ -540,51 +557,16 @@ class Translator(SubqueryMixin):
         return Source(src.alias, L.Filter(node, conjunction(converted)), src.rows * sel, src.width)
 
     def _inner_join_tree(self, sources: list[Source], preds: list[exp.Expression], scope: Scope) -> L.Node:
-        aliases = {s.alias for s in sources}
-        expanded: list[exp.Expression] = []
-        for p in preds:
-            expanded.append(p)
-            if isinstance(p, exp.Or) and len(tables_of(p)) > 1:
-                expanded.extend(factor_or(p, aliases))
-        seen: set[str] = set()
-        local: dict[str, list[exp.Expression]] = {s.alias: [] for s in sources}
-        multi: list[exp.Expression] = []
-        constant: list[exp.Expression] = []
-        for p in expanded:
-            key = p.sql(DIALECT)
-            if key in seen:
-                continue
-            seen.add(key)
-            refs = tables_of(p)
-            if not refs:
-                constant.append(p)
-            elif len(refs) == 1 and next(iter(refs)) in local:
-                local[next(iter(refs))].append(p)
-            else:
-                multi.append(p)
-        by_alias = {s.alias: self._filtered(s, local[s.alias], scope) for s in sources}
-        remaining = dict(by_alias)
-        start = max(remaining.values(), key=lambda s: s.rows * s.width)
-        del remaining[start.alias]
+        """Inner joins of ``sources`` in the order :func:`order_joins` gives, each conjunct of ``preds`` at the
+        lowest node that sees its columns (a source's own in its scan or filter)."""
+        local, multi, constant = _place_conjuncts(sources, preds)
+        filtered = [self._filtered(s, local[s.alias], scope) for s in sources]
+        start, steps, pending = order_joins(self.catalog, filtered, multi)
         current = start.node
-        have = {start.alias}
-        rows = start.rows
-        pending = list(multi)
-        while remaining:
-            connected = [
-                s for s in remaining.values() if any(_equi_between(p, have, s.alias) for p in pending)
-            ]
-            if len(connected) > 1:  # a many-to-many join waits while a key join is possible (TPC-H Q5)
-                keyed = [s for s in connected if not self._expands(rows, s, pending, have, by_alias)]
-                connected = keyed or connected
-            pool = connected or list(remaining.values())
-            nxt = min(pool, key=lambda s: (s.rows * s.width, s.alias))
-            del remaining[nxt.alias]
-            usable = [p for p in pending if tables_of(p) <= have | {nxt.alias}]
-            pending = [p for p in pending if p not in usable]
+        for step in steps:
             lkeys, rkeys, residual = [], [], []
-            for p in usable:
-                pair = _equi_between(p, have, nxt.alias)
+            for p in step.preds:
+                pair = equi_between(p, set(step.have), step.source.alias)
                 if pair:
                     lkeys.append(self.convert(pair[0], scope))
                     rkeys.append(self.convert(pair[1], scope))
@@ -593,92 +575,19 @@ class Translator(SubqueryMixin):
             kind = "inner" if lkeys else "cross"
             if kind == "cross" and residual:
                 kind = "inner"
-            if lkeys:
-                est = self._join_rows(rows, nxt, usable, have, by_alias)
-                rows = max(rows, nxt.rows) if est is None else max(est, 1.0)
-            else:
-                rows = rows * nxt.rows
             current = L.Join(
-                current, nxt.node, kind, tuple(lkeys), tuple(rkeys), and_all(residual), est_rows=rows
+                current,
+                step.source.node,
+                kind,
+                tuple(lkeys),
+                tuple(rkeys),
+                and_all(residual),
+                est_rows=step.rows,
             )
-            have.add(nxt.alias)
         leftover = [self.convert(p, scope) for p in pending + constant]
         if leftover:
             current = L.Filter(current, conjunction(leftover))
         return current
-
-    def _expands(
-        self,
-        rows: float,
-        nxt: Source,
-        preds: list[exp.Expression],
-        have: set[str],
-        by_alias: dict[str, Source],
-    ) -> bool:
-        """Whether joining ``nxt`` on its equality keys with what is joined so far (``rows``) is many-to-many:
-        :meth:`_join_rows` above ``EXPANDING`` times the larger input. No NDV known: not."""
-        est = self._join_rows(rows, nxt, preds, have, by_alias)
-        return est is not None and est > EXPANDING * max(rows, nxt.rows)
-
-    def _join_rows(
-        self,
-        rows: float,
-        nxt: Source,
-        preds: list[exp.Expression],
-        have: set[str],
-        by_alias: dict[str, Source],
-    ) -> float | None:
-        """Estimated rows of joining ``nxt`` on its equality keys with what is joined so far (``rows``);
-        None when no NDV is known (NDVs from the catalog's samples). When the keys are a key of one side's
-        table (their NDVs cover its rows: ``customer``'s c_custkey, ``partsupp``'s (partkey, suppkey)), each
-        row of the other side meets at most one row, and a filtered keyed side keeps its share of them;
-        else textbook: the product of the inputs over the larger key NDV of each key pair."""
-        sel, known = 1.0, False
-        raw_have, raw_nxt = 1.0, 1.0
-        for p in preds:
-            pair = _equi_between(p, have, nxt.alias)
-            if pair is None:
-                continue
-            ndv_have, ndv_nxt = self._column_ndv(pair[0], by_alias), self._column_ndv(pair[1], by_alias)
-            if ndv_have is None and ndv_nxt is None:
-                continue
-            known = True
-            raw_have *= ndv_have or 0.0
-            raw_nxt *= ndv_nxt or 0.0
-            # an unknown NDV is taken as a key's (one distinct value per row)
-            sel /= max(min(ndv_have or rows, rows), min(ndv_nxt or nxt.rows, nxt.rows), 1.0)
-        if not known:
-            return None
-        # (rows of the keyed side's table, the estimate): when both sides look keyed (a composite key's NDVs
-        # multiply past any table's rows), the smaller table is the one the key belongs to
-        keyed = []
-        sides = [(raw_nxt, nxt.rows, rows, nxt.alias)]
-        if len(have) == 1:
-            sides.append((raw_have, rows, nxt.rows, next(iter(have))))
-        for raw, side_rows, other_rows, alias in sides:
-            table_rows = self._table_rows(alias, by_alias)
-            if table_rows and raw >= KEY_SHARE * table_rows:
-                keyed.append((table_rows, other_rows * min(side_rows / table_rows, 1.0)))
-        return min(keyed)[1] if keyed else rows * nxt.rows * sel
-
-    def _table_rows(self, alias: str, by_alias: dict[str, Source]) -> float | None:
-        """Rows of the table under a table source (None for anything else)."""
-        node = by_alias[alias].node
-        while isinstance(node, L.Filter):
-            node = node.input
-        return float(self.catalog.table(node.table).num_rows) if isinstance(node, L.Scan) else None
-
-    def _column_ndv(self, e: exp.Expression, by_alias: dict[str, Source]) -> float | None:
-        """NDV of a plain column of a table source (None for anything else)."""
-        if not isinstance(e, exp.Column) or e.table not in by_alias:
-            return None
-        node = by_alias[e.table].node
-        while isinstance(node, L.Filter):
-            node = node.input
-        if not isinstance(node, L.Scan):
-            return None
-        name = next((src for src, _ in node.columns if src.lower() == e.name.lower()), None)
-        return None if name is None else float(self.catalog.ndv(node.table, name))
 
     def _ordered_joins(
         self,
@@ -751,7 +660,7 @@ class Translator(SubqueryMixin):
                         right_node, p = self.attach_scalars(right_node, p, scope, ctes)
                     else:
                         raise NotSupportedError("subqueries in a JOIN … ON condition that read both sides")
-                pair = _equi_between(p, have, src.alias)
+                pair = equi_between(p, have, src.alias)
                 refs = tables_of(p)
                 if pair:
                     lkeys.append(self.convert(pair[0], scope))
@@ -1270,20 +1179,6 @@ def _is_inner(j: exp.Join) -> bool:
     return not j.side and (j.kind or "").lower() in ("", "inner", "cross")
 
 
-def _equi_between(
-    p: exp.Expression, have: set[str], alias: str
-) -> tuple[exp.Expression, exp.Expression] | None:
-    """For ``a = b`` with one side only on ``have`` and the other only on ``alias``: (that side, other side)."""
-    if not isinstance(p, exp.EQ):
-        return None
-    lt, rt = tables_of(p.this), tables_of(p.expression)
-    if lt and rt and lt <= have and rt == {alias}:
-        return p.this, p.expression
-    if lt and rt and rt <= have and lt == {alias}:
-        return p.expression, p.this
-    return None
-
-
 def _int_arg(node: exp.Expression | None, what: str) -> int | None:
     if node is None:
         return None
@@ -1344,33 +1239,3 @@ def _agg_call(e: exp.Expression) -> L.AggCall:
     if isinstance(e, exp.Count) and (inner is None or isinstance(inner, exp.Star)):
         func, args = "count_star", []
     return L.AggCall(func, tuple(args), distinct, e.copy())
-
-
-def estimate_rows(node: L.Node) -> float:
-    """A rough output cardinality of a logical subtree."""
-    if isinstance(node, L.Scan):
-        return node.est_rows
-    if isinstance(node, L.Values):
-        return float(len(node.rows))
-    if isinstance(node, L.Filter):
-        return estimate_rows(node.input) * 0.5
-    if isinstance(node, L.Join):
-        if node.est_rows is not None:
-            return node.est_rows
-        left, right = estimate_rows(node.left), estimate_rows(node.right)
-        if node.kind in ("semi", "anti"):
-            return left * 0.5
-        if node.kind == "cross":
-            return left * right
-        return max(left, right)
-    if isinstance(node, L.Aggregate):
-        if not node.keys:
-            return 1.0
-        return max(1.0, estimate_rows(node.input) * 0.1)
-    if isinstance(node, L.Limit) and node.limit is not None:
-        return min(float(node.limit), estimate_rows(node.input))
-    if isinstance(node, L.SetOp):
-        return sum(estimate_rows(c) for c in node.inputs)
-    if node.children:
-        return estimate_rows(node.children[0])
-    return 1.0

@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from squall.driver.catalog.tables import Catalog
+from squall.driver.estimate.rows import estimate_rows
 from squall.driver.ir import nodes as L
 from squall.driver.ir.aggregates import split_aggs
 from squall.driver.ir.nodes import columns_in, find_scan_column, sql_of
-from squall.driver.logical.translate import estimate_rows
 
 if TYPE_CHECKING:
     from squall.driver.logical.rules.context import LogicalContext

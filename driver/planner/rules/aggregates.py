@@ -23,12 +23,12 @@ import re
 
 from sqlglot import exp
 
+from squall.driver.estimate.rows import estimate_rows
 from squall.driver.ir import nodes as L
 from squall.driver.ir.aggregates import Aggs, split_aggs
 from squall.driver.ir.exprs import parse
 from squall.driver.ir.nodes import find_scan_column
 from squall.driver.ir.sqlgen import q
-from squall.driver.logical.translate import estimate_rows
 from squall.driver.planner import colocate, skew
 from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
 from squall.driver.planner.exprs import rewrite_cols

@@ -46,9 +46,9 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from squall.driver.estimate.rows import estimate_rows
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, render
-from squall.driver.logical.translate import estimate_rows
 from squall.driver.planner.core import REPLICATED, Context, Dist
 from squall.driver.planner.exprs import NUMERIC, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, build_node

@@ -24,8 +24,8 @@ import dataclasses
 from sqlglot import exp
 
 from squall.driver.catalog.tables import Catalog
+from squall.driver.estimate.rows import estimate_rows
 from squall.driver.ir import nodes as L
-from squall.driver.logical.translate import estimate_rows
 from squall.driver.planner import colocate, runtime, skew
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.planner.rules import scans

@@ -11,9 +11,9 @@ An ORDER BY under a LIMIT is :mod:`.topk`'s. The stage note says which was chose
 
 from __future__ import annotations
 
+from squall.driver.estimate.rows import estimate_rows
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import render
-from squall.driver.logical.translate import estimate_rows
 from squall.driver.planner.core import SINGLE, Context, Dist
 from squall.driver.planner.exprs import leaves
 from squall.operators.rangepart import SAMPLE_FACTOR, sort_key_sql

@@ -1,0 +1,169 @@
+"""The order of a SELECT's inner joins, greedy by estimated size, and the rows each join gives.
+
+The largest FROM item (rows * width) starts; each step joins the smallest item connected to what is joined
+by an equality, a key join before a many-to-many one (TPC-H Q5), else the smallest item (a cross join).
+Row estimates use the catalog's NDVs (from Parquet samples) and table sizes; they steer the plan, never
+its results. The translator (:mod:`squall.driver.logical.clauses.joins`) builds the joins in this order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from squall.driver.catalog.tables import Catalog
+from squall.driver.ir import nodes as L
+from squall.driver.ir.exprs import equi_between, tables_of
+
+#: a join whose estimated output exceeds this many times its larger input is many-to-many (see expands)
+EXPANDING = 4.0
+#: join keys whose NDVs cover this share of a table's rows are a key of that table
+KEY_SHARE = 0.9
+
+
+@dataclass
+class Source:
+    """One FROM item of a SELECT while its join tree is built: its node and estimated rows and width."""
+
+    alias: str
+    node: L.Node
+    rows: float
+    width: float
+
+
+@dataclass(frozen=True)
+class JoinStep:
+    """One inner join of :func:`order_joins`: ``source`` joined to the items of ``have`` on ``preds`` (the
+    conjuncts that its joining makes usable), ``rows`` estimated after it."""
+
+    source: Source
+    have: frozenset[str]
+    preds: tuple[exp.Expression, ...]
+    rows: float
+
+
+def order_joins(
+    catalog: Catalog, sources: list[Source], preds: list[exp.Expression]
+) -> tuple[Source, list[JoinStep], list[exp.Expression]]:
+    """The first source, the joins after it in order, and the conjuncts of ``preds`` no join used."""
+    by_alias = {s.alias: s for s in sources}
+    remaining = dict(by_alias)
+    start = max(remaining.values(), key=lambda s: s.rows * s.width)
+    del remaining[start.alias]
+    have = {start.alias}
+    rows = start.rows
+    pending = list(preds)
+    steps: list[JoinStep] = []
+    while remaining:
+        nxt = _next_source(catalog, rows, list(remaining.values()), pending, have, by_alias)
+        del remaining[nxt.alias]
+        usable = [p for p in pending if tables_of(p) <= have | {nxt.alias}]
+        pending = [p for p in pending if p not in usable]
+        if any(equi_between(p, have, nxt.alias) for p in usable):
+            est = join_rows(catalog, rows, nxt, usable, have, by_alias)
+            rows = max(rows, nxt.rows) if est is None else max(est, 1.0)
+        else:
+            rows = rows * nxt.rows
+        steps.append(JoinStep(nxt, frozenset(have), tuple(usable), rows))
+        have.add(nxt.alias)
+    return start, steps, pending
+
+
+def _next_source(
+    catalog: Catalog,
+    rows: float,
+    remaining: list[Source],
+    pending: list[exp.Expression],
+    have: set[str],
+    by_alias: dict[str, Source],
+) -> Source:
+    """The source joined next: the smallest connected by an equality (a key join before a many-to-many one),
+    else the smallest."""
+    connected = [s for s in remaining if any(equi_between(p, have, s.alias) for p in pending)]
+    if len(connected) > 1:  # a many-to-many join waits while a key join is possible (TPC-H Q5)
+        keyed = [s for s in connected if not expands(catalog, rows, s, pending, have, by_alias)]
+        connected = keyed or connected
+    pool = connected or remaining
+    return min(pool, key=lambda s: (s.rows * s.width, s.alias))
+
+
+def expands(
+    catalog: Catalog,
+    rows: float,
+    nxt: Source,
+    preds: list[exp.Expression],
+    have: set[str],
+    by_alias: dict[str, Source],
+) -> bool:
+    """Whether joining ``nxt`` on its equality keys with what is joined so far (``rows``) is many-to-many:
+    :func:`join_rows` above ``EXPANDING`` times the larger input. No NDV known: not."""
+    est = join_rows(catalog, rows, nxt, preds, have, by_alias)
+    return est is not None and est > EXPANDING * max(rows, nxt.rows)
+
+
+def join_rows(
+    catalog: Catalog,
+    rows: float,
+    nxt: Source,
+    preds: list[exp.Expression],
+    have: set[str],
+    by_alias: dict[str, Source],
+) -> float | None:
+    """Estimated rows of joining ``nxt`` on its equality keys with what is joined so far (``rows``);
+    None when no NDV is known (NDVs from the catalog's samples). When the keys are a key of one side's
+    table (their NDVs cover its rows: ``customer``'s c_custkey, ``partsupp``'s (partkey, suppkey)), each
+    row of the other side meets at most one row, and a filtered keyed side keeps its share of them;
+    else textbook: the product of the inputs over the larger key NDV of each key pair."""
+    sel, known = 1.0, False
+    raw_have, raw_nxt = 1.0, 1.0
+    for p in preds:
+        pair = equi_between(p, have, nxt.alias)
+        if pair is None:
+            continue
+        ndv_have, ndv_nxt = column_ndv(catalog, pair[0], by_alias), column_ndv(catalog, pair[1], by_alias)
+        if ndv_have is None and ndv_nxt is None:
+            continue
+        known = True
+        raw_have *= ndv_have or 0.0
+        raw_nxt *= ndv_nxt or 0.0
+        # an unknown NDV is taken as a key's (one distinct value per row)
+        sel /= max(min(ndv_have or rows, rows), min(ndv_nxt or nxt.rows, nxt.rows), 1.0)
+    if not known:
+        return None
+    # (rows of the keyed side's table, the estimate): when both sides look keyed (a composite key's NDVs
+    # multiply past any table's rows), the smaller table is the one the key belongs to
+    keyed = []
+    sides = [(raw_nxt, nxt.rows, rows, nxt.alias)]
+    if len(have) == 1:
+        sides.append((raw_have, rows, nxt.rows, next(iter(have))))
+    for raw, side_rows, other_rows, alias in sides:
+        table_rows = _table_rows(catalog, alias, by_alias)
+        if table_rows and raw >= KEY_SHARE * table_rows:
+            keyed.append((table_rows, other_rows * min(side_rows / table_rows, 1.0)))
+    return min(keyed)[1] if keyed else rows * nxt.rows * sel
+
+
+def _table_scan(alias: str, by_alias: dict[str, Source]) -> L.Scan | None:
+    """The scan of the table under a table source (its filters looked through), None for anything else."""
+    node = by_alias[alias].node
+    while isinstance(node, L.Filter):
+        node = node.input
+    return node if isinstance(node, L.Scan) else None
+
+
+def _table_rows(catalog: Catalog, alias: str, by_alias: dict[str, Source]) -> float | None:
+    """Rows of the table under a table source (None for anything else)."""
+    scan = _table_scan(alias, by_alias)
+    return float(catalog.table(scan.table).num_rows) if scan is not None else None
+
+
+def column_ndv(catalog: Catalog, e: exp.Expression, by_alias: dict[str, Source]) -> float | None:
+    """NDV of a plain column of a table source (None for anything else)."""
+    if not isinstance(e, exp.Column) or e.table not in by_alias:
+        return None
+    scan = _table_scan(e.table, by_alias)
+    if scan is None:
+        return None
+    name = next((src for src, _ in scan.columns if src.lower() == e.name.lower()), None)
+    return None if name is None else float(catalog.ndv(scan.table, name))
