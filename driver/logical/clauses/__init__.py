@@ -1,0 +1,9 @@
+"""The translation of a SELECT, one module per clause; :class:`squall.driver.logical.translate.Translator`
+composes them.
+
+:mod:`.base` (names, the planned query, expression conversion) ← :mod:`.from_clause` (sources) ←
+:mod:`.joins` (join tree) ← :mod:`.unnests` (UNNEST in FROM); :mod:`.aggregate` (GROUP BY),
+:mod:`.window` (windows, QUALIFY), :mod:`.order_limit` (ORDER BY, LIMIT); :mod:`.select` puts a SELECT
+together from them. Imports: the rest of ``logical`` (decorrelation, scope, unnest helpers), ``estimate``
+(row estimates, join order), ``ir``, ``catalog``; nothing here imports the translator.
+"""
