@@ -33,6 +33,7 @@ from squall.driver.planner.exprs import find_scan_column, parse, rewrite_cols
 from squall.errors import NotSupportedError
 from squall.plan import Output
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Aggregate,)
 
 _DECOMPOSABLE = {"sum", "count", "count_star", "min", "max", "avg", "bool_and", "bool_or", "bit_and", "bit_or",

@@ -30,6 +30,7 @@ from squall.driver.planner.joinfilter import apply_filters
 from squall.driver.planner.steal import stealable
 from squall.plan import Output, ScanInput, Split
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Scan, L.Values)
 
 
