@@ -1,1 +1,13 @@
-"""logical: TODO."""
+"""The logical stage: the rewritten query (:mod:`squall.driver.sql`) → Squall's logical plan (:mod:`squall.driver.ir`).
+
+- :mod:`.translate`: each SELECT scope → relational nodes (sources → join tree → aggregate → window →
+  projection → DISTINCT → ORDER BY → LIMIT); :mod:`.scope` its name scopes, :mod:`.unnest` unnest in FROM;
+- :mod:`.decorrelate`: every form of subquery made a join (subqueries, LATERAL, correlation more than one level
+  deep);
+- :mod:`.fallback`: the one-rank part, for what has no distributed plan;
+- :mod:`.rules`: rewrites of the logical plan, in ``RULES`` order (prune, eager aggregation, coalesce).
+
+May import: :mod:`squall.driver.sql`, :mod:`squall.driver.frontend`, :mod:`squall.driver.estimate`,
+:mod:`squall.driver.skipping`, :mod:`squall.driver.ir`, :mod:`squall.driver.catalog`, :mod:`squall.driver.options`;
+never the planner.
+"""
