@@ -3,6 +3,7 @@
 - :mod:`.parse`: one statement in DuckDB's dialect (syntax errors with line and column);
 - :mod:`.safety`: only a plain read-only query over named tables passes (no table functions, file paths,
   settings, DDL/DML);
+- :mod:`.unsupported`: forms DuckDB accepts that Squall does not answer yet, refused clearly (TABLESAMPLE);
 - :mod:`.bind`: DuckDB, sandboxed, binds it on empty tables of the catalog's schemas (exact result names
   and types, DuckDB's own messages);
 - :mod:`.pivot` / :mod:`.pivot_values`: PIVOT and UNPIVOT as plain SQL the planner distributes (a dynamic

@@ -16,6 +16,7 @@ from sqlglot import exp
 from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend.parse import parse
 from squall.driver.frontend.safety import check_safe, referenced_tables
+from squall.driver.frontend.unsupported import refuse_unsupported
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
 from squall.operators.duck import Sandbox, raise_if_interrupted
 
@@ -55,6 +56,7 @@ class Binder:
     def bind(self, sql: str) -> BoundQuery:
         ast = parse(sql)
         check_safe(ast)
+        refuse_unsupported(ast)
         tables = referenced_tables(ast)
         known = self.catalog.names()
         for name in tables:
