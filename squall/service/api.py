@@ -51,8 +51,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 import squall
 from squall.errors import InternalError, SquallError, UserError
+from squall.formats import TEXT_FORMATS
 from squall.service.errors import InvalidRequest, ServiceError, Unauthorized
-from squall.service.formats import TEXT_FORMATS
 from squall.service.models import (
     ErrorBody,
     ExplainRequest,
