@@ -37,10 +37,6 @@ IGNORED_IMPORTS: tuple[tuple[str, str], ...] = (
     # fixed on branch logical (the planner imports logical.translate)
     ("squall.driver.logical.rules.eager_aggregation", "squall.driver.planner.exprs"),
     ("squall.driver.logical.rules.eager_aggregation", "squall.driver.planner.rules.aggregates"),
-    # fixed on no branch yet: the planner's co-location and run-time joins use scans.replicable and
-    # scans.split_row_groups of the scans rule, while the rules (aggregates, joins) import both
-    ("squall.driver.planner.colocate", "squall.driver.planner.rules.scans"),
-    ("squall.driver.planner.runtime", "squall.driver.planner.rules.scans"),
 )
 
 
