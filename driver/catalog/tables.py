@@ -8,9 +8,7 @@ schema.
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,11 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from squall.driver.catalog.listing import NAME as _NAME
+from squall.driver.catalog.listing import is_glob, list_entries, list_files, list_tables, table_name
 from squall.driver.catalog.scan_kinds import loader, scan_kinds
 from squall.errors import DataError, OptionError
 from squall.operators.storage import Storage, scheme_of, storage_for
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FORMATS = ("parquet", "csv", "json")
 SCANS = (
     scan_kinds()
@@ -130,7 +129,7 @@ def _schema_difference(first: pa.Schema, other: pa.Schema, first_path: str, path
 
 def load_table(name: str, location: str, storage: Storage) -> TableInfo:
     """Read the footers of every file of a table location."""
-    files = storage.list_files(location)
+    files = list_files(storage, location)
     schema: pa.Schema | None = None
     groups: list[RowGroup] = []
     footers: dict[str, pq.FileMetaData] = {}
@@ -155,12 +154,6 @@ def load_table(name: str, location: str, storage: Storage) -> TableInfo:
     return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups), footers)
 
 
-def _table_name(stem: str) -> str:
-    """A valid table name from a file or folder name (other characters become ``_``)."""
-    name = re.sub(r"\W", "_", stem) or "t"
-    return name if not name[0].isdigit() else "t_" + name
-
-
 class ParquetTables:
     """The loader of the ``parquet`` scan kind (see :mod:`squall.driver.catalog.scan_kinds`)."""
 
@@ -175,23 +168,13 @@ class ParquetTables:
 PARQUET_TABLES = ParquetTables()
 
 
-def _file_stamps(location: str) -> tuple[tuple[str, int, int], ...]:
-    """(path, size, mtime in ns) of every file of a local table location (file, folder or glob)."""
-    path = location.removeprefix("file://")
-    if any(ch in path for ch in "*?["):
-        files = sorted(glob.glob(path))
-    elif os.path.isdir(path):
-        files = sorted(os.path.join(root, f) for root, _dirs, fs in os.walk(path) for f in fs)
-    else:
-        files = [path]
-    stamps = []
-    for f in files:
-        try:
-            st = os.stat(f)
-        except OSError:
-            continue
-        stamps.append((f, st.st_size, st.st_mtime_ns))
-    return tuple(stamps)
+def _file_stamps(location: str, options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(path, size and mtime) of every file of a local table location; () when it has none. Listed with
+    a storage of its own: these lookups are not the driver's requests."""
+    try:
+        return tuple((e.path, e.stamp) for e in list_entries(storage_for(location, options), location))
+    except DataError:
+        return ()
 
 
 def _span(bounds: tuple[Any, Any] | None) -> float | None:
@@ -222,7 +205,7 @@ class Catalog:
         self._ndv: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._version = 0  # bumped by register() and by version() when a local file changed
-        self._stamps: dict[str, tuple[tuple[str, int, int], ...]] = {}  # lower name -> its files' size/mtime
+        self._stamps: dict[str, tuple[tuple[str, str], ...]] = {}  # lower name -> its files' size/mtime
         #: the squall.driver.skipping.predicate_cache.PredicateCache of the connection (None: off); typed loosely
         #: because that module builds on this one
         self.predicate_cache: object | None = None
@@ -268,8 +251,7 @@ class Catalog:
             raise OptionError(
                 f"table {name}: scan={scan!r} needs an {kind.schemes[0]}:// location, not {location}"
             )
-        is_glob = any(ch in location for ch in "*?[")
-        if scheme_of(location) == "file" and not is_glob and not os.path.exists(location):
+        if scheme_of(location) == "file" and not is_glob(location) and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
@@ -295,7 +277,7 @@ class Catalog:
         for key, (_name, location, _fmt, _scan) in entries:
             if scheme_of(location) != "file":
                 continue
-            stamp = _file_stamps(location)
+            stamp = _file_stamps(location, self._storage_options)
             with self._lock:
                 if self._stamps.get(key) == stamp or key not in self._locations:
                     continue
@@ -307,54 +289,25 @@ class Catalog:
             return self._version
 
     def register_folder(self, folder: str) -> list[str]:
-        """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files."""
-        if scheme_of(folder) != "file":
-            return self._register_prefix(folder)
-        if os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table named after it
-            stem = _table_name(os.path.basename(folder).removesuffix(".parquet"))
+        """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files (local or
+        an object-store prefix; see :func:`squall.driver.catalog.listing.list_tables`)."""
+        local = scheme_of(folder) == "file"
+        if local and os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table
+            stem = table_name(os.path.basename(folder).removesuffix(".parquet"))
             self.register(stem, folder)
             return [stem]
-        if not os.path.isdir(folder):
+        if local and not os.path.isdir(folder):
             what = "is not a folder or a .parquet file" if os.path.exists(folder) else "not found"
             raise DataError(
                 f"data folder {what}: {folder} (--data takes a folder of <table>.parquet files and <table>/ "
                 "folders, or one .parquet file)"
             )
-        names = []
-        for entry in sorted(os.listdir(folder)):
-            path = os.path.join(folder, entry)
-            stem = entry.removesuffix(".parquet")
-            if entry.startswith((".", "_")) or not _NAME.match(stem):
-                continue
-            if os.path.isfile(path) and entry.endswith(".parquet"):
-                self.register(stem, path)
-                names.append(stem)
-            elif os.path.isdir(path) and any(
-                f.endswith(".parquet") for _r, _d, fs in os.walk(path) for f in fs
-            ):
-                self.register(entry, path)
-                names.append(entry)
-        # no tables in it: the folder is itself one table (its files, or hive partitions year=2024/…)
-        if (
-            not names
-            and any(e.endswith(".parquet") or "=" in e for e in os.listdir(folder))
-            and any(f.endswith(".parquet") for _r, _d, fs in os.walk(folder) for f in fs)
-        ):
-            name = _table_name(os.path.basename(os.path.normpath(folder)))
-            self.register(name, folder)
-            names.append(name)
-        return names
-
-    def _register_prefix(self, url: str) -> list[str]:
-        storage = self.storage(url)
-        lister = getattr(storage, "list_tables", None)
-        if lister is None:
-            raise DataError(f"cannot discover tables under {url}; register them one by one")
-        names = []
-        for name, location in lister(url):
+        found = list_tables(self.storage(folder), folder)
+        if not found and not local:
+            raise DataError(f"no tables (<table>.parquet or <table>/ with Parquet files) under {folder}")
+        for name, location in found:
             self.register(name, location)
-            names.append(name)
-        return names
+        return [name for name, _location in found]
 
     def names(self) -> list[str]:
         with self._lock:
