@@ -14,6 +14,7 @@ import sqlglot
 
 from squall.driver.catalog.listing import list_entries, list_files, list_tables
 from squall.driver.catalog.parquet import ParquetSource
+from squall.driver.catalog.snapshot import from_snapshot, snapshot
 from squall.driver.catalog.source import (
     FilterSupport,
     SourceFile,
@@ -171,8 +172,11 @@ def test_schemas_must_agree(tmp_path):
     (tmp_path / "t").mkdir()
     pq.write_table(pa.table({"a": [1]}), tmp_path / "t/p0.parquet")
     pq.write_table(pa.table({"a": ["x"]}), tmp_path / "t/p1.parquet")
+    source = ParquetSource("t", str(tmp_path / "t"), storage_for(str(tmp_path)))
     with pytest.raises(DataError, match=r"table t: files with different schemas: column a is string in .*p1"):
-        ParquetSource("t", str(tmp_path / "t"), storage_for(str(tmp_path))).schema()
+        source.schema()
+    assert source.file_schema(str(tmp_path / "t/p1.parquet")) == pa.schema([("a", pa.string())])
+    assert source.storage.requests() == {"list": 1, "head": 2}  # each footer read once
 
 
 def test_supports_filters_min_max_is_inexact(root):
@@ -211,6 +215,8 @@ def test_registry_and_catalog(root):
     assert catalog.table("region") == source.table_info()
     with pytest.raises(DataError, match="unknown table nope"):
         catalog.source("nope")
+    with pytest.raises(DataError, match="a catalog snapshot has no table sources"):
+        from_snapshot(snapshot(catalog)).source("region")
 
 
 def test_catalog_version_follows_the_source_stamp(root):
@@ -237,6 +243,7 @@ def test_list_tables_local(root):
     ]
     # only partitions: the folder is one table
     assert list_tables(storage, str(root / "events")) == [("events", str(root / "events"))]
+    assert list_tables(storage, f"file://{root}/events/") == [("events", f"{root}/events/")]
     sub = str(root / "events/year=2025/sub")  # part-9 is no table name: the folder is the table
     assert list_tables(storage, sub) == [("sub", sub)]
 

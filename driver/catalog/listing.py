@@ -130,8 +130,9 @@ def list_tables(storage: Storage, folder: str) -> list[tuple[str, str]]:
     Parquet files or partitions (``year=2024/``), it is one table, named after it. [] when
     the folder holds no Parquet file.
     """
-    base = folder if folder.endswith("/") else folder + "/"
     local = scheme_of(folder) == "file"
+    folder = folder.removeprefix("file://") if local else folder
+    base = folder if folder.endswith("/") else folder + "/"
     found: dict[str, str] = {}
     whole = False
     for entry in sorted(storage.list_folder(base, recursive=True) or [], key=lambda e: e.path):

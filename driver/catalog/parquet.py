@@ -14,7 +14,7 @@ Also here: the loader of the ``parquet`` scan kind and :func:`load_table`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -38,8 +38,9 @@ class ParquetSource(TableSource):
 
     def __init__(self, name: str, location: str, storage: Storage) -> None:
         super().__init__(name, location, storage)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._files: tuple[SourceFile, ...] | None = None
+        self._footers: dict[str, pq.FileMetaData] = {}
         self._info: TableInfo | None = None
 
     def files(self) -> tuple[SourceFile, ...]:
@@ -51,7 +52,12 @@ class ParquetSource(TableSource):
                 )
             return self._files
 
+    def file_schema(self, path: str) -> pa.Schema:
+        """The schema in one file's footer (read once)."""
+        return self._footer(path).schema.to_arrow_schema().remove_metadata()
+
     def schema(self) -> pa.Schema:
+        """The first file's schema; every other file must have the same (see :meth:`table_info`)."""
         return self.table_info().schema
 
     def statistics(self) -> tuple[RowGroup, ...]:
@@ -62,8 +68,14 @@ class ParquetSource(TableSource):
         files = self.files()
         with self._lock:
             if self._info is None:
-                self._info = _read_footers(self.name, self.location, [f.path for f in files], self.storage)
+                self._info = _read_footers(self.name, self.location, [f.path for f in files], self._footer)
             return self._info
+
+    def _footer(self, path: str) -> pq.FileMetaData:
+        with self._lock:
+            if path not in self._footers:
+                self._footers[path] = self.storage.read_metadata(path)
+            return self._footers[path]
 
     def supports_filters(self, filters: Sequence[exp.Expression]) -> list[FilterSupport]:
         """INEXACT for ``column op literal`` filters (``=``, ``<``, …, ``BETWEEN``, ``IN``) on a column of
@@ -117,13 +129,15 @@ def _schema_difference(first: pa.Schema, other: pa.Schema, first_path: str, path
     return f"{path} differs from {first_path} in nullability"
 
 
-def _read_footers(name: str, location: str, files: list[str], storage: Storage) -> TableInfo:
+def _read_footers(
+    name: str, location: str, files: list[str], footer: Callable[[str], pq.FileMetaData]
+) -> TableInfo:
     """Read the footer of every file, in order, checking each schema against the first file's."""
     schema: pa.Schema | None = None
     groups: list[RowGroup] = []
     footers: dict[str, pq.FileMetaData] = {}
     for path in files:
-        md = footers[path] = storage.read_metadata(path)
+        md = footers[path] = footer(path)
         file_schema = md.schema.to_arrow_schema()
         if schema is None:
             schema = file_schema

@@ -4,7 +4,8 @@ A :class:`TableSource` answers for one registered table, before any row is read
 (the shape of DataFusion's ``TableProvider`` and DuckDB's multi-file lists):
 
 - :meth:`~TableSource.files`: the data files, each with its partition values;
-- :meth:`~TableSource.schema`: the table's Arrow schema, reconciled over its files;
+- :meth:`~TableSource.schema`: the table's Arrow schema, its files' schemas
+  (:meth:`~TableSource.file_schema`) reconciled;
 - :meth:`~TableSource.statistics`: row groups with rows, bytes and min/max/null counts;
 - :meth:`~TableSource.supports_filters`: per filter, whether the source applies it
   (:attr:`FilterSupport.EXACT`), prunes with it (:attr:`FilterSupport.INEXACT`), or
@@ -76,8 +77,12 @@ class TableSource(ABC):
         """The table's data files, sorted by path; DataError when the location holds none."""
 
     @abstractmethod
+    def file_schema(self, path: str) -> pa.Schema:
+        """The schema of one of the table's files, as written in it."""
+
+    @abstractmethod
     def schema(self) -> pa.Schema:
-        """The table's schema, reconciled over its files (DataError naming the file that disagrees)."""
+        """The table's schema: its files' schemas reconciled (DataError naming a file that disagrees)."""
 
     @abstractmethod
     def statistics(self) -> tuple[RowGroup, ...]:
