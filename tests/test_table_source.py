@@ -255,6 +255,7 @@ def test_register_folder(root):
     (root / "nation/part-0.parquet").write_bytes(_parquet([1]))
     catalog = Catalog()
     assert catalog.register_folder(str(root)) == ["events", "nation", "region"]
+    assert catalog.requests() == {}  # local discovery is no driver request
     assert catalog.location("nation") == str(root / "nation.parquet")
     assert catalog.table("events").num_rows == 7
     partitioned = Catalog()

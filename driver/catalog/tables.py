@@ -160,7 +160,9 @@ class Catalog:
                 f"data folder {what}: {folder} (--data takes a folder of <table>.parquet files and <table>/ "
                 "folders, or one .parquet file)"
             )
-        found = list_tables(self.storage(folder), folder)
+        # local discovery is not counted as the driver's requests (as the version stamps are not)
+        storage = storage_for(folder, self._storage_options) if local else self.storage(folder)
+        found = list_tables(storage, folder)
         if not found and not local:
             raise DataError(f"no tables (<table>.parquet or <table>/ with Parquet files) under {folder}")
         for name, location in found:
