@@ -13,7 +13,7 @@ import pytest
 import sqlglot
 
 from squall.driver.catalog.listing import list_entries, list_files, list_tables
-from squall.driver.catalog.parquet import ParquetSource
+from squall.driver.catalog.parquet import ParquetSource, pruned_column
 from squall.driver.catalog.snapshot import from_snapshot, snapshot
 from squall.driver.catalog.source import (
     FilterSupport,
@@ -187,6 +187,25 @@ def test_supports_filters_min_max_is_inexact(root):
     ]
     inexact, unsupported = FilterSupport.INEXACT, FilterSupport.UNSUPPORTED
     assert source.supports_filters(filters) == [inexact] * 4 + [unsupported] * 3
+
+
+PREDICATES = [
+    "a > 3", "3 < a", "-3 <= a", "a = 'x'", "a <> 3", "a BETWEEN 1 AND 2.5", "a BETWEEN 1 AND b",
+    "a IN (1, 2)", "a IN (1, b)", "a IN (SELECT 1)", "a = CAST('2024-01-31' AS DATE)",
+    "a = CAST('2024-13-01' AS DATE)", "a = CAST('1' AS INT)", "a > 1 + 2", "a = b", "a IS NULL",
+    "a LIKE 'x%'", "lower(a) = 'x'", "a = -'x'",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("sql", PREDICATES)
+def test_pruned_column_is_what_min_max_pruning_reads(sql):
+    try:  # where the planner's pruning finds its constraints
+        from squall.driver.skipping.literals import column_constraint
+    except ImportError:
+        from squall.driver.estimate.selectivity import column_constraint
+    pred = sqlglot.parse_one(sql)
+    constraint = column_constraint(pred)
+    assert pruned_column(pred) == (constraint[0] if constraint else None)
 
 
 def test_stamp_follows_the_files_and_counts_no_request(root):
