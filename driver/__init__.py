@@ -1,19 +1,18 @@
 """The driver: SQL text → a distributed plan, and the platforms that run it.
 
-- the compiler: :mod:`.frontend` (parse, safety rules, DuckDB binding), :mod:`.catalog` (tables and
-  Parquet footers; :mod:`.catalog_snapshot` saves one as JSON), :mod:`.translate` / :mod:`.subqueries` /
-  :mod:`.scope` (SQL → the logical IR of :mod:`.logical`), :mod:`.prune`, :mod:`.fallback` (one-rank
-  parts), :mod:`.planner` (the distributed planner: one module per rule), :mod:`.compile` (the whole
-  pipeline), :mod:`.explain`, :mod:`.stats`;
-- data skipping beyond min/max: :mod:`.predicates` (normalized scan predicates), :mod:`.predicate_cache`,
-  :mod:`.parquet_indexes` (page indexes and Bloom filters read by DuckDB), :mod:`.metadata_mirror` (local
-  sparse copies of S3 objects' footers and indexes), :mod:`.skipping_stats`; the planner's
-  :mod:`.planner.skipping` applies them;
-- costs and forecasts: :mod:`.cost` (Lambda and S3 prices), :mod:`.scale` (the SimPy model),
-  :mod:`.forecast` (estimates for explain and ``workers="auto"``);
-- :mod:`.platforms`: where the W workers run, each platform with its worker-side entry point.
+A compiler with named stages; :mod:`.compile` shows the whole pipeline and nothing else:
+
+    bind (:mod:`.frontend`) → SQL rules (:mod:`.sql`) → translate (:mod:`.logical`) →
+    logical rules (:mod:`.logical.rules`) → planner rules (:mod:`.planner`)
+
+Each stage is a package whose docstring says what lives there and what it may import. Below the stages:
+:mod:`.estimate` (rows, selectivity, join order), :mod:`.skipping` (min/max, page indexes, Bloom filters, the
+predicate cache, metadata mirrors), :mod:`.ir` (the logical IR and its SQL), :mod:`.catalog` (tables, table
+sources, snapshots, scan kinds) and :mod:`.options` (``PlannerOptions`` and the rule interface). Beside them:
+:mod:`.report` (stats and explain), :mod:`.forecast` (what a plan will cost, the SimPy scale model) and
+:mod:`.platforms` (where the W workers run, each platform with its worker-side entry point).
 
 May import: :mod:`squall.operators`, :mod:`squall.exchange`, :mod:`squall.plan`, :mod:`squall.aws`,
 :mod:`squall.registry`, :mod:`squall.errors` — never the SDK (``squall.connection``, ``squall.client``…),
-the service or the functions (``make check-arch`` enforces it).
+the service or the functions (``make check-arch`` enforces it, and the order of the stages inside).
 """

@@ -19,9 +19,12 @@ from squall.driver.logical.fallback import one_rank
 from squall.driver.logical.rules import RULES as LOGICAL_RULES
 from squall.driver.logical.rules import LogicalContext, result_columns
 from squall.driver.logical.translate import Names, Planned, Translator
-from squall.driver.options import PlannerOptions, run_rules
+from squall.driver.options import PlannerOptions, run_rules, unknown_rules
+from squall.driver.planner import RULES as PLANNER_RULES
 from squall.driver.planner import Planner
-from squall.errors import BindError, NotSupportedError
+from squall.driver.sql import RULES as SQL_RULES
+from squall.driver.sql import rewrite
+from squall.errors import BindError, NotSupportedError, OptionError
 from squall.operators.duck import Sandbox
 from squall.plan import Plan, ScanInput
 
@@ -54,9 +57,20 @@ def compile_sql(
     query), ``translate_s`` (the logical plan, pruned; a failed attempt included when the query falls
     back to one rank) and ``plan_s`` (the distributed plan, its DuckDB type checks included).
     """
+    if options is not None and (problem := unknown_rules(options, SQL_RULES, LOGICAL_RULES, PLANNER_RULES)):
+        raise OptionError(problem)
     with Boundary(sql) as boundary:  # a bug: one InternalError line, the traceback in a log file
         plan = _compile(catalog, sql, world_size, options, db, timings, boundary)
     return plan
+
+
+def translate_sql(catalog: Catalog, sql: str, db: Sandbox | None = None) -> tuple[Planned, Names]:
+    """The logical plan of ``sql`` as the translator makes it, before the logical rules, and the internal names
+    it gave out (for tests and tools): bind, the SQL rules, translate."""
+    binder = Binder(catalog, db)
+    rewritten, _notes = rewrite(binder.bind(sql).ast, catalog)
+    translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
+    return translator.translate(rewritten), translator.names
 
 
 def _compile(
@@ -81,7 +95,9 @@ def _compile(
     translator = Translator(catalog, set(aggregate_function_names()), binder.bind)
     try:
         boundary.step, boundary.locate = "translating", translator.position
-        planned = translator.translate(bound.ast)
+        rewritten, said_by_sql = rewrite(bound.ast, catalog, options, spent)
+        translator.notes.extend(said_by_sql)
+        planned = translator.translate(rewritten)
         if len(planned.outputs) != len(bound.names):
             raise NotSupportedError(f"{len(bound.names)} result columns planned as {len(planned.outputs)}")
         opts = options or PlannerOptions()

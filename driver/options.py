@@ -53,12 +53,12 @@ def run_rules(
     context: Any,
     options: PlannerOptions,
     breakdown: dict[str, float],
-    schema: Callable[[T], object],
+    schema: Callable[[T], object | None],
 ) -> T:
     """``subject`` rewritten by each enabled rule of ``rules`` in order (``rule.apply(subject, context)``).
 
-    Each rule's seconds go to ``breakdown["<stage>.<NAME>_s"]``; ``schema(subject)`` (the result columns) must be
-    the same after each rule as before it, else AssertionError names the rule (a bug: the error boundary turns
+    Each rule's seconds go to ``breakdown["<stage>.<NAME>_s"]``; ``schema(subject)`` (the result columns, or None
+    while they are not known yet, as for a ``*`` before qualification) must be the same after each rule as before it, else AssertionError names the rule (a bug: the error boundary turns
     it into an InternalError line)."""
     before = schema(subject)
     for rule in rules:
@@ -70,7 +70,9 @@ def run_rules(
         key = f"{stage}.{name}_s"
         breakdown[key] = breakdown.get(key, 0.0) + time.perf_counter() - start
         after = schema(subject)
-        assert after == before, f"{stage} rule {name} changed the result columns: {before!r} -> {after!r}"
+        if before is not None and after is not None:
+            assert after == before, f"{stage} rule {name} changed the result columns: {before!r} -> {after!r}"
+        before = after if after is not None else before
     return subject
 
 

@@ -1,10 +1,9 @@
 """Parquet on S3 read with ranged GETs (Lambada-style tuned scans), scheme ``s3``.
 
-- :meth:`S3Storage.list_files`: a prefix of Parquet objects (``s3://b/lineitem/``),
-  one object (``s3://b/t.parquet``) or a glob in the last path component
-  (``s3://b/t/part-*.parquet``); one LIST per page, one HEAD for a single key.
-- :meth:`S3Storage.list_tables`: the tables under a prefix (``<prefix>/<t>.parquet``
-  objects and ``<prefix>/<t>/`` sub-prefixes holding Parquet objects), one LIST per page.
+- :meth:`S3Storage.file_entry`: one object, one HEAD; :meth:`S3Storage.list_folder`:
+  the objects under a prefix (``s3://b/lineitem/``), one LIST per page of 1,000 keys,
+  with delimiter ``/`` when only the prefix's own objects are asked for. What a table
+  location means (prefix, object, glob) is :mod:`squall.driver.catalog.listing`.
 - :meth:`S3Storage.read_metadata`: one suffix GET of the last 64 KiB, which holds
   the footer of most files; a second GET only when the footer is longer.
 - :meth:`S3Storage.read_row_groups`: the byte ranges of just the needed column
@@ -29,9 +28,7 @@ otherwise come from the standard AWS settings.
 from __future__ import annotations
 
 import bisect
-import fnmatch
 import math
-import re
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -44,11 +41,9 @@ import pyarrow.parquet as pq
 from squall import aws
 from squall.aws import describe_error, error_code
 from squall.errors import DataError
-from squall.operators.storage import Storage
+from squall.operators.storage import FileEntry, Storage
 
 MiB = 1024 * 1024
-_GLOB = re.compile(r"[*?\[]")
-_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -290,50 +285,34 @@ class S3Storage(Storage):
             etag, size = self._etags.get(path), self._sizes.get(path)
         return f"{size}:{etag}" if etag else ""
 
-    def list_files(self, location: str) -> list[str]:
-        bucket, key = parse_s3_url(location)
-        if _GLOB.search(key.rpartition("/")[2]):
-            folder, _sep, pattern = key.rpartition("/")
-            prefix = f"{folder}/" if folder else ""
-            objects = self._list(bucket, prefix, delimiter="/")
-            files = {k: s for k, s in objects.items() if fnmatch.fnmatchcase(k[len(prefix) :], pattern)}
-        elif key == "" or key.endswith("/"):
-            files = self._parquet_under(bucket, key)
-        else:
-            files = self._single(bucket, key)
-            if not files:
-                files = self._parquet_under(bucket, key + "/")
-                if not files:
-                    raise DataError(f"table location not found: {location}")
-        if not files:
-            raise DataError(f"no Parquet files at {location}")
-        urls = {f"s3://{bucket}/{k}": size for k, size in files.items()}
-        with self._lock:
-            self._sizes.update(urls)
-            for url in urls:
-                self._footers.pop(url, None)
-        return sorted(urls)
-
-    def list_tables(self, url: str) -> list[tuple[str, str]]:
-        """(name, location) of every table under ``url``: ``<t>.parquet`` objects and ``<t>/`` prefixes.
-
-        One recursive LIST (per page of 1,000 keys); a sub-prefix is a table when
-        it holds at least one visible Parquet object. Names must be SQL identifiers.
-        """
-        bucket, key = parse_s3_url(url)
-        prefix = key if key == "" or key.endswith("/") else key + "/"
-        found: dict[str, str] = {}
-        for k in sorted(self._parquet_under(bucket, prefix)):
-            first, sep, _rest = k[len(prefix) :].partition("/")
-            if sep:  # <prefix>/<t>/...parquet
-                name, location = first, f"s3://{bucket}/{prefix}{first}/"
-            else:
-                name, location = first.removesuffix(".parquet"), f"s3://{bucket}/{k}"
-            if _TABLE_NAME.match(name) and not first.startswith((".", "_")):
-                found.setdefault(name, location)
+    def file_entry(self, path: str) -> FileEntry | None:
+        """The object at ``path``: one HEAD (none for a key ending with ``/``, which names a prefix)."""
+        bucket, key = parse_s3_url(path)
+        if key == "" or key.endswith("/"):
+            return None
+        found = self._single(bucket, key)
         if not found:
-            raise DataError(f"no tables (<table>.parquet or <table>/ with Parquet files) under {url}")
-        return sorted(found.items())
+            return None
+        self._listed({path: found[key]})
+        return FileEntry(path, found[key], self.stamp(path))
+
+    def list_folder(self, folder: str, *, recursive: bool) -> list[FileEntry] | None:
+        """The objects under prefix ``folder``: one LIST per page of 1,000 keys (with delimiter ``/``
+        unless ``recursive``); None when there are none. Listing forgets the footers kept of them."""
+        bucket, prefix = parse_s3_url(folder)
+        objects = self._list(bucket, prefix, delimiter="" if recursive else "/")
+        urls = {f"s3://{bucket}/{k}": size for k, size in objects.items() if not k.endswith("/")}
+        if not urls:
+            return None
+        self._listed(urls)
+        return [FileEntry(url, size, self.stamp(url)) for url, size in urls.items()]
+
+    def _listed(self, sizes: Mapping[str, int]) -> None:
+        """Keep the sizes of listed objects; forget their footers (a re-listed object may be new)."""
+        with self._lock:
+            self._sizes.update(sizes)
+            for url in sizes:
+                self._footers.pop(url, None)
 
     def _list(self, bucket: str, prefix: str, delimiter: str = "") -> dict[str, int]:
         """Key -> size of the objects under ``prefix`` (one LIST per page of 1,000)."""
@@ -354,13 +333,6 @@ class S3Storage(Storage):
             self.count("list")
             raise DataError(describe_error(exc, bucket, prefix)) from None
         return out
-
-    def _parquet_under(self, bucket: str, prefix: str) -> dict[str, int]:
-        def visible(key: str) -> bool:
-            name = key.rpartition("/")[2]
-            return name.endswith(".parquet") and not name.startswith((".", "_"))
-
-        return {k: s for k, s in self._list(bucket, prefix).items() if visible(k)}
 
     def _single(self, bucket: str, key: str) -> dict[str, int]:
         from botocore.exceptions import BotoCoreError, ClientError

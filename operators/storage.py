@@ -1,18 +1,22 @@
 """Storage interface: where table files live and how a scan reads them.
 
-A table location is a Parquet file, a folder of Parquet files, or a glob
-(``data/lineitem/*.parquet``); object stores add their own schemes
-(``s3://bucket/prefix/``). Implementations are looked up by URL scheme with
-:func:`storage_for`. Every method is safe to call from several threads.
+A Storage answers two listing questions, :meth:`Storage.file_entry` (the file at
+a path) and :meth:`Storage.list_folder` (the files in a folder, or under it);
+what a table *location* means — a file, a folder, a glob in any path component
+— is decided once, on top of them, by :mod:`squall.driver.catalog.listing`.
+Object stores add their own schemes (``s3://bucket/prefix/``). Implementations
+are looked up by URL scheme with :func:`storage_for`. Every method is safe to
+call from several threads.
 """
 
 from __future__ import annotations
 
-import glob
 import os
+import stat
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -20,6 +24,16 @@ import pyarrow.parquet as pq
 
 from squall.errors import DataError
 from squall.registry import Registry
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One listed file: its path (as the storage names it), size in bytes, and a text that changes when
+    the file does (size and mtime, or size and ETag; "" when unknown)."""
+
+    path: str
+    size: int
+    stamp: str = ""
 
 
 class Storage(ABC):
@@ -56,8 +70,14 @@ class Storage(ABC):
         raise DataError(f"{self.scheme} storage cannot read byte ranges: {path}")
 
     @abstractmethod
-    def list_files(self, location: str) -> list[str]:
-        """The Parquet files of a table location, sorted; DataError when there are none."""
+    def file_entry(self, path: str) -> FileEntry | None:
+        """The file at ``path``; None when there is none (nothing there, or a folder)."""
+
+    @abstractmethod
+    def list_folder(self, folder: str, *, recursive: bool) -> list[FileEntry] | None:
+        """The files in ``folder`` (a path ending with ``/``, or ``""`` for the current folder), at every
+        level below it when ``recursive``, else only its own; in no particular order. Paths are
+        ``folder`` followed by the path below it. None when there is no such folder."""
 
     @abstractmethod
     def read_metadata(self, path: str) -> pq.FileMetaData:
@@ -104,25 +124,34 @@ class LocalStorage(Storage):
         self.count("get", len(ranges), sum(len(b) for b in out))
         return out
 
-    def list_files(self, location: str) -> list[str]:
-        path = location.removeprefix("file://")
-        if any(ch in path for ch in "*?["):
-            files = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
-        elif os.path.isdir(path):
-            files = sorted(
-                os.path.join(root, name)
-                for root, _dirs, names in os.walk(path)
-                for name in names
-                if name.endswith(".parquet") and not name.startswith((".", "_"))
-            )
-        elif os.path.isfile(path):
-            files = [path]
-        else:
-            raise DataError(f"table location not found: {location}")
+    def file_entry(self, path: str) -> FileEntry | None:
+        """The file at ``path`` (one ``list`` request when there is one)."""
+        local = path.removeprefix("file://")
+        try:
+            st = os.stat(local)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
         self.count("list")
-        if not files:
-            raise DataError(f"no Parquet files at {location}")
-        return files
+        return FileEntry(local, st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
+
+    def list_folder(self, folder: str, *, recursive: bool) -> list[FileEntry] | None:
+        """One ``list`` request per listed folder (a walk of the tree below it when ``recursive``)."""
+        prefix = folder.removeprefix("file://")
+        top = prefix or "."
+        if not os.path.isdir(top):
+            return None
+        self.count("list")
+        out: list[FileEntry | None] = []
+        if recursive:
+            for root, _dirs, names in os.walk(top):
+                below = os.path.relpath(root, top)
+                rel = "" if below == "." else below.replace(os.sep, "/") + "/"
+                out.extend(_entry(os.path.join(root, n), prefix + rel + n) for n in names)
+        else:
+            out = [_entry(os.path.join(top, n), prefix + n) for n in os.listdir(top)]
+        return [e for e in out if e is not None]
 
     def read_metadata(self, path: str) -> pq.FileMetaData:
         self.count("head")
@@ -154,6 +183,17 @@ class LocalStorage(Storage):
                     if col.path_in_schema in names:
                         self.bytes_read += col.total_compressed_size
         return table
+
+
+def _entry(real: str, path: str) -> FileEntry | None:
+    """The entry of a regular file (following links); None for anything else or a file gone meanwhile."""
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return FileEntry(path, st.st_size, f"{st.st_size}:{st.st_mtime_ns}")
 
 
 # scheme -> "module:Class"; imported lazily (S3 needs boto3/pyarrow.fs only when used)

@@ -8,9 +8,10 @@
 on first use of :func:`connect`, :class:`Connection` or :class:`Result`.
 
 The ``squall`` folder holds the SDK (``connection``, ``result``, ``params``, ``client``, ``dbapi``,
-``testing``), the CLI, ``service/``, the TPC-H/TPC-DS helpers, and the bottom layer every other package
-may use: ``plan`` (the wire format), ``aws``, ``registry``, ``errors``, ``version``. The SDK may import the
-driver and below; the bottom layer imports only the standard library and ``errors``.
+``testing``), the CLI, ``service/``, ``formats`` (result encodings the SDK, the CLI and the service share),
+the TPC-H/TPC-DS helpers, and the bottom layer every other package may use: ``plan`` (the wire format),
+``aws``, ``registry``, ``errors``, ``version``. The SDK may import the driver and below, never the service;
+the bottom layer imports only the standard library and ``errors``.
 """
 
 from __future__ import annotations

@@ -288,7 +288,7 @@ def _progress(enabled: bool) -> Iterator[Any]:
 def _format_table(table: pa.Table, out: IO[str], max_rows: int = TABLE_ROWS) -> None:
     import pyarrow as pa
 
-    from squall.service.formats import printable
+    from squall.formats import printable
 
     names = table.column_names
     shown = printable(table.slice(0, max_rows))
@@ -313,7 +313,7 @@ def _format_table(table: pa.Table, out: IO[str], max_rows: int = TABLE_ROWS) -> 
 def _write_result(table: pa.Table, fmt: str, output: str | None, max_rows: int = TABLE_ROWS) -> None:
     import pyarrow as pa
 
-    from squall.service.formats import json_value, printable
+    from squall.formats import json_value, printable
 
     if fmt in ("csv", "json"):
         table = printable(table)  # INTERVAL and BLOB as DuckDB prints them
@@ -548,8 +548,8 @@ def _s3_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _tables(args: argparse.Namespace) -> int:
+    from squall.formats import sql_type_of_name
     from squall.service.backend import describe_tables
-    from squall.service.formats import sql_type_of_name
 
     _need_data(args, required=True)
     args.workers = None

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from squall import aws
 from squall.driver.platforms.base import Progress
-from squall.errors import NotSupportedError, OptionError, QueryCancelled, SquallError, UserError
+from squall.errors import NotSupportedError, OptionError, QueryCancelled, SquallError, UserError, squall_error
 from squall.plan import Plan
 from squall.result import Result
 from squall.version import __version__
@@ -65,8 +65,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _error_for(status: int, data: bytes) -> SquallError:
-    from squall.service.errors import squall_error
-
     try:
         body = json.loads(data)
         name, detail = str(body["error"]), str(body["detail"])
@@ -84,7 +82,6 @@ def _error_for(status: int, data: bytes) -> SquallError:
 
 def _query_error(doc: dict[str, Any]) -> SquallError:
     error = doc.get("error") or {}
-    from squall.service.errors import squall_error
 
     name, detail = str(error.get("error", "")), str(error.get("detail", f"query {doc.get('status')}"))
     known = squall_error(name, detail) if name else None

@@ -64,3 +64,20 @@ class WorkerError(SquallError):
 class InternalError(SquallError):
     """A bug in Squall (an unexpected exception while binding, translating or planning): one line
     naming the step and, where known, the query's position; the traceback goes to a log file."""
+
+
+def squall_error(name: str, detail: str) -> Exception | None:
+    """The exception of this module called ``name`` carrying ``detail`` as its message (None if unknown): an
+    error the service reported by class name, raised again on the client's side.
+
+    The message is set as is: classes whose constructor adds a prefix (``SqlSyntaxError``,
+    ``NotSupportedError``) are not re-prefixed.
+    """
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, SquallError)):
+        return None
+    err = cls.__new__(cls)
+    Exception.__init__(err, detail)
+    if name == "SqlSyntaxError":
+        err.line = err.column = None  # type: ignore[attr-defined]
+    return err

@@ -4,7 +4,7 @@ Conversions follow DuckDB's Python API: ``.df()`` gives the pandas types ``duckd
 gives (DECIMAL → float64, DATE → datetime64, nullable integers → Int64 …), ``.arrow()``,
 ``.pl()`` (Polars), ``.show()`` prints DuckDB's box table, and ``repr()``/Jupyter show a preview.
 
-May import: :mod:`squall.plan`, :mod:`squall.errors`, :mod:`squall.service.formats`
+May import: :mod:`squall.plan`, :mod:`squall.errors`, :mod:`squall.formats`
 (pandas, polars and duckdb lazily).
 """
 
@@ -61,7 +61,7 @@ class Result:
             import pandas  # noqa: F401
         except ImportError:
             raise OptionError("df() needs pandas: pip install 'squall[pandas]'") from None
-        from squall.service.formats import duck
+        from squall.formats import duck
 
         con = duck()
         try:
@@ -84,7 +84,7 @@ class Result:
 
     def _render(self, max_rows: int | None = None, max_width: int | None = None) -> str:
         """DuckDB's box rendering of the rows (names, types, values as DuckDB prints them)."""
-        from squall.service.formats import duck
+        from squall.formats import duck
 
         con = duck()
         try:
@@ -112,7 +112,7 @@ class Result:
 
     def _repr_html_(self) -> str:
         """Jupyter: the first rows as an HTML table, with the column types and the row count."""
-        from squall.service.formats import printable, sql_type
+        from squall.formats import printable, sql_type
 
         shown = printable(self._table.slice(0, PREVIEW_ROWS))
         cells = [["NULL" if v is None else str(v) for v in c.to_pylist()] for c in shown.columns]

@@ -370,7 +370,7 @@ def test_syntax_error_points_where_duckdb_does(sql):
 
     import duckdb
 
-    from squall.driver.frontend.bind import parse
+    from squall.driver.frontend.parse import parse
 
     with pytest.raises(duckdb.ParserException) as theirs:
         duckdb.connect().execute(sql)

@@ -10,12 +10,10 @@ import pytest
 from sqlglot import exp, parse_one
 
 from squall.driver.catalog.snapshot import from_snapshot
-from squall.driver.compile import aggregate_function_names
+from squall.driver.compile import translate_sql
 from squall.driver.estimate.rows import estimate_rows
 from squall.driver.estimate.selectivity import conjunction_selectivity, selectivity
-from squall.driver.frontend.bind import Binder
 from squall.driver.ir import nodes as L
-from squall.driver.logical.translate import Translator
 from squall.operators.duck import Sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"
@@ -85,12 +83,7 @@ def _translated(sql: str) -> L.Node:
     catalog = from_snapshot(json.loads((FIXTURES / "catalog.json").read_text()))
     db = Sandbox(threads=1)
     try:
-        binder = Binder(catalog, db)
-        return (
-            Translator(catalog, set(aggregate_function_names()), binder.bind)
-            .translate(binder.bind(sql).ast)
-            .node
-        )
+        return translate_sql(catalog, sql, db)[0].node
     finally:
         db.close()
 

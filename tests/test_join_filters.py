@@ -348,10 +348,8 @@ SCALAR_THEN_ANTI = (
 def _anti_join_left(sf001: Path, sql: str) -> list:
     """The filters below the anti join of ``sql``'s logical plan (as translated, before planning)."""
     from squall.driver.catalog.tables import Catalog
-    from squall.driver.compile import aggregate_function_names
-    from squall.driver.frontend.bind import Binder
+    from squall.driver.compile import translate_sql
     from squall.driver.ir.nodes import Filter, Join, Node
-    from squall.driver.logical.translate import Translator
 
     def walk(n: Node) -> Iterator[Node]:
         yield n
@@ -360,10 +358,7 @@ def _anti_join_left(sf001: Path, sql: str) -> list:
 
     catalog = Catalog()
     catalog.register_folder(str(sf001))
-    binder = Binder(catalog, None)
-    node = (
-        Translator(catalog, set(aggregate_function_names()), binder.bind).translate(binder.bind(sql).ast).node
-    )
+    node = translate_sql(catalog, sql)[0].node
     (anti,) = [n for n in walk(node) if isinstance(n, Join) and n.kind == "anti"]
     return [n for n in walk(anti.left) if isinstance(n, Filter)]
 

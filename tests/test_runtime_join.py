@@ -33,7 +33,7 @@ from .runtime_join_data import (
 #: the test tables are small: no replicated scans, no join filters (they would read the decided side's
 #: exchange too), no join in place (dim is written in key order), decisions however few bytes stay in place
 OPTS = PlannerOptions(
-    replicated_scan_rows=0, join_filters=False, join_in_place=False, runtime_join_min_bytes=0
+    replicated_scan_rows=0, disabled_rules=("join_filters",), join_in_place=False, runtime_join_min_bytes=0
 )
 DECIDED = "decided at run time from the actual size of stage"
 

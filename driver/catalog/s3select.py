@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 
-from squall.driver.catalog.tables import RowGroup, TableInfo, load_table
+from squall.driver.catalog.info import RowGroup, TableInfo
+from squall.driver.catalog.parquet import load_table
 from squall.errors import DataError
 from squall.operators.s3select import s3_storage
 from squall.operators.s3storage import S3Storage, parse_s3_url

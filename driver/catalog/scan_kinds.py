@@ -1,7 +1,8 @@
-"""Scan kinds, driver side: how the catalog loads a table for each kind of scan.
+"""Scan kinds, driver side: how a table's files are read, for each kind of scan.
 
 A table's *scan kind* (``TableInfo.scan``, ``ScanInput.scan`` in the plan) says how
-workers read it: ``parquet`` (the Storage's projected row-group reads) or
+workers read its files; which files, with which schema and statistics, is its
+source's business (:mod:`squall.driver.catalog.source`). Kinds: ``parquet`` (the Storage's projected row-group reads) or
 ``s3select`` (projection and simple filters run in S3). Each kind has two halves
 found by name in a :class:`~squall.registry.Registry`: here, the table loader the
 catalog calls; in :mod:`squall.operators.scan_kinds`, the reader a worker calls.
@@ -11,7 +12,8 @@ A loader is an object with
 
 - ``formats``: the object formats it reads (``parquet``, ``csv``, ``json``);
 - ``schemes``: the storage schemes it needs (``("s3",)``), or ``None`` for any;
-- ``load(name, location, storage, fmt) -> TableInfo``: the catalog entry.
+- ``load(name, location, storage, fmt) -> TableInfo``: the catalog entry (the table's
+  source's :class:`TableInfo`, with this kind's ``scan`` and ``scan_options``).
 
 May import: :mod:`squall.registry`, :mod:`squall.errors` (loaders themselves
 import the catalog and operators).
@@ -27,7 +29,7 @@ from squall.registry import Registry
 LOADERS: Registry[Any] = Registry(
     "scan",
     {
-        "parquet": "squall.driver.catalog.tables:PARQUET_TABLES",
+        "parquet": "squall.driver.catalog.parquet:PARQUET_TABLES",
         "s3select": "squall.driver.catalog.s3select:S3SELECT_TABLES",
     },
     OptionError,

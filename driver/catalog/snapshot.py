@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from squall.driver.catalog.source import TableSource
 from squall.driver.catalog.tables import Catalog, ColumnChunkStats, RowGroup, TableInfo
 from squall.errors import DataError
 from squall.operators.storage import Storage
@@ -124,6 +125,9 @@ class SnapshotCatalog(Catalog):
 
     def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
         raise DataError("a catalog snapshot is read-only")
+
+    def source(self, name: str) -> TableSource:
+        raise DataError(f"a catalog snapshot has no table sources (asked for {name})")
 
     def names(self) -> list[str]:
         return sorted(t.name for t in self._saved.values())

@@ -1,197 +1,36 @@
 """Catalog: named tables over Parquet files, with schemas and statistics from the footers.
 
 A table location is a Parquet file, a folder of Parquet files, or a glob (and,
-with the S3 storage, ``s3://bucket/prefix/``). Footers are read once, lazily,
-when a query first uses the table; every file of a table must have the same
-schema.
+with the S3 storage, ``s3://bucket/prefix/``): :mod:`squall.driver.catalog.listing`
+says which files it names. What a table is made of comes from its source
+(:mod:`squall.driver.catalog.source`); how workers read it, from its scan kind.
+Footers are read once, lazily, when a query first uses the table; every file
+of a table must have the same schema.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
+from squall.driver.catalog.listing import NAME as _NAME
+from squall.driver.catalog.listing import is_glob, list_tables, table_name
 from squall.driver.catalog.scan_kinds import loader, scan_kinds
+from squall.driver.catalog.source import SOURCES, TableSource, open_source
 from squall.errors import DataError, OptionError
 from squall.operators.storage import Storage, scheme_of, storage_for
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+__all__ = ["FORMATS", "SCANS", "Catalog", "ColumnChunkStats", "RowGroup", "TableInfo"]
 FORMATS = ("parquet", "csv", "json")
 SCANS = (
     scan_kinds()
 )  # the kinds registered at import; checks use scan_kinds() (see squall.driver.catalog.scan_kinds)
-
-
-@dataclass(frozen=True)
-class ColumnChunkStats:
-    """Min/max/null count of one column in one row group (None when unknown)."""
-
-    min: Any
-    max: Any
-    null_count: int | None
-    compressed_bytes: int
-    uncompressed_bytes: int
-
-
-@dataclass(frozen=True)
-class RowGroup:
-    """One row group of one file: the unit a scan is split into."""
-
-    path: str
-    index: int
-    num_rows: int
-    columns: Mapping[str, ColumnChunkStats]
-    first_row: int = 0  # row number of the group's first row within its file
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    """What the planner knows about a table before reading any data."""
-
-    name: str
-    location: str
-    files: tuple[str, ...]
-    schema: pa.Schema
-    row_groups: tuple[RowGroup, ...]
-    #: the footer of every file, read once when the table is loaded (reused for samples)
-    footers: Mapping[str, pq.FileMetaData] = field(default_factory=dict, compare=False, repr=False)
-    #: how workers scan it: a scan kind of squall.driver.catalog.scan_kinds ("parquet": the Storage's
-    #: projected row-group reads)
-    scan: str = "parquet"
-    #: options of the scan operator (e.g. format=csv), as sorted (key, value) pairs
-    scan_options: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def num_rows(self) -> int:
-        return sum(rg.num_rows for rg in self.row_groups)
-
-    def column_bytes(self, column: str) -> int:
-        """Uncompressed bytes of a column over the whole table."""
-        return sum(rg.columns[column].uncompressed_bytes for rg in self.row_groups if column in rg.columns)
-
-    def column_range(self, column: str) -> tuple[Any, Any] | None:
-        """Overall (min, max) of a column from row-group statistics; None when any group lacks them."""
-        lows, highs = [], []
-        for rg in self.row_groups:
-            st = rg.columns.get(column)
-            if st is None or st.min is None or st.max is None:
-                return None
-            lows.append(st.min)
-            highs.append(st.max)
-        try:
-            return (min(lows), max(highs)) if lows else None
-        except TypeError:
-            return None
-
-    def row_width(self, columns: Iterable[str]) -> float:
-        """Average uncompressed bytes per row of the given columns."""
-        rows = max(self.num_rows, 1)
-        return sum(self.column_bytes(c) for c in columns) / rows
-
-
-def _chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:
-    lo = hi = nulls = None
-    stats = chunk.statistics
-    if stats is not None:
-        if stats.has_min_max:
-            try:
-                lo, hi = stats.min, stats.max
-            except Exception:  # undecodable logical type: no pruning for this chunk
-                lo = hi = None
-        nulls = stats.null_count if stats.has_null_count else None
-    return ColumnChunkStats(lo, hi, nulls, chunk.total_compressed_size, chunk.total_uncompressed_size)
-
-
-def _schema_difference(first: pa.Schema, other: pa.Schema, first_path: str, path: str) -> str:
-    """Which column differs between two files of a table, and how."""
-    for i, col in enumerate(first):
-        if col.name not in other.names:
-            return f"column {col.name} is missing in {path} (present in {first_path})"
-        theirs = other.field(col.name)
-        if theirs.type != col.type:
-            return f"column {col.name} is {theirs.type} in {path} but {col.type} in {first_path}"
-        if other.names.index(col.name) != i:
-            where = other.names.index(col.name) + 1
-            return f"column {col.name} is column {where} in {path} but column {i + 1} in {first_path}"
-    extra = [n for n in other.names if n not in first.names]
-    if extra:
-        return f"column {extra[0]} in {path} is not in {first_path}"
-    return f"{path} differs from {first_path} in nullability"
-
-
-def load_table(name: str, location: str, storage: Storage) -> TableInfo:
-    """Read the footers of every file of a table location."""
-    files = storage.list_files(location)
-    schema: pa.Schema | None = None
-    groups: list[RowGroup] = []
-    footers: dict[str, pq.FileMetaData] = {}
-    for path in files:
-        md = footers[path] = storage.read_metadata(path)
-        file_schema = md.schema.to_arrow_schema()
-        if schema is None:
-            schema = file_schema
-        elif not file_schema.remove_metadata().equals(schema.remove_metadata()):
-            diff = _schema_difference(schema, file_schema, files[0], path)
-            raise DataError(f"table {name}: files with different schemas: {diff}")
-        first_row = 0
-        for i in range(md.num_row_groups):
-            rg = md.row_group(i)
-            cols = {}
-            for c in range(rg.num_columns):
-                chunk = rg.column(c)
-                cols[chunk.path_in_schema] = _chunk_stats(chunk)
-            groups.append(RowGroup(path, i, rg.num_rows, cols, first_row))
-            first_row += rg.num_rows
-    assert schema is not None
-    return TableInfo(name, location, tuple(files), schema.remove_metadata(), tuple(groups), footers)
-
-
-def _table_name(stem: str) -> str:
-    """A valid table name from a file or folder name (other characters become ``_``)."""
-    name = re.sub(r"\W", "_", stem) or "t"
-    return name if not name[0].isdigit() else "t_" + name
-
-
-class ParquetTables:
-    """The loader of the ``parquet`` scan kind (see :mod:`squall.driver.catalog.scan_kinds`)."""
-
-    formats = ("parquet",)
-    schemes = None
-
-    @staticmethod
-    def load(name: str, location: str, storage: Storage, fmt: str) -> TableInfo:
-        return load_table(name, location, storage)
-
-
-PARQUET_TABLES = ParquetTables()
-
-
-def _file_stamps(location: str) -> tuple[tuple[str, int, int], ...]:
-    """(path, size, mtime in ns) of every file of a local table location (file, folder or glob)."""
-    path = location.removeprefix("file://")
-    if any(ch in path for ch in "*?["):
-        files = sorted(glob.glob(path))
-    elif os.path.isdir(path):
-        files = sorted(os.path.join(root, f) for root, _dirs, fs in os.walk(path) for f in fs)
-    else:
-        files = [path]
-    stamps = []
-    for f in files:
-        try:
-            st = os.stat(f)
-        except OSError:
-            continue
-        stamps.append((f, st.st_size, st.st_mtime_ns))
-    return tuple(stamps)
 
 
 def _span(bounds: tuple[Any, Any] | None) -> float | None:
@@ -222,7 +61,7 @@ class Catalog:
         self._ndv: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._version = 0  # bumped by register() and by version() when a local file changed
-        self._stamps: dict[str, tuple[tuple[str, int, int], ...]] = {}  # lower name -> its files' size/mtime
+        self._stamps: dict[str, Hashable] = {}  # lower name -> its source's stamp (files' size/mtime)
         #: the squall.driver.skipping.predicate_cache.PredicateCache of the connection (None: off); typed loosely
         #: because that module builds on this one
         self.predicate_cache: object | None = None
@@ -268,8 +107,7 @@ class Catalog:
             raise OptionError(
                 f"table {name}: scan={scan!r} needs an {kind.schemes[0]}:// location, not {location}"
             )
-        is_glob = any(ch in location for ch in "*?[")
-        if scheme_of(location) == "file" and not is_glob and not os.path.exists(location):
+        if scheme_of(location) == "file" and not is_glob(location) and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
@@ -292,10 +130,12 @@ class Catalog:
         """
         with self._lock:
             entries = list(self._locations.items())
-        for key, (_name, location, _fmt, _scan) in entries:
-            if scheme_of(location) != "file":
+        for key, (name, location, fmt, _scan) in entries:
+            if scheme_of(location) != "file" or fmt not in SOURCES:
                 continue
-            stamp = _file_stamps(location)
+            stamp = open_source(fmt, name, location, self.storage(location)).stamp()
+            if stamp is None:
+                continue
             with self._lock:
                 if self._stamps.get(key) == stamp or key not in self._locations:
                     continue
@@ -307,54 +147,35 @@ class Catalog:
             return self._version
 
     def register_folder(self, folder: str) -> list[str]:
-        """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files."""
-        if scheme_of(folder) != "file":
-            return self._register_prefix(folder)
-        if os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table named after it
-            stem = _table_name(os.path.basename(folder).removesuffix(".parquet"))
+        """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files (local or
+        an object-store prefix; see :func:`squall.driver.catalog.listing.list_tables`)."""
+        local = scheme_of(folder) == "file"
+        if local and os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table
+            stem = table_name(os.path.basename(folder).removesuffix(".parquet"))
             self.register(stem, folder)
             return [stem]
-        if not os.path.isdir(folder):
+        if local and not os.path.isdir(folder):
             what = "is not a folder or a .parquet file" if os.path.exists(folder) else "not found"
             raise DataError(
                 f"data folder {what}: {folder} (--data takes a folder of <table>.parquet files and <table>/ "
                 "folders, or one .parquet file)"
             )
-        names = []
-        for entry in sorted(os.listdir(folder)):
-            path = os.path.join(folder, entry)
-            stem = entry.removesuffix(".parquet")
-            if entry.startswith((".", "_")) or not _NAME.match(stem):
-                continue
-            if os.path.isfile(path) and entry.endswith(".parquet"):
-                self.register(stem, path)
-                names.append(stem)
-            elif os.path.isdir(path) and any(
-                f.endswith(".parquet") for _r, _d, fs in os.walk(path) for f in fs
-            ):
-                self.register(entry, path)
-                names.append(entry)
-        # no tables in it: the folder is itself one table (its files, or hive partitions year=2024/…)
-        if (
-            not names
-            and any(e.endswith(".parquet") or "=" in e for e in os.listdir(folder))
-            and any(f.endswith(".parquet") for _r, _d, fs in os.walk(folder) for f in fs)
-        ):
-            name = _table_name(os.path.basename(os.path.normpath(folder)))
-            self.register(name, folder)
-            names.append(name)
-        return names
-
-    def _register_prefix(self, url: str) -> list[str]:
-        storage = self.storage(url)
-        lister = getattr(storage, "list_tables", None)
-        if lister is None:
-            raise DataError(f"cannot discover tables under {url}; register them one by one")
-        names = []
-        for name, location in lister(url):
+        # local discovery is not counted as the driver's requests (as the version stamps are not)
+        storage = storage_for(folder, self._storage_options) if local else self.storage(folder)
+        found = list_tables(storage, folder)
+        if not found and not local:
+            raise DataError(f"no tables (<table>.parquet or <table>/ with Parquet files) under {folder}")
+        for name, location in found:
             self.register(name, location)
-            names.append(name)
-        return names
+        return [name for name, _location in found]
+
+    def source(self, name: str) -> TableSource:
+        """The source of table ``name`` (a fresh handle: no I/O until asked), named like its format."""
+        entry = self._locations.get(name.lower())
+        if entry is None:
+            raise DataError(f"unknown table {name}")
+        real_name, location, fmt, _scan = entry
+        return open_source(fmt, real_name, location, self.storage(location))
 
     def names(self) -> list[str]:
         with self._lock:

@@ -3,5 +3,7 @@
 :mod:`.selectivity`: literal values, predicate selectivity, row-group pruning by min/max statistics;
 :mod:`.rows`: rough output rows of a logical subtree (``estimate_rows``); :mod:`.join_order`: the greedy
 order of a SELECT's inner joins and each join's estimated rows (NDVs and table sizes from the catalog).
-Imports: ``ir``, ``skipping``, ``catalog``, ``options``; never ``logical`` or the planner (they import this).
+
+May import: :mod:`squall.driver.skipping`, :mod:`squall.driver.ir`, :mod:`squall.driver.catalog`,
+:mod:`squall.driver.options`; never the logical stage or the planner (they import this).
 """

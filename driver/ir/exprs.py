@@ -89,6 +89,12 @@ def from_aliases(sel: exp.Expression) -> set[str]:
     return {i.alias_or_name for i in from_items(sel)}
 
 
+def inner_aliases(q: exp.Select) -> set[str]:
+    """The names ``q`` defines anywhere inside it (table, subquery and CTE aliases, table names): an inner
+    alias hides an outer one of the same name."""
+    return {a.name for a in q.find_all(exp.TableAlias)} | {t.alias_or_name for t in q.find_all(exp.Table)}
+
+
 def free_in(col: exp.Column, top: exp.Expression) -> bool:
     """``col``'s table is not a FROM item of a SELECT between ``col`` and ``top`` (``top`` excluded): inside
     ``top`` it reads from outside that SELECT."""

@@ -1,8 +1,17 @@
-"""From a bound query's AST to the logical plan, and the rewrites of that plan.
+"""The logical stage: the rewritten query (:mod:`squall.driver.sql`) → Squall's logical plan (:mod:`squall.driver.ir`).
 
-:mod:`.translate`: the Translator (entry, queries, set operations) composed of :mod:`.clauses` (one module
-per SELECT clause); :mod:`.decorrelate`: subqueries and LATERAL into joins; :mod:`.unnest`, :mod:`.scope`,
-:mod:`.fallback` (a part that runs on one rank); :mod:`.rules`: logical rewrites (prune, eager aggregation,
-coalesce). Imports: ``sql``, ``frontend``, ``estimate``, ``skipping``, ``ir``, ``catalog``, ``options``; never
-the planner or anything above it.
+- :mod:`.translate`: the Translator (entry, queries, set operations), composed of :mod:`.clauses`, one module
+  per SELECT clause (sources → join tree → aggregate → window → projection → DISTINCT → ORDER BY → LIMIT);
+  :mod:`.scope` its name scopes, :mod:`.unnest` unnest in FROM;
+- :mod:`.decorrelate`: every form of subquery made a join (subqueries, LATERAL, correlation more than one level
+  deep);
+- :mod:`.fallback`: the one-rank part, for what has no distributed plan;
+- :mod:`.rules`: rewrites of the logical plan, in ``RULES`` order (prune, eager aggregation, coalesce).
+
+Row estimates and the inner join order are :mod:`squall.driver.estimate`'s; expression helpers are
+:mod:`squall.driver.ir.exprs`.
+
+May import: :mod:`squall.driver.sql`, :mod:`squall.driver.frontend`, :mod:`squall.driver.estimate`,
+:mod:`squall.driver.skipping`, :mod:`squall.driver.ir`, :mod:`squall.driver.catalog`, :mod:`squall.driver.options`;
+never the planner.
 """

@@ -1,7 +1,7 @@
 """From a qualified sqlglot AST to Squall's logical plan.
 
-sqlglot does the SQL work (qualification, star expansion, constant folding,
-normalisation); the translator turns each SELECT scope into relational nodes:
+The SQL rules (:mod:`squall.driver.sql`: qualification, star expansion, constant folding,
+normalisation) leave a qualified AST; the translator turns each SELECT scope into relational nodes:
 sources → join tree (conjuncts placed at the lowest node that sees their
 columns, inner joins ordered greedily by estimated size) → aggregate → window
 → projection → DISTINCT → ORDER BY → LIMIT, one module per clause in
@@ -14,24 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlglot import exp
-from sqlglot.optimizer.normalize import normalize
-from sqlglot.optimizer.qualify import qualify
-from sqlglot.optimizer.simplify import simplify
 
 from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend.bind import BoundQuery
 from squall.driver.ir import nodes as L
 from squall.driver.logical.clauses.base import Names, Planned
 from squall.driver.logical.clauses.select import SelectClause
-from squall.driver.logical.decorrelate.lateral import mark_implicit_laterals
 from squall.driver.logical.fallback import one_rank
 from squall.driver.logical.scope import Scope
-from squall.driver.logical.unnest import name_unnest_columns
 from squall.errors import BindError, NotSupportedError, UserError
 
 DIALECT = "duckdb"
 
-__all__ = ["Names", "Planned", "Translator", "filter_to_case"]
+__all__ = ["Names", "Planned", "Translator"]
 
 
 class Translator(SelectClause):
@@ -57,31 +52,8 @@ class Translator(SelectClause):
     # --- entry -----------------------------------------------------------------------------
 
     def translate(self, ast: exp.Expression) -> Planned:
-        # DuckDB resolves identifiers case-insensitively, quoted or not: so does Squall. Result
-        # names come from DuckDB's own binding, so lower-casing here changes no visible name.
-        ast = ast.copy()
-        for ident in ast.find_all(exp.Identifier):
-            ident.set("this", ident.this.lower())
-        name_unnest_columns(ast)  # so that qualify can expand a * over them
-        columns = {  # in the table's order: qualify expands * in it
-            table: [f.name.lower() for f in self.catalog.table(table).schema]
-            for table in {t.name for t in ast.find_all(exp.Table)}
-            if table in self.catalog
-        }
-        schema: dict[str, object] = {t: dict.fromkeys(cols, "VARCHAR") for t, cols in columns.items()}
-        _expand_grouping_positions(ast)
-        implicit = mark_implicit_laterals(ast, {t: set(cols) for t, cols in columns.items()})
-        self.notes.extend(
-            f"subquery {a} reads an earlier FROM item: bound as LATERAL, as DuckDB does" for a in implicit
-        )
-        try:
-            qualified = qualify(
-                ast, schema=schema, dialect=DIALECT, quote_identifiers=False, validate_qualify_columns=True
-            )
-        except Exception as err:  # sqlglot raises OptimizeError and friends
-            raise BindError(str(err).splitlines()[0]) from None
-        qualified = simplify(normalize(qualified, dnf=False))
-        return self.query(qualified.transform(filter_to_case), {})
+        """The logical plan of a query as the SQL rules leave it (:func:`squall.driver.sql.rewrite`)."""
+        return self.query(ast, {})
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -172,51 +144,3 @@ class Translator(SelectClause):
         node: L.Node = L.SetOp(kind, not distinct, inputs, out)
         outputs = tuple((v, n) for (v, _), n in zip(left.outputs, out))
         return self._order_limit(e, node, outputs, Scope(), lambda x: x)
-
-
-def _expand_grouping_positions(ast: exp.Expression) -> None:
-    """``GROUP BY ROLLUP(1)``/``CUBE``/``GROUPING SETS`` positions → the select items, in place (qualify
-    expands a plain ``GROUP BY 1`` only)."""
-    for sel in ast.find_all(exp.Select):
-        group = sel.args.get("group")
-        if group is None:
-            continue
-        sets = (exp.Rollup, exp.Cube, exp.GroupingSets)
-        for lit in list(group.find_all(exp.Literal)):
-            up = lit.parent
-            if isinstance(up, (exp.Tuple, exp.Paren)):
-                up = up.parent
-            if not isinstance(up, sets) or not lit.is_int:
-                continue  # a plain GROUP BY position, or a number inside a key expression
-            pos = int(lit.name)
-            if not 1 <= pos <= len(sel.expressions):
-                raise BindError(f"GROUP BY position {pos} is not in the select list")
-            item = sel.expressions[pos - 1]
-            lit.replace((item.this if isinstance(item, exp.Alias) else item).copy())
-
-
-#: aggregates that skip NULL inputs: ``agg(x) FILTER (WHERE c)`` is ``agg(CASE WHEN c THEN x END)``
-NULL_SKIPPING = (
-    exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Stddev, exp.StddevSamp, exp.StddevPop,
-    exp.Variance, exp.VariancePop,
-)  # fmt: skip
-
-
-def filter_to_case(node: exp.Expression) -> exp.Expression:
-    """``agg(x) FILTER (WHERE c)`` → ``agg(CASE WHEN c THEN x END)`` (``count(*)``: ``THEN 1``) for
-    aggregates that skip NULLs, so it plans like any aggregate; others keep their FILTER."""
-    if not isinstance(node, exp.Filter) or type(node.this) not in NULL_SKIPPING:
-        return node
-    agg, cond = node.this.copy(), node.expression.this.copy()
-    target = agg.this
-    args = target.expressions if isinstance(target, exp.Distinct) else [target]
-    if len(args) != 1:
-        return node
-    arg = args[0]
-    value = exp.Literal.number(1) if arg is None or isinstance(arg, exp.Star) else arg.copy()
-    case = exp.Case(ifs=[exp.If(this=cond, true=value)])
-    if isinstance(target, exp.Distinct):
-        target.set("expressions", [case])
-    else:
-        agg.set("this", case)
-    return agg

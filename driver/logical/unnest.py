@@ -58,26 +58,6 @@ def from_unnest(item: exp.Expression) -> FromUnnest | None:
     return FromUnnest(table, column, item.expressions[0])
 
 
-def name_unnest_columns(ast: exp.Expression) -> None:
-    """Give each one-list unnest in a FROM clause DuckDB's own column name when the text gives none
-    (``unnest(l) AS u`` → ``u(u)``, ``unnest(l)`` → ``unnest(unnest)``), in place. ``LATERAL unnest(…) AS u(x)``
-    becomes ``unnest(…) AS u(x)`` (an unnest in FROM is lateral anyway)."""
-    for lateral in list(ast.find_all(exp.Lateral)):
-        if isinstance(lateral.this, exp.Unnest):
-            inner = lateral.this
-            if inner.args.get("alias") is None and lateral.args.get("alias") is not None:
-                inner.set("alias", lateral.args["alias"])
-            lateral.replace(inner)
-    for u in list(ast.find_all(exp.Unnest)):
-        if not isinstance(u.parent, (exp.From, exp.Join)) or len(u.expressions) != 1:
-            continue
-        alias = u.args.get("alias")
-        if alias is not None and alias.columns:
-            continue
-        name = alias.name if alias is not None and alias.name else "unnest"
-        u.set("alias", exp.TableAlias(this=exp.to_identifier(name), columns=[exp.to_identifier(name)]))
-
-
 def expand(node: L.Node, internal: str, arg: exp.Expression) -> L.Node:
     """``node``'s columns and one row per element of ``arg`` (already in internal names) as ``internal``."""
     keep = tuple((name, L.col(name)) for name in node.names)

@@ -34,11 +34,10 @@ from sqlglot import exp
 from squall.driver.catalog.tables import RowGroup
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, Templated
-from squall.driver.planner import skew, skipping
+from squall.driver.planner import skew, skipping, splits
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import leaves
 from squall.driver.planner.joinfilter import FilterProbe
-from squall.driver.planner.rules import scans
 from squall.plan import ExchangeInput, ScanInput
 
 Bounds = tuple[tuple[int | None, int | None], ...]
@@ -72,7 +71,7 @@ def predicted(ctx: Context, node: L.Join, strict: bool = False) -> bool:
 
 def _others_small(ctx: Context, node: L.Node, keep: L.Scan) -> bool:
     if isinstance(node, L.Scan):
-        return node is keep or scans.replicable(ctx, node)
+        return node is keep or splits.replicable(ctx, node)
     return all(_others_small(ctx, c, keep) for c in node.children)
 
 
@@ -179,7 +178,7 @@ def _clustered_scan(ctx: Context, node: L.Node, key: exp.Expression) -> L.Scan |
     if not isinstance(key, exp.Column):
         return None
     found = [(scan, i) for scan, i in _trace(node, key.name) if isinstance(scan, L.Scan)]
-    for scan, internal in sorted(found, key=lambda f: scans.replicable(ctx, f[0])):
+    for scan, internal in sorted(found, key=lambda f: splits.replicable(ctx, f[0])):
         assert isinstance(scan, L.Scan)
         source = next((s for s, i in scan.columns if i == internal), None)
         try:
@@ -430,12 +429,12 @@ def _split(ctx: Context, side: _Side, bounds: Bounds, chunks: list[list[RowGroup
     info = ctx.catalog.table(scan.table)
     file_groups = Counter(rg.path for rg in info.row_groups)
     sources = [source for source, _i in scan.columns]
-    splits = tuple(
-        scans.split_row_groups(sorted(chunk, key=_order), sources, file_groups) for chunk in chunks
+    per_rank = tuple(
+        splits.split_row_groups(sorted(chunk, key=_order), sources, file_groups) for chunk in chunks
     )
     ctx.inputs[scan.name] = dataclasses.replace(
         scan,
-        splits=splits,
+        splits=per_rank,
         key_column=side.source,
         key_bounds=bounds,
         skipping=skipping.without_probe(scan.skipping, "not probed: its scan is split by key range"),

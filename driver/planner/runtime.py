@@ -39,8 +39,8 @@ from sqlglot import exp
 from squall.driver.estimate.selectivity import column_constraint
 from squall.driver.ir import nodes as L
 from squall.driver.options import megabytes
+from squall.driver.planner import splits
 from squall.driver.planner.core import Context
-from squall.driver.planner.rules import scans
 from squall.plan import ExchangeInput, Output
 
 #: join kinds whose side S may go to every rank while the other side's rows stay where they are: (S, B)
@@ -94,7 +94,7 @@ def candidate(
     best: tuple[str, float, str] | None = None
     for s_side, b_side in sides:
         small, big = getattr(node, s_side), getattr(node, b_side)
-        if scans.replicable(ctx, small):  # every rank reads it whole at no exchange: nothing to decide
+        if splits.replicable(ctx, small):  # every rank reads it whole at no exchange: nothing to decide
             continue
         why = guesses(small)
         if not why:

@@ -3,7 +3,6 @@
 Modules, bottom up:
 
 - :mod:`~squall.service.state` — where query state lives (``StateStore``: local folder or S3), by URL scheme;
-- :mod:`~squall.service.formats` — result encodings (Arrow IPC stream, Parquet, CSV, JSON);
 - :mod:`~squall.service.runner` — runs one stored query on a Connection and records status, progress, result;
 - :mod:`~squall.service.backend` — where queries run: an embedded Connection on a thread (``squall serve``)
   or the driver Lambda function (deployed API);
@@ -13,8 +12,9 @@ Modules, bottom up:
 - :mod:`~squall.service.server` — ``squall serve``: stdlib HTTP server that feeds API Gateway proxy events to
   the same resolver.
 
-May import: the SDK (:mod:`squall.connection`, :mod:`squall.result`, …), the driver and the layers below;
-never :mod:`squall.functions` or the CLI.
+May import: the SDK (:mod:`squall.connection`, :mod:`squall.result`, …), :mod:`squall.formats` (result
+encodings: Arrow IPC stream, Parquet, CSV, JSON), the driver and the layers below; never
+:mod:`squall.functions` or the CLI. The SDK never imports this package (``make check-arch``).
 
 Importing this package needs nothing beyond Squall's core dependencies; :mod:`~squall.service.api` and
 :mod:`~squall.service.server` need the ``aws`` extra (``aws-lambda-powertools``, ``pydantic``).

@@ -51,8 +51,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 import squall
 from squall.errors import InternalError, SquallError, UserError
+from squall.formats import TEXT_FORMATS
 from squall.service.errors import InvalidRequest, ServiceError, Unauthorized
-from squall.service.formats import TEXT_FORMATS
 from squall.service.models import (
     ErrorBody,
     ExplainRequest,
@@ -154,7 +154,16 @@ def _location(app: APIGatewayRestResolver, path: str) -> str:
 def create_app(service: Service) -> APIGatewayRestResolver:
     """The resolver with every route of the API bound to ``service``."""
     app = APIGatewayRestResolver(enable_validation=True)
-    openapi: dict[str, str] = {}
+    _query_routes(app, service)
+    _result_route(app, service)
+    _catalog_routes(app, service)
+    _public_routes(app, service)
+    _error_handlers(app)
+    return app
+
+
+def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
+    """Submit, list, status and cancel: ``/v1/queries`` and ``/v1/queries/{id}``."""
 
     @app.post(
         "/v1/queries",
@@ -224,6 +233,10 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         doc = QueryStatus.model_validate(service.cancel(query_id))
         return Response(202, content_types.APPLICATION_JSON, doc)
 
+
+def _result_route(app: APIGatewayRestResolver, service: Service) -> None:
+    """``/v1/queries/{id}/result``: the bytes, a page of them, a 303 to a presigned URL or a local file."""
+
     @app.get(
         "/v1/queries/<query_id>/result",
         summary="The result of a finished query, or a page of it",
@@ -276,6 +289,10 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         headers[FILE_HEADER] = str(body.link.path)
         return Response(200, body.content_type, b"", headers=headers)
 
+
+def _catalog_routes(app: APIGatewayRestResolver, service: Service) -> None:
+    """``/v1/tables`` and ``/v1/explain``."""
+
     @app.get(
         "/v1/tables",
         summary="The catalog: tables and their schemas",
@@ -300,6 +317,11 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         doc = ExplainResponse.model_validate(service.explain(body.sql, body.workers, estimate=body.estimate))
         return Response(200, content_types.APPLICATION_JSON, doc)
 
+
+def _public_routes(app: APIGatewayRestResolver, service: Service) -> None:
+    """The routes that need no token: ``/healthz``, the web console and the OpenAPI document."""
+    openapi: dict[str, str] = {}
+
     @app.get(
         HEALTH_PATH,
         summary="Liveness and version (no token needed)",
@@ -321,6 +343,10 @@ def create_app(service: Service) -> APIGatewayRestResolver:
         if "doc" not in openapi:
             openapi["doc"] = openapi_json(app, secured=service.token is not None)
         return Response(200, content_types.APPLICATION_JSON, openapi["doc"])
+
+
+def _error_handlers(app: APIGatewayRestResolver) -> None:
+    """Every error as ``{"error", "detail"}`` with its status (see the module docstring)."""
 
     @app.exception_handler(ServiceError)
     def service_error(exc: ServiceError) -> Response:
@@ -366,8 +392,6 @@ def create_app(service: Service) -> APIGatewayRestResolver:
     def internal_error(exc: Exception) -> Response:
         log.exception("internal error")
         return _error(500, "InternalError", "internal error (see the server log)")
-
-    return app
 
 
 def _next_page(app: APIGatewayRestResolver, query_id: str, body: ResultBody) -> str | None:

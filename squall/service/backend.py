@@ -24,9 +24,9 @@ from typing import Any
 from squall import aws
 from squall.connection import Connection
 from squall.driver.skipping.predicate_cache import PredicateCache
-from squall.errors import OptionError, SquallError
+from squall.errors import OptionError, SquallError, squall_error
 from squall.service import records
-from squall.service.errors import Busy, squall_error
+from squall.service.errors import Busy
 from squall.service.runner import describe_tables, explain_doc, run_query
 from squall.service.state import StateStore
 

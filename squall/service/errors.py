@@ -77,21 +77,3 @@ class PayloadTooLarge(ServiceError):
 
     status = 413
     error = "PayloadTooLarge"
-
-
-def squall_error(name: str, detail: str) -> Exception | None:
-    """The ``squall.errors`` exception called ``name`` carrying ``detail`` as its message (None if unknown).
-
-    The message is set as is: classes whose constructor adds a prefix (``SqlSyntaxError``,
-    ``NotSupportedError``) are not re-prefixed.
-    """
-    import squall.errors as errors
-
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.SquallError)):
-        return None
-    err = cls.__new__(cls)
-    Exception.__init__(err, detail)
-    if name == "SqlSyntaxError":
-        err.line = err.column = None  # type: ignore[attr-defined]
-    return err

@@ -22,8 +22,8 @@ from typing import Any
 from squall.connection import Connection
 from squall.driver.platforms.base import Progress
 from squall.errors import DataError, SquallError, UserError
+from squall.formats import encode
 from squall.service import records
-from squall.service.formats import encode
 from squall.service.state import StateStore, state_store
 
 log = logging.getLogger("squall.service")

@@ -25,10 +25,10 @@ from typing import Any
 import pyarrow as pa
 
 from squall.errors import OptionError
+from squall.formats import CONTENT_TYPES, TEXT_FORMATS, decode_arrow, encode
 from squall.service import records
 from squall.service.backend import Backend
 from squall.service.errors import Busy, Conflict, Gone, NotAcceptable, NotFound
-from squall.service.formats import CONTENT_TYPES, TEXT_FORMATS, decode_arrow, encode
 from squall.service.models import SQL_PREVIEW
 from squall.service.state import Link, StateStore, state_store
 

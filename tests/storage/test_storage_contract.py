@@ -1,6 +1,7 @@
 """The one contract every Storage passes (local folder, S3 on moto's server).
 
-Listing (a file, a folder, a glob, a missing location, a location without
+Listing (:mod:`squall.driver.catalog.listing` over the Storage's ``file_entry`` and
+``list_folder``: a file, a folder, a glob, a missing location, a location without
 Parquet files), footers, projected row-group reads with their byte counts,
 request counting, and one-line errors for unreadable files. Backend-specific
 behaviour (S3 request counts per call, range planning, …) stays in the
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from squall.driver.catalog.listing import list_files
 from squall.errors import DataError
 
 from .backends import BACKENDS, Backend, Site
@@ -70,16 +72,16 @@ def _total(site: Site) -> int:
 
 def test_list_a_file(site):
     one = site.url("t/part-1.parquet")
-    assert site.storage.list_files(one) == [one]
+    assert list_files(site.storage, one) == [one]
 
 
 def test_list_a_folder_recurses_sorted_and_skips_hidden(site):
     expected = [site.url(rel) for rel in sorted(ROWS)]
-    assert site.storage.list_files(site.url("t")) == expected
+    assert list_files(site.storage, site.url("t")) == expected
 
 
 def test_list_a_glob(site):
-    assert site.storage.list_files(site.url("t/part-*.parquet")) == [
+    assert list_files(site.storage, site.url("t/part-*.parquet")) == [
         site.url("t/part-0.parquet"),
         site.url("t/part-1.parquet"),
     ]
@@ -95,7 +97,7 @@ def test_list_a_glob(site):
 )
 def test_list_errors_are_one_line_data_errors(site, rel, message):
     with pytest.raises(DataError, match=message) as info:
-        site.storage.list_files(site.url(rel.rstrip("/")) + ("/" if rel.endswith("/") else ""))
+        list_files(site.storage, site.url(rel.rstrip("/")) + ("/" if rel.endswith("/") else ""))
     assert "\n" not in str(info.value)
 
 
@@ -154,7 +156,7 @@ def test_bytes_read_follow_the_projection(site):
 def test_every_call_is_counted(site):
     storage = site.storage
     assert _total(site) == 0
-    storage.list_files(site.url("t"))
+    list_files(storage, site.url("t"))
     listed = _total(site)
     assert listed >= 1
     md = storage.read_metadata(site.url("t/part-0.parquet"))

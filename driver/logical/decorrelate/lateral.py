@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from squall.driver.ir.exprs import conjuncts, from_items, set_where
+from squall.driver.ir.exprs import conjuncts, from_items, inner_aliases, set_where
 
 HIDDEN = "__lat"
 
@@ -54,7 +54,7 @@ def decorrelate_laterals(
             continue
         alias = j.this.args.get("alias")
         name = alias.name if alias is not None else ""
-        outer = _aliases_before(sel, j) - _inner_aliases(body)  # an inner alias hides an outer one
+        outer = _aliases_before(sel, j) - inner_aliases(body)  # an inner alias hides an outer one
         aggregating = any(has_aggregate(p) for p in body.expressions)
         plain = not aggregating and body.args.get("group") is None
         found = _correlated(body, outer, select_list=plain)
@@ -268,12 +268,6 @@ def _expose(
     return exp.column(out, table=name), hidden
 
 
-def _inner_aliases(body: exp.Select) -> set[str]:
-    return {a.name for a in body.find_all(exp.TableAlias)} | {
-        t.alias_or_name for t in body.find_all(exp.Table)
-    }
-
-
 def _correlated(
     body: exp.Select, outer: set[str], select_list: bool
 ) -> tuple[list[exp.Expression], list[int]] | None:
@@ -447,50 +441,3 @@ def _rewrite_as_scalars(
         where = sel.args.get("where")
         set_where(sel, ([where.this] if where is not None else []) + on)
     return True
-
-
-def mark_implicit_laterals(ast: exp.Expression, columns: dict[str, set[str]]) -> list[str]:
-    """DuckDB's implicit lateral, in place: a subquery in FROM that reads an earlier FROM item of its own
-    SELECT (``FROM nation, (SELECT … WHERE s_nationkey = n_nationkey) s``) is a ``LATERAL`` subquery, as DuckDB
-    binds it. ``columns`` gives each base table's column names (for references without a table name).
-    Returns the aliases of the subqueries marked."""
-    marked: list[str] = []
-    for sel in list(ast.find_all(exp.Select)):
-        items = from_items(sel)
-        for i, item in enumerate(items):
-            if not isinstance(item, exp.Subquery) or not _reads_earlier(item, items[:i], columns):
-                continue
-            alias = item.args.get("alias")
-            body = item.this
-            item.replace(exp.Lateral(this=exp.Subquery(this=body), alias=alias))
-            marked.append(alias.name if alias is not None else "")
-    return marked
-
-
-def _reads_earlier(item: exp.Subquery, earlier: list[exp.Expression], columns: dict[str, set[str]]) -> bool:
-    if not earlier:
-        return False
-    body = item.this
-    inner = _inner_aliases(body) if isinstance(body, exp.Select) else set()
-    names = {e.alias_or_name for e in earlier} - inner
-    if any(col.table in names for col in body.find_all(exp.Column)):
-        return True
-    # a reference without a table name: earlier when no table inside has such a column and one before does
-    tables = [t for t in body.find_all(exp.Table)]
-    if any(t.name not in columns for t in tables):
-        return False  # a CTE or an unknown table inside: its columns are not known here
-    inside = set().union(*(columns[t.name] for t in tables)) if tables else set()
-    inside |= {a.alias for a in body.find_all(exp.Alias)}
-    before: set[str] = set()
-    for e in earlier:
-        if isinstance(e, exp.Table) and e.name in columns:
-            before |= columns[e.name]
-        elif isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select):
-            before |= {p.alias_or_name for p in e.this.expressions}
-    return any(
-        not col.table
-        and col.name in before
-        and col.name not in inside
-        and col.find_ancestor(exp.Lambda) is None
-        for col in body.find_all(exp.Column)
-    )

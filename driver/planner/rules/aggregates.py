@@ -34,6 +34,7 @@ from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
 from squall.driver.planner.exprs import rewrite_cols
 from squall.plan import Output
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Aggregate,)
 
 _DECOMPOSABLE = {"sum", "count", "count_star", "min", "max", "avg", "bool_and", "bool_or", "bit_and", "bit_or",

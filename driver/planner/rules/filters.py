@@ -11,6 +11,7 @@ from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import q
 from squall.driver.planner.core import Context, Dist
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Filter, L.Project)
 
 

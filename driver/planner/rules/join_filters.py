@@ -71,7 +71,7 @@ REPEATED_KEY_MARGIN = 4.0
 def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     decision = _decide(ctx, node)
     if decision is None:
-        return joins.plan(ctx, node)
+        return ctx.delegate(joins, node)
     build, bkeys, _pkeys, targets, broadcast = decision
     whole = build is node.right or (build is node.left and node.kind == "inner")
     if broadcast and (_replicated(ctx, build) or not (build is node.left or build is node.right)):
@@ -86,7 +86,7 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         reads_scans = any(isinstance(ctx.inputs[leaf.name], ScanInput) for leaf in leaves(b_node))
         if b_dist.kind == "hash" and reads_scans:
             ctx.prebuilt[id(build)] = (b_node, b_dist)  # stays in place and would be read again: no filter
-            return joins.plan(ctx, node)
+            return ctx.delegate(joins, node)
         # hash-partitioned already: it stays in place and the filter stage reruns its SQL over the
         # received inputs; else it moves by key first (a semi join's right side deduped, as joins does)
         if b_dist.kind != "hash":
@@ -151,7 +151,7 @@ def _attach(
             built.kind, built.stage, built.input, cols, built.key_types, built.bits, scan.table, keep, label
         )
         ctx.join_filters.setdefault(id(scan), []).append(f)
-    return joins.plan(ctx, node)
+    return ctx.delegate(joins, node)
 
 
 def _earlier_filter(
@@ -236,7 +236,7 @@ def _plan_local(
     ):
         f = JoinFilter("local", 0, "", cols, key_types, 0, scan.table, keep, label, source=keys)
         ctx.join_filters.setdefault(id(scan), []).append(f)
-    return joins.plan(ctx, node)
+    return ctx.delegate(joins, node)
 
 
 def _key_types(ctx: Context, b_node: L.Node, key_sql: list[str]) -> tuple[str, ...]:

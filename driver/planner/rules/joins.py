@@ -30,6 +30,7 @@ from squall.driver.planner import colocate, runtime, skew
 from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.planner.rules import scans
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Join,)
 
 

@@ -22,6 +22,7 @@ from squall.driver.ir.sqlgen import q, render
 from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
 from squall.driver.planner.exprs import leaves
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.SetOp,)
 
 

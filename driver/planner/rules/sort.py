@@ -19,6 +19,7 @@ from squall.driver.planner.exprs import leaves
 from squall.operators.rangepart import SAMPLE_FACTOR, sort_key_sql
 from squall.plan import Output
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Sort,)
 
 #: rows partitioned by key range, each rank's range sorted there: the query result is the

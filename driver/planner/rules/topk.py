@@ -11,6 +11,7 @@ from __future__ import annotations
 from squall.driver.ir import nodes as L
 from squall.driver.planner.core import SINGLE, Context, Dist
 
+REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Limit,)
 
 

@@ -1,4 +1,7 @@
-"""Result encodings the API serves: Arrow IPC stream (exact types, what the SDK reads), Parquet, CSV, JSON."""
+"""Result encodings the API serves: Arrow IPC stream (exact types, what the SDK reads), Parquet, CSV, JSON.
+
+Shared by the SDK (:mod:`squall.result`), the CLI and the service, below all three: imports nothing of Squall.
+"""
 
 from __future__ import annotations
 
