@@ -32,8 +32,6 @@ _FROM_IMPORT = re.compile(r"^from\s+([\w.]+)\s+import\s+([\w\s,]+?)\s*(?:#.*)?$"
 #: each makes a package cycle today. An entry that matches no import fails the check: drop it on merge.
 #: ``--no-ignores`` lists every package cycle as if this were empty.
 IGNORED_IMPORTS: tuple[tuple[str, str], ...] = (
-    # fixed on branch X = the forecast/platforms helper's (forecast.scale imports platforms.lambda_.tree)
-    ("squall.driver.platforms.lambda_.summary", "squall.driver.forecast.prices"),
     # fixed on branch logical (the planner imports logical.translate)
     ("squall.driver.logical.rules.eager_aggregation", "squall.driver.planner.exprs"),
     ("squall.driver.logical.rules.eager_aggregation", "squall.driver.planner.rules.aggregates"),

@@ -88,7 +88,10 @@ def _folder(storage: Storage, folder: str, suffixes: Sequence[str], location: st
 
 
 #: the table formats whose folders are not plain Parquet files, and what marks their folder
-LAKE_FORMATS = {"iceberg": "an Iceberg table (metadata/*.metadata.json)", "delta": "a Delta table (_delta_log/)"}
+LAKE_FORMATS = {
+    "iceberg": "an Iceberg table (metadata/*.metadata.json)",
+    "delta": "a Delta table (_delta_log/)",
+}
 
 
 def lake_format(paths: Sequence[str]) -> str | None:
