@@ -19,8 +19,7 @@ from squall.driver.frontend.pivot_values import resolve_pivots
 from squall.driver.options import PlannerOptions
 from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
 from squall.driver.report.explain import explain_plan
-from squall.driver.report.skipping import skipping_stats
-from squall.driver.report.stats import summarize
+from squall.driver.report.stats import QueryFacts, assemble
 from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, QueryTimeout
 from squall.operators.duck import Sandbox
@@ -314,6 +313,7 @@ class Connection:
         if prestart is not None and self._auto_cap is None and _mentions_table(sql, self.catalog.names()):
             prestart()  # the worker pool starts while the query is planned
         driver_before = self.catalog.requests()
+        compiled: dict[str, Any]  # plan_cache, planning_breakdown
         if self._auto_cap is not None:
             plan, compiled = self._plan_with_choice(sql)[0], {"plan_cache": "n/a", "planning_breakdown": {}}
         else:
@@ -332,26 +332,21 @@ class Connection:
             execution = self.platform.execute(plan, query_id, progress)
         done = time.perf_counter()
         table = execution.table.rename_columns(list(plan.result_names))
-        stats = summarize(
-            plan,
-            execution.reports,
-            table,
+        facts = QueryFacts(
             query_id=query_id,
             platform=self.platform.name,
             elapsed_s=done - start,
             planning_s=planned - start,
             execution_s=done - planned,
+            ran_on="driver" if on_driver else "workers",
+            plan_cache=compiled["plan_cache"],
+            planning_breakdown=compiled["planning_breakdown"],
+            driver_storage_requests=driver_requests,
+            cache_learned=self.predicate_cache.learn(plan, execution.reports),
+            details=execution.details,
+            estimate=predicted(),
         )
-        stats["driver_storage_requests"] = driver_requests
-        learned = self.predicate_cache.learn(plan, execution.reports)
-        stats["data_skipping"] = skipping_stats(plan, execution.reports, learned)
-        stats.update(compiled)
-        stats["ran_on"] = "driver" if on_driver else "workers"
-        stats.update(execution.details)
-        estimate = predicted()
-        if estimate is not None:
-            stats["estimate"] = estimate
-        return Result(table, stats, plan)
+        return Result(table, assemble(plan, execution.reports, table, facts), plan)
 
     def _run_on_driver(self, plan: Plan) -> Execution:
         """Run a plan that reads no table (one stage, no input) in the driver's sandboxed DuckDB (external

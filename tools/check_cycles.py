@@ -31,10 +31,7 @@ _FROM_IMPORT = re.compile(r"^from\s+([\w.]+)\s+import\s+([\w\s,]+?)\s*(?:#.*)?$"
 #: Imports left out of the package check (never of the module check) while the branch named removes them:
 #: each makes a package cycle today. An entry that matches no import fails the check: drop it on merge.
 #: ``--no-ignores`` lists every package cycle as if this were empty.
-IGNORED_IMPORTS: tuple[tuple[str, str], ...] = (
-    # fixed on branch X = the forecast/platforms helper's (forecast.scale imports platforms.lambda_.tree)
-    ("squall.driver.platforms.lambda_.summary", "squall.driver.forecast.prices"),
-)
+IGNORED_IMPORTS: tuple[tuple[str, str], ...] = ()
 
 
 def cycles(graph: grimp.ImportGraph) -> list[tuple[str, ...]]:

@@ -18,6 +18,10 @@ so local folders and object-store prefixes (``s3://bucket/t/``) behave alike.
   lookup (a HEAD on S3), a folder named without its ``/`` one lookup more.
 
 :func:`list_tables` finds the tables in a data folder the same way.
+
+A folder that is an Iceberg table (``metadata/*.metadata.json``) or a Delta table (``_delta_log/``) is never
+read as plain Parquet files: its folder holds the files of every version, removed and rewritten ones included,
+so such a location is refused (:func:`lake_format`) until a table source reads it through its own log.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from squall.errors import DataError
+from squall.errors import DataError, NotSupportedError
 from squall.operators.storage import FileEntry, Storage, scheme_of
 
 _MAGIC = re.compile(r"[*?\[]")
@@ -79,7 +83,36 @@ def _folder(storage: Storage, folder: str, suffixes: Sequence[str], location: st
     entries = storage.list_folder(folder, recursive=True)
     if entries is None:
         raise DataError(f"table location not found: {location}")
+    refuse_lake_table(location, [e.path[len(folder) :] for e in entries])
     return [e for e in entries if visible(e.path, suffixes)]
+
+
+#: the table formats whose folders are not plain Parquet files, and what marks their folder
+LAKE_FORMATS = {
+    "iceberg": "an Iceberg table (metadata/*.metadata.json)",
+    "delta": "a Delta table (_delta_log/)",
+}
+
+
+def lake_format(paths: Sequence[str]) -> str | None:
+    """``iceberg`` or ``delta`` when ``paths`` (relative to a folder) show the folder is such a table; else None."""
+    for path in paths:
+        head, sep, rest = path.partition("/")
+        if sep and head == "_delta_log" and "/" not in rest:
+            return "delta"
+        if sep and head == "metadata" and rest.endswith(".metadata.json") and "/" not in rest:
+            return "iceberg"
+    return None
+
+
+def refuse_lake_table(location: str, paths: Sequence[str]) -> None:
+    """NotSupportedError when the folder at ``location`` (its files' ``paths`` relative to it) is a lake table."""
+    fmt = lake_format(paths)
+    if fmt is not None:
+        raise NotSupportedError(
+            f"{location} is {LAKE_FORMATS[fmt]}: {fmt.title()} tables are not read yet (as plain Parquet files its "
+            "folder would give the rows of every version, deleted and rewritten ones included)"
+        )
 
 
 def _glob(storage: Storage, path: str) -> list[FileEntry]:
@@ -127,15 +160,18 @@ def list_tables(storage: Storage, folder: str) -> list[tuple[str, str]]:
     at any depth (names that are SQL identifiers, not starting with ``.`` or ``_``; a file
     wins over a folder of the same name). An object-store folder's location keeps its ``/``
     (naming a prefix then costs no lookup). When there are none but the folder itself holds
-    Parquet files or partitions (``year=2024/``), it is one table, named after it. [] when
-    the folder holds no Parquet file.
+    Parquet files or partitions (``year=2024/``), or is an Iceberg or Delta table, it is one table, named
+    after it (a lake table is refused when it is read). [] when the folder holds no Parquet file.
     """
     local = scheme_of(folder) == "file"
     folder = folder.removeprefix("file://") if local else folder
     base = folder if folder.endswith("/") else folder + "/"
     found: dict[str, str] = {}
     whole = False
-    for entry in sorted(storage.list_folder(base, recursive=True) or [], key=lambda e: e.path):
+    listed = sorted(storage.list_folder(base, recursive=True) or [], key=lambda e: e.path)
+    if lake_format([e.path[len(base) :] for e in listed]) is not None:  # the folder is one (refused) table
+        whole, listed = True, []
+    for entry in listed:
         if not visible(entry.path):
             continue
         first, sep, _rest = entry.path[len(base) :].partition("/")

@@ -25,7 +25,7 @@ from sqlglot import exp
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import list_entries
 from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource, open_source
-from squall.errors import DataError
+from squall.errors import DataError, NotSupportedError
 from squall.operators.storage import Storage, scheme_of, storage_for
 
 
@@ -90,7 +90,7 @@ class ParquetSource(TableSource):
         uncounted = storage_for(self.location, self.storage.options)  # not the driver's requests
         try:
             return tuple((e.path, e.stamp) for e in list_entries(uncounted, self.location))
-        except DataError:
+        except (DataError, NotSupportedError):  # said when the table is read
             return ()
 
 

@@ -1,119 +1,18 @@
-"""Statistics for planning: literal extraction, selectivity estimates, row-group pruning.
+"""Selectivity estimates: the fraction of rows a filter passes, from column ranges and distinct counts.
 
-Everything here is conservative where it matters: pruning skips a row group
-only when its min/max statistics prove no row can pass; estimates only steer
-plan choices, never results.
+Estimates only steer plan choices, never results. Filters are read through the literal extraction of
+:mod:`squall.driver.skipping.literals`; min/max row-group pruning is :mod:`squall.driver.skipping.minmax`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import decimal
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlglot import exp
 
-from squall.driver.catalog.tables import ColumnChunkStats, RowGroup, TableInfo
-
-_UNKNOWN = object()
-
-
-def literal_value(node: exp.Expression) -> Any:
-    """The Python value of a literal expression, or ``_UNKNOWN``."""
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return node.this
-        text = node.this
-        try:
-            return int(text)
-        except ValueError:
-            try:
-                return decimal.Decimal(text)
-            except decimal.InvalidOperation:
-                return _UNKNOWN
-    if isinstance(node, exp.Neg):
-        inner = literal_value(node.this)
-        return -inner if isinstance(inner, (int, decimal.Decimal)) else _UNKNOWN
-    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
-        target = node.to.this
-        try:
-            if target == exp.DataType.Type.DATE:
-                return dt.date.fromisoformat(node.this.this)
-        except ValueError:
-            return _UNKNOWN
-    return _UNKNOWN
-
-
-_FLIP = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ}
-
-
-def column_constraint(pred: exp.Expression) -> tuple[str, str, Any] | None:
-    """``(column, op, value)`` for ``col op literal`` predicates (op in = < <= > >= in between)."""
-    if isinstance(pred, (exp.EQ, exp.LT, exp.LTE, exp.GT, exp.GTE)):
-        left, right = pred.this, pred.expression
-        kind: type[exp.Binary] = type(pred)
-        if not isinstance(left, exp.Column) and isinstance(right, exp.Column):
-            left, right, kind = right, left, _FLIP[kind]
-        if isinstance(left, exp.Column):
-            value = literal_value(right)
-            if value is not _UNKNOWN:
-                return left.name, kind.__name__.lower(), value
-    if isinstance(pred, exp.Between) and isinstance(pred.this, exp.Column):
-        lo, hi = literal_value(pred.args["low"]), literal_value(pred.args["high"])
-        if lo is not _UNKNOWN and hi is not _UNKNOWN:
-            return pred.this.name, "between", (lo, hi)
-    if isinstance(pred, exp.In) and isinstance(pred.this, exp.Column) and not pred.args.get("query"):
-        values = [literal_value(v) for v in pred.expressions]
-        if values and all(v is not _UNKNOWN for v in values):
-            return pred.this.name, "in", values
-    return None
-
-
-def _may_match(op: str, value: Any, stats: ColumnChunkStats) -> bool:
-    lo, hi = stats.min, stats.max
-    if lo is None or hi is None:
-        return True
-    try:
-        if op == "eq":
-            return lo <= value <= hi
-        if op == "lt":
-            return lo < value
-        if op == "lte":
-            return lo <= value
-        if op == "gt":
-            return hi > value
-        if op == "gte":
-            return hi >= value
-        if op == "between":
-            return not (hi < value[0] or lo > value[1])
-        if op == "in":
-            return any(lo <= v <= hi for v in value)
-    except TypeError:
-        return True
-    return True
-
-
-def prune_row_groups(
-    table: TableInfo, source_of: Mapping[str, str], filters: Iterable[exp.Expression]
-) -> list[RowGroup]:
-    """Row groups of ``table`` that may hold rows passing every filter.
-
-    ``source_of`` maps internal column names used in the filters to the
-    table's column names.
-    """
-    constraints = []
-    for f in filters:
-        c = column_constraint(f)
-        if c and c[0] in source_of:
-            constraints.append((source_of[c[0]], c[1], c[2]))
-    if not constraints:
-        return list(table.row_groups)
-    kept = []
-    for rg in table.row_groups:
-        if all(_may_match(op, v, rg.columns[c]) for c, op, v in constraints if c in rg.columns):
-            kept.append(rg)
-    return kept
+from squall.driver.skipping.literals import column_constraint
 
 
 def _fraction(op: str, value: Any, lo: Any, hi: Any) -> float | None:

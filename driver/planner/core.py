@@ -139,7 +139,12 @@ class Context:
         start = time.perf_counter()
         self._nested.append(0.0)
         try:
-            return rule.plan(self, node)
+            planned, dist = rule.plan(self, node)
+            assert tuple(planned.names) == tuple(node.names), (  # the plan's schema check after each rule
+                f"planner rule {rule_name(rule)} changed the columns of {type(node).__name__}: "
+                f"{node.names} -> {planned.names}"
+            )
+            return planned, dist
         finally:
             spent, nested = time.perf_counter() - start, self._nested.pop()
             key = f"planner.{rule_name(rule)}_s"

@@ -36,12 +36,12 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from squall.driver.estimate.selectivity import column_constraint
 from squall.driver.ir import nodes as L
 from squall.driver.options import megabytes
 from squall.driver.planner import splits
 from squall.driver.planner.core import Context
-from squall.plan import ExchangeInput, Output
+from squall.driver.skipping.literals import column_constraint
+from squall.plan import ExchangeInput
 
 #: join kinds whose side S may go to every rank while the other side's rows stay where they are: (S, B)
 _SIDES = {
@@ -159,20 +159,6 @@ def finish(ctx: Context) -> None:
 def unmark(ctx: Context, join: int, why: str) -> None:
     """Turn run-time join ``join`` back into the planned hash (``why`` goes into the stages' notes)."""
     ctx.drop_runtime_join(join, why)
-
-
-def describe(output: Output) -> str:
-    """The explain text of a run-time join's exchange ('' for others)."""
-    join = output.runtime_join
-    if not join:
-        return ""
-    limit = megabytes(output.runtime_limit)
-    if output.runtime_role == "decides":
-        return f"; broadcast or hash decided at run time from the actual size of this output, limit {limit}"
-    return (
-        f"; or stays where it is (no exchange), decided at run time from the actual size of stage {join}'s"
-        f" output, limit {limit}"
-    )
 
 
 def _hash_stage(ctx: Context, ref: L.Node) -> int | None:

@@ -41,7 +41,7 @@ from squall.driver.ir import nodes as L
 from squall.driver.ir.nodes import find_scan_column
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import leaves
-from squall.plan import ExchangeInput, Output, ScanInput
+from squall.plan import ExchangeInput, ScanInput
 
 #: which side may keep its hot-key rows ("keep") / have its rows of them broadcast, by join kind
 _ROLES = {
@@ -280,42 +280,3 @@ def column_domain(ctx: Context, below: L.Node, key: exp.Expression) -> tuple[int
 
 def _fits_bigint(t: pa.DataType) -> bool:
     return pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t) and t.bit_width < 64)
-
-
-def describe(output: Output) -> str:
-    """The explain text of a skew-aware exchange ('' for a plain one)."""
-    if output.split_ranges:
-        spans = ", ".join(f"≥{lo} → rank {rank}" for lo, rank in output.split_ranges)
-        return f"; the ranges each rank's scan splits hold (Parquet statistics: {spans}): rows stay, no histogram round"
-    if not output.partitions:
-        return ""
-    heavy = output.heavy
-    text = (
-        f"; skew-aware: partitions={output.partitions}, assignment=histogram+locality, group {output.group}"
-    )
-    if output.range_sql:
-        text += f", by hash or by key range in [{output.range_lo}, {output.range_hi}] (whichever keeps more local)"
-    if heavy == "either":
-        text += ", heavy hitters: selective broadcast (hot side keeps, other side broadcasts)"
-    elif heavy == "preserved":
-        text += (
-            ", heavy hitters: selective broadcast (hot keys' rows stay local; rows of the other side's hot"
-            " keys to the ranks holding them)"
-        )
-    elif heavy == "null_supplied":
-        text += (
-            ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank; hot keys'"
-            " rows stay at the ranks holding them)"
-        )
-    elif heavy == "keep":
-        text += ", heavy hitters: selective broadcast (hot keys' rows stay local)"
-    elif heavy == "broadcast":
-        text += ", heavy hitters: selective broadcast (rows of the other side's hot keys to every rank)"
-    else:
-        text += ", heavy hitters: left to the assignment"
-    if output.null_sql:
-        text += "; rows with a NULL key " + ("stay where they are" if heavy == "preserved" else "are dropped")
-        text += " (they match nothing)"
-    if output.broadcast_limit > 0 and heavy in ("either", "broadcast", "null_supplied"):
-        text += "; at run time this side goes whole to every rank if its bytes are the cheaper move"
-    return text

@@ -1,6 +1,9 @@
-"""Per-exchange balance: rows and bytes each receiving rank got, the skew factor, the skew handling.
+"""``Result.stats["exchanges"]``: one entry per exchange, its counters summed over the ranks and its balance.
 
-``Result.stats["exchanges"][i]`` gains, for the exchange fed by stage ``stage``:
+``Result.stats["exchanges"][i]`` is, for the exchange fed by stage ``stage``: ``stage``, ``kind``,
+``senders``, ``receivers``, the exchange's own counters summed over the ranks (bytes and rows sent and
+received; the S3 exchange's requests and bytes; ``levels`` and ``schedule_phases``, the same on every
+rank, taken once) and its other facts as the first rank reported them (e.g. ``schedule``); then:
 
 - ``rows_per_rank`` / ``bytes_per_rank``: what each receiver took in (in receiver order; its own rows
   included: they are work it does), from the workers' stage reports;
@@ -26,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from squall.driver.options import PlannerOptions
-from squall.plan import Stage
+from squall.plan import Plan, Stage
 
 #: explain --analyze says why a plain hash exchange above this skew (max/mean rows) moving at least
 #: UNEVEN_MIN_BYTES had no skew handling
@@ -39,6 +42,34 @@ def skew_factor(values: list[int]) -> float:
     if not values or sum(values) == 0:
         return 1.0
     return max(values) / (sum(values) / len(values))
+
+
+def exchange_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per exchange (every stage whose output is not the result), in stage order."""
+    return [_merged(stage, reports) for stage in plan.stages if stage.output.kind != "result"]
+
+
+def _merged(stage: Stage, reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The exchange fed by ``stage``: its ranks' counters summed, then :func:`exchange_balance`."""
+    entries = [
+        e for r in reports for e in r["exchange"].get("per_exchange", []) if e.get("exchange_id") == stage.id
+    ]
+    merged: dict[str, Any] = {
+        "stage": stage.id,
+        "kind": stage.output.kind,
+        "senders": len(stage.output.senders),
+        "receivers": len(stage.output.receivers),
+    }
+    for e in entries:
+        for k, v in e.items():
+            if k in ("levels", "schedule_phases"):  # the same on every rank, not counters
+                merged[k] = max(merged.get(k, 0), v)
+            elif isinstance(v, (int, float)) and k not in ("exchange_id", "senders", "receivers"):
+                merged[k] = merged.get(k, 0) + v
+            elif k not in merged and k not in ("exchange_id",):
+                merged[k] = v
+    merged.update(exchange_balance(stage, reports))
+    return merged
 
 
 def exchange_balance(stage: Stage, reports: list[dict[str, Any]]) -> dict[str, Any]:

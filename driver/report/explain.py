@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from squall.driver.planner.runtime import describe as describe_runtime
-from squall.driver.planner.skew import describe as describe_skew
+from squall.driver.report.outputs import describe_runtime, describe_skew
 from squall.plan import DataSkipping, ExchangeInput, Plan, ScanInput, Stage
 
 

@@ -4,7 +4,7 @@
 in, rows out and rows received (an upper bound of what it held at once, per stage). For a
 range-partitioned ORDER BY (an output of kind ``range``) ``rows_sorted`` is what the rank sorted
 (its range: the rows in of the stage that reads the range exchange) and ``sampled`` the keys it
-contributed to the splitters; :func:`sort_summary` adds the totals and the sample round's bytes.
+contributed to the splitters; :func:`sort_stats` adds the totals and the sample round's bytes.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def rank_rows(plan: Plan, report: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def sort_summary(plan: Plan, reports: list[dict[str, Any]]) -> dict[str, Any] | None:
+def sort_stats(plan: Plan, reports: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The range sort's facts for ``Result.stats["sort"]`` (None when the plan has none)."""
     ranged, _readers = _range_stages(plan)
     if not ranged:

@@ -1,38 +1,106 @@
-"""Query statistics: per-stage, per-worker and total counters from the workers' reports."""
+"""``Result.stats``: the whole dict, assembled in one place by :func:`assemble` (keys in the README).
+
+The plan and the workers' reports give the counters; :class:`QueryFacts` carries what only the connection
+knows (ids, wall times, the plan cache, the driver's own requests, what the predicate cache learned, the
+platform's extras, the scale model's estimate). Keys, in this order:
+
+- ``query_id``, ``platform``, ``workers``, ``notes``, ``elapsed_s``, ``planning_s``, ``execution_s``,
+  ``rows``, ``result_bytes``; ``rows_scanned``, ``bytes_scanned`` (over the stages);
+  ``storage_requests``, ``exchange_requests`` (over the ranks);
+- ``exchanges`` (:mod:`.exchanges`), ``steals`` (:mod:`.steals`), ``join_filters`` (:mod:`.join_filters`);
+- ``stages``, ``per_worker`` (here; a rank's ``peak_rows`` etc. from :mod:`.sort`), ``sort`` (:mod:`.sort`,
+  only for a range-partitioned ORDER BY);
+- ``driver_storage_requests``, ``data_skipping`` (:mod:`.skipping`), ``plan_cache``,
+  ``planning_breakdown``, ``ran_on``;
+- the platform's extras (the lambda platforms: ``lambda`` and the cost keys), then ``estimate`` when
+  the scale model gave one.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from squall.driver.report.exchanges import exchange_balance
+from squall.driver.report.exchanges import exchange_stats
 from squall.driver.report.join_filters import join_filter_stats
-from squall.driver.report.sort import rank_rows, sort_summary
-from squall.driver.report.steals import summarize_steals
+from squall.driver.report.skipping import skipping_stats
+from squall.driver.report.sort import rank_rows, sort_stats
+from squall.driver.report.steals import steal_stats
 from squall.plan import Plan
 
 
-def _sum_dicts(dicts: list[dict[str, int]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for d in dicts:
-        for k, v in d.items():
-            out[k] = out.get(k, 0) + v
-    return out
+@dataclass(frozen=True)
+class QueryFacts:
+    """What the connection knows of one query beside its plan, its reports and its result."""
+
+    query_id: str
+    #: the platform's name (``local``, ``fabric``, ``lambda``, ``lambda-local``)
+    platform: str
+    elapsed_s: float
+    planning_s: float
+    execution_s: float
+    #: "driver" (a plan that reads no table, answered by the driver's sandbox) or "workers"
+    ran_on: str
+    #: "hit", "miss" or "n/a" (``workers="auto"`` on a lambda platform)
+    plan_cache: str
+    #: seconds by planning step (``cache_s``, ``bind_s``, …; ``pivot_values_s`` for a dynamic PIVOT)
+    planning_breakdown: dict[str, float]
+    #: the driver's own storage requests while planning, by type
+    driver_storage_requests: dict[str, int]
+    #: predicate-cache entries this query added or refreshed (``data_skipping["learned"]``)
+    cache_learned: int = 0
+    #: the platform's own keys (``Execution.details``: the lambda platforms' ``lambda`` and cost)
+    details: Mapping[str, Any] = field(default_factory=dict)
+    #: the scale model's prediction (``stats["estimate"]``), None when it gave none
+    estimate: dict[str, Any] | None = None
 
 
-def summarize(
-    plan: Plan,
-    reports: list[dict[str, Any]],
-    result: pa.Table,
-    *,
-    query_id: str,
-    platform: str,
-    elapsed_s: float,
-    planning_s: float,
-    execution_s: float,
+def assemble(
+    plan: Plan, reports: list[dict[str, Any]], result: pa.Table, facts: QueryFacts
 ) -> dict[str, Any]:
-    """The ``Result.stats`` dict (documented in the README)."""
+    """The ``Result.stats`` dict of a query that ran ``plan``: the workers' ``reports`` (one per rank),
+    its ``result`` table and the connection's ``facts`` (documented in the README)."""
+    stages = stage_stats(plan, reports)
+    stats: dict[str, Any] = {
+        "query_id": facts.query_id,
+        "platform": facts.platform,
+        "workers": plan.world_size,
+        "notes": list(plan.notes),
+        "elapsed_s": facts.elapsed_s,
+        "planning_s": facts.planning_s,
+        "execution_s": facts.execution_s,
+        "rows": result.num_rows,
+        "result_bytes": result.nbytes,
+        "rows_scanned": sum(s["rows_scanned"] for s in stages),
+        "bytes_scanned": sum(s["bytes_scanned"] for s in stages),
+        "storage_requests": _sum_dicts([r["storage_requests"] for r in reports]),
+        "exchange_requests": _sum_dicts([r["exchange"].get("requests", {}) for r in reports]),
+        "exchanges": exchange_stats(plan, reports),
+        "steals": steal_stats(reports),
+        "join_filters": join_filter_stats(plan, reports),
+        "stages": stages,
+        "per_worker": worker_stats(plan, reports),
+    }
+    sort = sort_stats(plan, reports)
+    if sort:
+        stats["sort"] = sort
+    stats["driver_storage_requests"] = facts.driver_storage_requests
+    stats["data_skipping"] = skipping_stats(plan, reports, facts.cache_learned)
+    stats["plan_cache"] = facts.plan_cache
+    stats["planning_breakdown"] = facts.planning_breakdown
+    stats["ran_on"] = facts.ran_on
+    stats.update(facts.details)
+    if facts.estimate is not None:
+        stats["estimate"] = facts.estimate
+    return stats
+
+
+def stage_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``stats["stages"]``: per stage, rows and bytes summed over its ranks and times of the slowest rank
+    (scan, compute, send and partition times over the ranks that ran it: had rows in or took time)."""
     stages = []
     for stage in plan.stages:
         per_rank = [s for r in reports for s in r["stages"] if s["stage"] == stage.id]
@@ -56,7 +124,13 @@ def summarize(
                 "receive_s": max((s["receive_s"] for s in per_rank), default=0.0),
             }
         )
-    workers = [
+    return stages
+
+
+def worker_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``stats["per_worker"]``: per rank (in report order), its elapsed time, rows and bytes scanned, rows
+    out, requests and ``peak_rows`` (+ ``rows_sorted``, ``sampled`` for a range sort)."""
+    return [
         {
             "rank": r["rank"],
             "elapsed_s": r["elapsed_s"],
@@ -65,54 +139,15 @@ def summarize(
             "rows_out": sum(s["rows_out"] for s in r["stages"]),
             "storage_requests": r["storage_requests"],
             "exchange_requests": r["exchange"].get("requests", {}),
-            **rank_rows(plan, r),  # peak_rows (+ rows_sorted, sampled for a range sort)
+            **rank_rows(plan, r),
         }
         for r in reports
     ]
-    exchanges = []
-    for stage in plan.stages:
-        if stage.output.kind == "result":
-            continue
-        entries = [
-            e
-            for r in reports
-            for e in r["exchange"].get("per_exchange", [])
-            if e.get("exchange_id") == stage.id
-        ]
-        merged: dict[str, Any] = {
-            "stage": stage.id,
-            "kind": stage.output.kind,
-            "senders": len(stage.output.senders),
-            "receivers": len(stage.output.receivers),
-        }
-        for e in entries:
-            for k, v in e.items():
-                if k in ("levels", "schedule_phases"):  # the same on every rank, not counters
-                    merged[k] = max(merged.get(k, 0), v)
-                elif isinstance(v, (int, float)) and k not in ("exchange_id", "senders", "receivers"):
-                    merged[k] = merged.get(k, 0) + v
-                elif k not in merged and k not in ("exchange_id",):
-                    merged[k] = v
-        merged.update(exchange_balance(stage, reports))
-        exchanges.append(merged)
-    return {
-        "query_id": query_id,
-        "platform": platform,
-        "workers": plan.world_size,
-        "notes": list(plan.notes),
-        "elapsed_s": elapsed_s,
-        "planning_s": planning_s,
-        "execution_s": execution_s,
-        "rows": result.num_rows,
-        "result_bytes": result.nbytes,
-        "rows_scanned": sum(s["rows_scanned"] for s in stages),
-        "bytes_scanned": sum(s["bytes_scanned"] for s in stages),
-        "storage_requests": _sum_dicts([r["storage_requests"] for r in reports]),
-        "exchange_requests": _sum_dicts([r["exchange"].get("requests", {}) for r in reports]),
-        "exchanges": exchanges,
-        "steals": summarize_steals(reports),
-        "join_filters": join_filter_stats(plan, reports),
-        "stages": stages,
-        "per_worker": workers,
-        **({"sort": sort} if (sort := sort_summary(plan, reports)) else {}),
-    }
+
+
+def _sum_dicts(dicts: list[dict[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + v
+    return out

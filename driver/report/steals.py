@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def summarize_steals(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def steal_stats(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per stealing scan: totals (``splits`` planned, ``read``, ``stolen``, ``claims``,
     ``lists``) and ``per_rank`` (planned, read, own, stolen, ``stolen_from`` {victim: n}, lost,
     reclaimed, rows, claims, lists), ranks in order. Empty when no scan stole."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from squall.connection import Connection
 from squall.driver.platforms.base import Progress
-from squall.errors import DataError, SquallError, UserError
+from squall.errors import DataError, NotSupportedError, SquallError, UserError
 from squall.formats import encode
 from squall.service import records
 from squall.service.state import StateStore, state_store
@@ -230,7 +230,7 @@ def describe_tables(connection: Connection) -> list[dict[str, Any]]:
     for name in connection.tables():
         try:
             info = connection.catalog.table(name)
-        except DataError as err:
+        except (DataError, NotSupportedError) as err:  # listed, with why it cannot be read
             out.append({"name": name, "columns": [], "rows": None, "error": str(err)})
             continue
         columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in info.schema]

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-from squall.driver.forecast.prices import query_cost
 from squall.driver.forecast.scale import (
     AWS,
     Calibration,
@@ -30,6 +29,7 @@ from squall.driver.forecast.scale.requests import (
     grid_width,
 )
 from squall.driver.forecast.scale.workload import StageSize, StageSizes, scaled
+from squall.driver.platforms.prices import query_cost
 from squall.plan import ExchangeInput, Output, Plan, ScanInput, Split, Stage
 
 CAL = Calibration()

@@ -7,8 +7,9 @@ live in :mod:`.params` (profiles ``aws`` and ``emulator-here``), exchange reques
 :mod:`.requests`, compute rates and TPC-H size profiles in :mod:`.calibration` (measured here by
 benchmarks/scale_calibrate.py), the plan-to-work translation and SF scaling in :mod:`.workload`.
 
-May import: the rest of the driver (the planner, the Lambda platform's invocation tree, :mod:`.cost`),
-:mod:`squall.plan` and below; never the SDK (calibration runs through it, so it is a benchmark).
+May import: the rest of the driver below :mod:`squall.driver.forecast` (the options, the Lambda platform's
+invocation tree, :mod:`squall.driver.platforms.prices`), :mod:`squall.plan` and below; never the SDK
+(calibration runs through it, so it is a benchmark).
 
 Validation: ``benchmarks/scale_validate.py`` runs lambda-local + moto here and compares with the
 ``emulator-here`` profile (PUT, index-GET and data-GET counts per exchange match the formulas

@@ -62,6 +62,7 @@ from squall.driver.forecast.scale.requests import (
 )
 from squall.driver.forecast.scale.workload import StageWork, Workload
 from squall.driver.platforms.lambda_ import tree
+from squall.driver.platforms.prices import query_cost
 
 #: the invocation tree is the Lambda platform's own: the driver's first-level blocks, each worker's children
 tree_blocks = tree.first_level
@@ -973,8 +974,6 @@ class Simulation:
     # -- run
 
     def run(self) -> Estimate:
-        from squall.driver.forecast.prices import query_cost
-
         self.env.process(self.driver())
         self.env.run()
         elapsed = self.env.now

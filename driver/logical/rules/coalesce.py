@@ -136,6 +136,8 @@ def coalesce_subqueries(node: L.Node, fresh: Callable[[str], str]) -> tuple[L.No
 
 
 def _coalesce(j1: L.Join, j2: L.Join, fresh: Callable[[str], str]) -> tuple[L.Join, L.Join, Coalesced] | None:
+    """Semi/anti join ``j1`` and ``j2`` above it over one shared scan: both joins rebuilt and what was
+    coalesced, or None when the pair does not qualify (module doc)."""
     s1, s2 = _side(j1.right), _side(j2.right)
     if s1 is None or s2 is None or s1.scan.table != s2.scan.table:
         return None
@@ -146,15 +148,7 @@ def _coalesce(j1: L.Join, j2: L.Join, fresh: Callable[[str], str]) -> tuple[L.Jo
     if len(set(src1.values())) != len(src1) or len(set(src2.values())) != len(src2):
         return None  # a table column read twice under two names: leave it
 
-    def key_sources(j: L.Join, side: _Side, src: dict[str, str]) -> list[str] | None:
-        out = []
-        for k in j.right_keys:
-            if not isinstance(k, exp.Column) or k.name not in side.out:
-                return None
-            out.append(src[side.out[k.name]])
-        return out
-
-    k1, k2 = key_sources(j1, s1, src1), key_sources(j2, s2, src2)
+    k1, k2 = _key_sources(j1, s1, src1), _key_sources(j2, s2, src2)
     if k1 is None or k1 != k2:
         return None
     # filters in table column names: shared ones stay on the scan, the rest become flags
@@ -190,37 +184,62 @@ def _coalesce(j1: L.Join, j2: L.Join, fresh: Callable[[str], str]) -> tuple[L.Jo
     )
     flag_names = (fresh("exists_flag"), fresh("exists_flag")) if own else ("", "")
 
-    def side(names: dict[str, str], shared_f: list[exp.Expression], flag: exp.Expression | None,
-             flag_name: str, scan: L.Scan, other: L.Scan) -> L.Project:  # fmt: skip
-        new_scan = L.Scan(
-            scan.table,
-            tuple((s, names[s]) for s in sources),
-            tuple(shared_f),
-            est_rows=max(scan.est_rows, other.est_rows),
-            row_width=max(scan.row_width, other.row_width),
-        )
-        exprs: list[tuple[str, exp.Expression]] = [(names[s], L.col(names[s])) for s in projected]
-        if flag is not None:
-            exprs.append((flag_name, flag))
-        return L.Project(new_scan, tuple(exprs))
-
-    right1 = side(name1, [f1[k] for k in shared], flag_on[0], flag_names[0], s1.scan, s2.scan)
-    right2 = side(name2, [f2[k] for k in shared], flag_on[1], flag_names[1], s2.scan, s1.scan)
-
-    def rekey(j: L.Join, side_: _Side, names: dict[str, str], src: dict[str, str], right: L.Project,
-              flag: str | None) -> L.Join:  # fmt: skip
-        out_to_new = {o: names[src[i]] for o, i in side_.out.items()}
-        keys = tuple(_renamed(k, out_to_new) for k in j.right_keys)
-        residual = _renamed(j.residual, out_to_new) if j.residual is not None else None
-        if flag is not None:
-            residual = and_all([p for p in (residual, L.col(flag)) if p is not None])
-        return dataclasses.replace(j, right=right, right_keys=keys, residual=residual)
-
-    new1 = rekey(j1, s1, name1, src1, right1, flag_names[0] if extra1 else None)
-    new2 = rekey(j2, s2, name2, src2, right2, flag_names[1] if extra2 else None)
+    shared1, shared2 = [f1[k] for k in shared], [f2[k] for k in shared]
+    right1 = _shared_side(s1.scan, s2.scan, sources, projected, name1, shared1, flag_on[0], flag_names[0])
+    right2 = _shared_side(s2.scan, s1.scan, sources, projected, name2, shared2, flag_on[1], flag_names[1])
+    new1 = _rekeyed(j1, s1, name1, src1, right1, flag_names[0] if extra1 else None)
+    new2 = _rekeyed(j2, s2, name2, src2, right2, flag_names[1] if extra2 else None)
     kind = j1.kind if extra1 else j2.kind
     said = " AND ".join(sorted(by_source(f, src1 if extra1 else src2) for f in own))
     what = f"the {j1.kind} join and the {j2.kind} join on {', '.join(k1)} over {s1.scan.table}"
     flag = f"; the {kind} join tests its own filter {said} on the shared rows" if said else ""
     sides = (frozenset(name1[s] for s in sources), frozenset(name2[s] for s in sources))
     return new1, new2, Coalesced(what, flag, sides)
+
+
+def _key_sources(j: L.Join, side: _Side, src: dict[str, str]) -> list[str] | None:
+    """The table columns of ``j``'s right keys (None: a key that is not a plain column of ``side``)."""
+    out = []
+    for k in j.right_keys:
+        if not isinstance(k, exp.Column) or k.name not in side.out:
+            return None
+        out.append(src[side.out[k.name]])
+    return out
+
+
+def _shared_side(
+    scan: L.Scan,
+    other: L.Scan,
+    sources: list[str],
+    projected: list[str],
+    names: dict[str, str],
+    shared_f: list[exp.Expression],
+    flag: exp.Expression | None,
+    flag_name: str,
+) -> L.Project:
+    """One join's new right side: the shared scan (every table column in ``sources``, the ``shared_f``
+    filters, under this side's ``names``), projecting the ``projected`` columns and the flag column."""
+    new_scan = L.Scan(
+        scan.table,
+        tuple((s, names[s]) for s in sources),
+        tuple(shared_f),
+        est_rows=max(scan.est_rows, other.est_rows),
+        row_width=max(scan.row_width, other.row_width),
+    )
+    exprs: list[tuple[str, exp.Expression]] = [(names[s], L.col(names[s])) for s in projected]
+    if flag is not None:
+        exprs.append((flag_name, flag))
+    return L.Project(new_scan, tuple(exprs))
+
+
+def _rekeyed(
+    j: L.Join, side: _Side, names: dict[str, str], src: dict[str, str], right: L.Project, flag: str | None
+) -> L.Join:
+    """``j`` over its new right side: keys and residual renamed to the side's new names, and the join
+    testing ``flag`` (the column of its own filters) in its residual when it has one."""
+    out_to_new = {o: names[src[i]] for o, i in side.out.items()}
+    keys = tuple(_renamed(k, out_to_new) for k in j.right_keys)
+    residual = _renamed(j.residual, out_to_new) if j.residual is not None else None
+    if flag is not None:
+        residual = and_all([p for p in (residual, L.col(flag)) if p is not None])
+    return dataclasses.replace(j, right=right, right_keys=keys, residual=residual)

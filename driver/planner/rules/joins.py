@@ -35,6 +35,9 @@ NODES = (L.Join,)
 
 
 def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
+    """``node`` with its sides planned: broadcast one side (:func:`_broadcast`), join in place by key range,
+    gather a keyless join to rank 0 (:func:`_gather`), or hash both sides (:func:`_partition`), the choice
+    between broadcast and hash left to run time when an uncertain estimate is near the threshold."""
     kind = node.kind
     if ctx.replicate:
         left, _ = ctx.build(node.left, True)
@@ -67,19 +70,7 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
             pair = (left, small_node) if choice == "right" else (small_node, right)
             return dataclasses.replace(node, left=pair[0], right=pair[1]), sides[big_side][1]
     if choice in ("left", "right"):
-        small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
-        big_node, big_dist = ctx.build(big)
-        if big_dist.kind == "random" and _in_place_over_broadcast(ctx, node, small):
-            # joined where both sides are read beats sending one side to every rank
-            small_node, small_dist = ctx.build(small)
-            pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
-            if small_dist.kind == "random" and colocate.in_place(ctx, node, *pair):
-                return dataclasses.replace(node, left=pair[0], right=pair[1]), RANDOM
-            small_node = scans.broadcast_built(ctx, small_node, small_dist)
-        else:
-            small_node = scans.broadcast(ctx, small)
-        pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
-        return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
+        return _broadcast(ctx, node, choice)
     if built is not None:
         keeps, left, dl, right, dr = built
     else:
@@ -97,43 +88,85 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     ):
         right = L.Aggregate(right, tuple((k.name, k) for k in node.right_keys), ())
     if choice == "gather":
-        if dl.kind != "single":
-            left = ctx.gather(left, dl, f"{kind} join without equality keys on rank 0")
-        if dr.kind != "single":
-            right = ctx.gather(right, dr, f"{kind} join without equality keys on rank 0")
-        return dataclasses.replace(node, left=left, right=right), SINGLE
+        return _gather(ctx, node, left, dl, right, dr)
     if dl.kind == "single" and dr.kind == "single":
         return dataclasses.replace(node, left=left, right=right), SINGLE
-    lkeys, rkeys = node.left_keys, node.right_keys
+    left, right, left_keys, right_keys, group = _partition(ctx, node, left, dl, right, dr, keeps)
+    if not group and decide is not None:  # both sides' plain hash exchanges feed the join directly
+        group = runtime.mark(ctx, node, *decide, left, right)
+    return dataclasses.replace(node, left=left, right=right), _hash_dist(kind, left_keys, right_keys, group)
+
+
+def _broadcast(ctx: Context, node: L.Join, choice: str) -> tuple[L.Node, Dist]:
+    """Broadcast side ``choice`` ("left"/"right") to every rank, the other side staying where it is; or, when
+    joining in place beats the broadcast (:func:`_in_place_over_broadcast`) and both sides come out spread
+    over the ranks, join them where they are read."""
+    small, big = (node.right, node.left) if choice == "right" else (node.left, node.right)
+    big_node, big_dist = ctx.build(big)
+    if big_dist.kind == "random" and _in_place_over_broadcast(ctx, node, small):
+        # joined where both sides are read beats sending one side to every rank
+        small_node, small_dist = ctx.build(small)
+        pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
+        if small_dist.kind == "random" and colocate.in_place(ctx, node, *pair):
+            return dataclasses.replace(node, left=pair[0], right=pair[1]), RANDOM
+        small_node = scans.broadcast_built(ctx, small_node, small_dist)
+    else:
+        small_node = scans.broadcast(ctx, small)
+    pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
+    return dataclasses.replace(node, left=pair[0], right=pair[1]), big_dist
+
+
+def _gather(
+    ctx: Context, node: L.Join, left: L.Node, dl: Dist, right: L.Node, dr: Dist
+) -> tuple[L.Node, Dist]:
+    """A join without equality keys, too big to broadcast: both built sides gathered to rank 0."""
+    if dl.kind != "single":
+        left = ctx.gather(left, dl, f"{node.kind} join without equality keys on rank 0")
+    if dr.kind != "single":
+        right = ctx.gather(right, dr, f"{node.kind} join without equality keys on rank 0")
+    return dataclasses.replace(node, left=left, right=right), SINGLE
+
+
+def _partition(
+    ctx: Context, node: L.Join, left: L.Node, dl: Dist, right: L.Node, dr: Dist, keeps: tuple[float, float]
+) -> tuple[L.Node, L.Node, tuple[exp.Expression, ...], tuple[exp.Expression, ...], int]:
+    """Both built sides hash-partitioned alike: only the other side moves when one is already hashed on a
+    subset of the join keys, else both move by key (through skew-aware exchanges when the sides' bytes, as
+    ``keeps`` of their join filters leave them, call for them). Returns (left, right, the left and right
+    keys they are partitioned on, the skew group: 0 for plain hashing)."""
+    kind, lkeys, rkeys = node.kind, node.left_keys, node.right_keys
     group = 0
     if (colocated := _colocated(dl, lkeys, rkeys)) is not None:
         own, other = colocated
         ctx.rely_on(dl)
-        right, dr = ctx.to_hash(right, dr, other, f"{kind} join: co-partition with the left side")
-        left_keys, right_keys = own, other
-    elif (colocated := _colocated(dr, rkeys, lkeys)) is not None:
+        right, _ = ctx.to_hash(right, dr, other, f"{kind} join: co-partition with the left side")
+        return left, right, own, other, group
+    if (colocated := _colocated(dr, rkeys, lkeys)) is not None:
         own, other = colocated
         ctx.rely_on(dr)
-        left, dl = ctx.to_hash(left, dl, other, f"{kind} join: co-partition with the right side")
-        left_keys, right_keys = other, own
-    else:
-        left, dl = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
-        right, dr = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
-        left_keys, right_keys = lkeys, rkeys
-        # skew-aware exchanges (0: plain hashing), by the sides' bytes once their join filters cut them
-        est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
-        equi_only = node.residual is None and not node.null_aware
-        group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
-    if not group and decide is not None:  # both sides' plain hash exchanges feed the join directly
-        group = runtime.mark(ctx, node, *decide, left, right)
+        left, _ = ctx.to_hash(left, dl, other, f"{kind} join: co-partition with the right side")
+        return left, right, other, own, group
+    left, _ = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
+    right, _ = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
+    # skew-aware exchanges (0: plain hashing), by the sides' bytes once their join filters cut them
+    est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
+    equi_only = node.residual is None and not node.null_aware
+    group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
+    return left, right, lkeys, rkeys, group
+
+
+def _hash_dist(
+    kind: str, left_keys: tuple[exp.Expression, ...], right_keys: tuple[exp.Expression, ...], group: int
+) -> Dist:
+    """How a hash join's output lies: hashed on the keys of the side whose rows it keeps (either side's for an
+    inner join, the left side's for left, semi and anti joins), spread at random for a full join."""
     keys = tuple(
         frozenset([L.sql_of(a), L.sql_of(b)]) if kind == "inner" else frozenset([L.sql_of(a)])
         for a, b in zip(left_keys, right_keys)
     )
     if kind == "right":
         keys = tuple(frozenset([L.sql_of(b)]) for b in right_keys)
-    dist = RANDOM if kind == "full" else Dist("hash", keys, group)
-    return dataclasses.replace(node, left=left, right=right), dist
+    return RANDOM if kind == "full" else Dist("hash", keys, group)
 
 
 def in_place_expected(ctx: Context, node: L.Join) -> bool:

@@ -17,7 +17,6 @@ from typing import cast
 import pyarrow as pa
 from sqlglot import exp
 
-from squall.driver.estimate.selectivity import prune_row_groups
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef
 from squall.driver.planner import skipping
@@ -25,6 +24,7 @@ from squall.driver.planner.core import RANDOM, REPLICATED, SINGLE, Context, Dist
 from squall.driver.planner.joinfilter import apply_filters
 from squall.driver.planner.splits import balance, replicable, split_row_groups
 from squall.driver.planner.steal import stealable
+from squall.driver.skipping.minmax import prune_row_groups
 from squall.plan import Output, ScanInput, Split
 
 REQUIRED = True  # no other rule plans these nodes

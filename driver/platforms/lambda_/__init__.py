@@ -16,7 +16,7 @@ Shared by the driver and the workers: :mod:`~squall.driver.platforms.lambda_.tre
 and :mod:`~squall.driver.platforms.lambda_.state` (the run's S3 keys). Worker side:
 :mod:`~squall.driver.platforms.lambda_.worker` (one invocation, behind ``squall.functions.worker``).
 
-May import: :mod:`squall.driver.platforms.base`, :mod:`squall.driver.forecast.prices`, :mod:`squall.plan`,
+May import: :mod:`squall.driver.platforms.base`, :mod:`squall.driver.platforms.prices`, :mod:`squall.plan`,
 :mod:`squall.errors`, :mod:`squall.aws`, :mod:`squall.exchange` and :mod:`squall.operators` (the worker
 side); boto3 only through :mod:`squall.aws` or lazily. Never the SDK or the service.
 """

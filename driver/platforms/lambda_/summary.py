@@ -3,7 +3,7 @@
 The cost adds up every attempt's billed milliseconds and memory (from its ``done``/``error`` document;
 attempts still running, such as the losing copy of a duplicate, are billed until now), the invocations
 of the whole tree (a first attempt still running counts the children it invoked when it started), and the S3 requests of the workers, the driver's polling and the exchange factory
-(priced by :func:`squall.driver.forecast.prices.query_cost`).
+(priced by :func:`squall.driver.platforms.prices.query_cost`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from squall.driver.forecast.prices import query_cost
 from squall.driver.platforms.lambda_ import tree
 from squall.driver.platforms.lambda_.run import Run
+from squall.driver.platforms.prices import query_cost
 
 
 def details(
