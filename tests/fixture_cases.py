@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from squall.driver.options import PlannerOptions
 
@@ -55,3 +56,12 @@ def parse_cases(text: str) -> list[Case]:
 
 def expect_block(text: str) -> list[str]:
     return ["-- expect:"] + [f"-- {line}" if line else "--" for line in text.split("\n")]
+
+
+def write_expect(path: Path, text: str, case: Case, got: str) -> None:
+    """Rewrite ``case``'s expected text in its fixture file (``text``: the file as read) with ``got``."""
+    lines = text.splitlines()
+    body = lines[case.start : case.end]
+    at = body.index("-- expect:")
+    lines[case.start : case.end] = body[:at] + expect_block(got)
+    path.write_text("\n".join(lines) + "\n")

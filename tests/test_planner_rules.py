@@ -23,7 +23,7 @@ from squall.driver.options import PlannerOptions
 from squall.driver.planner import RULES
 from squall.driver.report.explain import explain_plan
 from squall.operators.duck import Sandbox
-from tests.fixture_cases import expect_block, parse_cases
+from tests.fixture_cases import parse_cases, write_expect
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"
 GOLDEN = Path(__file__).parent / "golden" / "explain"
@@ -87,11 +87,7 @@ def test_rule_case(catalog, db, path: Path, name: str):
     case = next(c for c in parse_cases(text) if c.name == name)
     got = explain(catalog, db, case.sql, case.workers, case.options)
     if os.environ.get("SQUALL_UPDATE_GOLDEN") and got != case.expect:
-        lines = text.splitlines()
-        body = lines[case.start : case.end]
-        at = body.index("-- expect:")
-        lines[case.start : case.end] = body[:at] + expect_block(got)
-        path.write_text("\n".join(lines) + "\n")
+        write_expect(path, text, case, got)
         return
     assert got == case.expect, f"plan of {path.stem}:{name} changed: review, then SQUALL_UPDATE_GOLDEN=1"
 

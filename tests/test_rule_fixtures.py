@@ -30,7 +30,7 @@ from squall.driver.sql import RULES as SQL_RULES
 from squall.driver.sql import SqlContext
 from squall.errors import OptionError
 from squall.operators.duck import Sandbox
-from tests.fixture_cases import expect_block, parse_cases
+from tests.fixture_cases import parse_cases, write_expect
 
 FIXTURES = Path(__file__).parent / "fixtures"
 STAGES: dict[str, tuple[ModuleType, ...]] = {"sql": SQL_RULES, "logical": LOGICAL_RULES}
@@ -91,11 +91,7 @@ def test_rule_case(catalog, db, stage: str, path: Path, name: str):
     else:
         got = after_logical_rule(catalog, db, case.sql, path.stem, case.options)
     if os.environ.get("SQUALL_UPDATE_GOLDEN") and got != case.expect:
-        lines = text.splitlines()
-        body = lines[case.start : case.end]
-        at = body.index("-- expect:")
-        lines[case.start : case.end] = body[:at] + expect_block(got)
-        path.write_text("\n".join(lines) + "\n")
+        write_expect(path, text, case, got)
         return
     assert got == case.expect, f"{stage} rule {path.stem}:{name} changed: review, then SQUALL_UPDATE_GOLDEN=1"
 
