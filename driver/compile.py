@@ -1,17 +1,19 @@
-"""SQL text → distributed plan: bind, translate, prune, plan (the whole query on one rank, said
-in the plan's notes, when a part has no distributed plan and the translator could not isolate it,
-and for one worker, where DuckDB plans the query as written: ``PlannerOptions.whole_query_at_w1``)."""
+"""SQL text → distributed plan, the whole pipeline and nothing else:
+
+    bind (:mod:`.frontend`) → SQL rules (:data:`.sql.RULES`) → translate (:mod:`.logical`) →
+    logical rules (:data:`.logical.rules.RULES`) → planner rules (:data:`.planner.RULES`)
+
+The whole query runs on one rank (said in the plan's notes) when a part has no distributed plan and the
+translator could not isolate it, and for one worker, where DuckDB plans the query as written
+(``PlannerOptions.whole_query_at_w1``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 
-import duckdb
-
 from squall.driver.catalog.tables import Catalog
-from squall.driver.frontend.bind import Binder, BoundQuery
+from squall.driver.frontend.bind import Binder, BoundQuery, aggregate_function_names
 from squall.driver.frontend.boundary import Boundary
 from squall.driver.frontend.pivot import plain_pivots
 from squall.driver.ir import nodes as L
@@ -29,19 +31,6 @@ from squall.operators.duck import Sandbox
 from squall.plan import Plan, ScanInput
 
 
-@functools.cache
-def aggregate_function_names() -> frozenset[str]:
-    """Every aggregate function DuckDB knows (to recognise ones sqlglot does not)."""
-    con = duckdb.connect(":memory:")
-    try:
-        rows = con.sql(
-            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'aggregate'"
-        )
-        return frozenset(r[0].lower() for r in rows.fetchall())
-    finally:
-        con.close()
-
-
 def compile_sql(
     catalog: Catalog,
     sql: str,
@@ -54,8 +43,9 @@ def compile_sql(
 
     ``db`` is a driver-side sandbox to reuse across queries (one is made per call otherwise).
     ``timings``, when given, receives the seconds spent in each step: ``bind_s`` (DuckDB binds the
-    query), ``translate_s`` (the logical plan, pruned; a failed attempt included when the query falls
-    back to one rank) and ``plan_s`` (the distributed plan, its DuckDB type checks included).
+    query), ``translate_s`` (the SQL rules, translation and the logical rules; a failed attempt included
+    when the query falls back to one rank) and ``plan_s`` (the distributed plan, its DuckDB type checks
+    included); and each rule's own seconds, ``<stage>.<NAME>_s`` (``sql.qualify_s``, ``planner.joins_s``…).
     """
     if options is not None and (problem := unknown_rules(options, SQL_RULES, LOGICAL_RULES, PLANNER_RULES)):
         raise OptionError(problem)

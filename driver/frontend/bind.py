@@ -7,6 +7,7 @@ columns or type errors. :meth:`Binder.bind` parses (:mod:`.parse`) and checks (:
 from __future__ import annotations
 
 import difflib
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -43,6 +44,19 @@ def _one_line(message: str) -> str:
     if location:
         out += f" ({location.split(':')[0].lower()})"
     return out
+
+
+@functools.cache
+def aggregate_function_names() -> frozenset[str]:
+    """Every aggregate function DuckDB knows (the translator recognises those sqlglot does not)."""
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.sql(
+            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'aggregate'"
+        )
+        return frozenset(r[0].lower() for r in rows.fetchall())
+    finally:
+        con.close()
 
 
 class Binder:
