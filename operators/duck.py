@@ -60,12 +60,23 @@ class ParquetView:
         return "\nUNION ALL\n".join(selects)
 
 
-def raise_if_interrupted(err: duckdb.Error) -> None:
-    """Raise KeyboardInterrupt when ``err`` is DuckDB's wrapping of one: Ctrl-C while DuckDB called back into
-    Python (reading a registered Arrow table's schema or rows) surfaces as an Invalid Input Error
-    ``… failed: KeyboardInterrupt: …``, which must stay an interrupt, not become a query error."""
-    if isinstance(err, duckdb.InvalidInputException) and _INTERRUPT.search(str(err)):
+def raise_if_interrupted(err: BaseException) -> None:
+    """Raise KeyboardInterrupt when ``err`` is DuckDB's wrapping of one (:func:`interrupted`), which must stay
+    an interrupt, not become a query error."""
+    if interrupted(err):
         raise KeyboardInterrupt from None
+
+
+def interrupted(err: BaseException) -> bool:
+    """Whether ``err`` is how DuckDB reports a Ctrl-C (Squall never interrupts a DuckDB query otherwise): while
+    DuckDB called back into Python (reading a registered Arrow table's schema or rows), an Invalid Input Error
+    ``… failed: KeyboardInterrupt: …``; while it ran a query, a RuntimeError ``Query interrupted`` (the
+    relation API) or an InterruptException."""
+    if isinstance(err, duckdb.InvalidInputException):
+        return _INTERRUPT.search(str(err)) is not None
+    if isinstance(err, duckdb.InterruptException):
+        return True
+    return isinstance(err, RuntimeError) and str(err).startswith("Query interrupted")
 
 
 #: DuckDB's text for a KeyboardInterrupt raised in a Python callback: "… failed: KeyboardInterrupt: " (a

@@ -23,7 +23,7 @@ import squall
 from squall.driver.options import PlannerOptions
 from squall.driver.platforms.local.platform import LocalPlatform, max_local_workers
 from squall.errors import OptionError, QueryCancelled, QueryTimeout, WorkerError
-from squall.operators.duck import Sandbox, raise_if_interrupted
+from squall.operators.duck import Sandbox, interrupted, raise_if_interrupted
 
 #: four stages on 2 workers (hash, hash, gather, result); rank 1 sleeps before stage 3
 SLOW = (
@@ -370,3 +370,37 @@ def test_ctrl_c_inside_duckdb_stays_an_interrupt(source):
             db.query("SELECT error(s) FROM v")
     assert "KeyboardInterrupt" in str(other.value)
     raise_if_interrupted(other.value)  # a user's value that merely says it: not an interrupt
+
+
+_CTRL_C_IN_PLANNING = """
+import os, signal, sys, threading
+import duckdb
+from squall.driver.frontend.boundary import Boundary
+
+con = duckdb.connect()
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    with Boundary("SELECT 1"):
+        con.sql("SELECT count(*) FROM range(100000000000) a").fetchall()
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+except BaseException as err:
+    print(type(err).__name__, err)
+"""
+
+
+def test_ctrl_c_while_the_driver_runs_a_duckdb_query_stays_an_interrupt(tmp_path):
+    """Ctrl-C while the driver's own DuckDB runs a query (seen in CI: DuckDB's list of aggregate functions, read
+    while planning) is DuckDB's RuntimeError 'Query interrupted': the error boundary gives it back as
+    KeyboardInterrupt instead of an internal error."""
+    script = tmp_path / "child.py"
+    script.write_text(_CTRL_C_IN_PLANNING)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "KeyboardInterrupt", done.stdout + done.stderr
+
+
+def test_interrupt_forms_of_duckdb():
+    assert interrupted(RuntimeError("Query interrupted"))
+    assert interrupted(duckdb.InterruptException("INTERRUPT Error: Interrupted!"))
+    assert not interrupted(RuntimeError("something else"))
+    assert not interrupted(duckdb.BinderException("Query interrupted"))

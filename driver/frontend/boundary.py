@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from squall.errors import InternalError, SquallError
+from squall.operators.duck import raise_if_interrupted
 
 log = logging.getLogger("squall.internal")
 
@@ -77,6 +78,7 @@ class Boundary:
     ) -> None:
         if exc is None or not isinstance(exc, Exception) or isinstance(exc, SquallError):
             return
+        raise_if_interrupted(exc)  # Ctrl-C while DuckDB ran a query of the driver's: an interrupt, not a bug
         position = None
         if self.locate is not None:
             try:
