@@ -117,6 +117,16 @@ def _join_exchanges(stats: dict) -> list[dict]:
     return [e for e in stats["exchanges"] if e["kind"] == "hash"]
 
 
+def _balanced(stats: dict, heavy_hitters: int | None = None) -> None:
+    """The query has a join's hash exchange, and each such exchange is within 1.25x max/mean (and holds
+    ``heavy_hitters`` heavy hitters, when given): never vacuous on a plan without one."""
+    found = _join_exchanges(stats)
+    assert found, stats["exchanges"]
+    for e in found:
+        assert e["skew"] <= 1.25, e
+        assert heavy_hitters is None or e["heavy_hitters"] == heavy_hitters, e
+
+
 @pytest.mark.parametrize("workers", [1, 3, 4, 8])
 def test_skewed_queries_match_duckdb_and_balance(skewed, workers):
     with squall.connect(data=str(skewed), workers=workers, planner_options=ON) as con:
@@ -137,8 +147,7 @@ def test_skewed_queries_match_duckdb_and_balance(skewed, workers):
     dim = min(join, key=lambda e: sum(e["rows_per_rank"]))
     assert dim["heavy_rows_broadcast"] == 1  # the one dim row of the hot key, to every rank
     assert sum(dim["rows_per_rank"]) == DIM_ROWS + workers - 1
-    left = _join_exchanges(stats[LEFT_JOIN])
-    assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in left), left
+    _balanced(stats[LEFT_JOIN], heavy_hitters=1)
     # the hot key on an outer join's null-supplied side: kept at the ranks that hold it, the preserved
     # side's one row of it goes to those ranks only
     for sql in (OUTER_HOT, OUTER_ROWS):
@@ -321,7 +330,7 @@ def test_key_ranges_not_taken_without_locality(skewed):
     with squall.connect(data=str(skewed), workers=4, planner_options=ON) as con:
         result = con.sql(JOIN)
     assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
-    assert all(e["skew"] <= 1.25 for e in _join_exchanges(result.stats))
+    _balanced(result.stats)
 
 
 def test_skew_on_s3_exchange(skewed):
@@ -335,7 +344,7 @@ def test_skew_on_s3_exchange(skewed):
     ) as con:  # fmt: skip
         result = con.sql(JOIN)
     assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
-    assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in _join_exchanges(result.stats))
+    _balanced(result.stats, heavy_hitters=1)
 
 
 def test_split_key_ranges_on_s3_exchange(clustered):
@@ -369,7 +378,7 @@ def test_skew_on_fabric_tcp(skewed):
     ) as con:
         result = con.sql(JOIN)
     assert_same_result(result.to_arrow(), reference(skewed, JOIN), JOIN)
-    assert all(e["skew"] <= 1.25 and e["heavy_hitters"] == 1 for e in _join_exchanges(result.stats))
+    _balanced(result.stats, heavy_hitters=1)
 
 
 # --- the run-time broadcast join: the planner hashed both sides, their actual sizes say broadcast -------------

@@ -310,7 +310,6 @@ def test_dataset_files_names_the_missing_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.sf1
-@pytest.mark.skipif(os.environ.get("SQUALL_TEST_SF1") != "1", reason="set SQUALL_TEST_SF1=1")
 def test_validation_answers_at_sf1(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The spec's qualification answers (SF 1); tpchgen-cli's data reproduces dbgen's exactly."""
     con = duckdb_over(tpch_dataset(1, tmp_path_factory=tmp_path_factory))
