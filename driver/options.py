@@ -5,7 +5,7 @@ of a ``RULES`` tuple — :mod:`squall.driver.sql` (rewrites of the parsed query)
 (rewrites of the logical plan) and :mod:`squall.driver.planner` (one module per kind of logical node) — with:
 
 - ``NAME``: how stats, explain and ``disabled_rules`` call it (by convention its module's name);
-- a module docstring with a runnable example;
+- a module docstring with an example (for SQL rules a doctest, run by ``tests/test_rule_fixtures.py``);
 - ``apply(subject, context)`` (``sql`` and ``logical`` rules: the tree in, the rewritten tree out) or
   ``NODES`` + ``plan(ctx, node)`` (planner rules: the first whose node types match plans a node);
 - ``REQUIRED = True`` when the pipeline cannot do without it (disabling it is refused);
@@ -57,9 +57,10 @@ def run_rules(
 ) -> T:
     """``subject`` rewritten by each enabled rule of ``rules`` in order (``rule.apply(subject, context)``).
 
-    Each rule's seconds go to ``breakdown["<stage>.<NAME>_s"]``; ``schema(subject)`` (the result columns, or None
-    while they are not known yet, as for a ``*`` before qualification) must be the same after each rule as before it, else AssertionError names the rule (a bug: the error boundary turns
-    it into an InternalError line)."""
+    Each rule's seconds go to ``breakdown["<stage>.<NAME>_s"]``; ``schema(subject)`` (the result columns, or
+    None while they are not known yet, as for a ``*`` before qualification) must be the same after each rule as
+    before it, else AssertionError names the rule (a bug: the error boundary turns it into an InternalError
+    line)."""
     before = schema(subject)
     for rule in rules:
         name = rule_name(rule)

@@ -10,6 +10,7 @@ change with ``SQUALL_UPDATE_GOLDEN=1 pytest tests/test_rule_fixtures.py`` and re
 
 from __future__ import annotations
 
+import doctest
 import json
 import os
 from pathlib import Path
@@ -104,6 +105,13 @@ def test_rule_names_are_unique_across_stages():
 def test_every_rule_documents_itself():
     for rule in (*SQL_RULES, *LOGICAL_RULES, *PLANNER_RULES):
         assert rule.__doc__ and len(rule.__doc__.strip()) > 40, rule.__name__
+
+
+@pytest.mark.parametrize("rule", SQL_RULES, ids=rule_name)
+def test_sql_rule_examples_run(rule):
+    """Each SQL rule's docstring example is a doctest, and it holds."""
+    result = doctest.testmod(rule)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_planning_breakdown_names_each_rule(catalog, db):

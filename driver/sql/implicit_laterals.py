@@ -1,8 +1,14 @@
 """DuckDB's implicit LATERAL: a FROM subquery that reads an earlier FROM item of its own SELECT is a LATERAL
 subquery, as DuckDB binds it (said in the plan's notes)::
 
-    SELECT n_name, s.c FROM nation, (SELECT count(*) AS c FROM supplier WHERE s_nationkey = n_nationkey) s
-    →  … FROM nation, LATERAL (SELECT count(*) AS c FROM supplier WHERE s_nationkey = n_nationkey) AS s
+    >>> import sqlglot
+    >>> class Tables:  # what the rule reads of its SqlContext: each table's columns, and the notes
+    ...     notes: list[str] = []
+    ...     def table_columns(self, ast):
+    ...         return {"nation": ["n_nationkey", "n_name"], "supplier": ["s_suppkey", "s_nationkey"]}
+    >>> q = "SELECT n_name, s.c FROM nation, (SELECT count(*) AS c FROM supplier WHERE s_nationkey = n_nationkey) s"
+    >>> apply(sqlglot.parse_one(q, read="duckdb"), Tables()).sql("duckdb")
+    'SELECT n_name, s.c FROM nation, LATERAL (SELECT COUNT(*) AS c FROM supplier WHERE s_nationkey = n_nationkey) AS s'
 """
 
 from __future__ import annotations

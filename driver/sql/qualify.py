@@ -3,8 +3,11 @@
 ::
 
     >>> import sqlglot
-    >>> from squall.driver.catalog.snapshot import from_snapshot  # doctest: +SKIP
-    >>> # SELECT * FROM nation  →  SELECT nation.n_nationkey AS n_nationkey, … FROM nation AS nation
+    >>> class Tables:  # what the rule reads of its SqlContext: each table's columns, in order
+    ...     def table_columns(self, ast):
+    ...         return {"nation": ["n_nationkey", "n_name"]}
+    >>> apply(sqlglot.parse_one("SELECT * FROM nation", read="duckdb"), Tables()).sql("duckdb")
+    'SELECT nation.n_nationkey AS n_nationkey, nation.n_name AS n_name FROM nation AS nation'
 
 Columns are typed VARCHAR here: only their names matter (DuckDB bound the query already). A reference sqlglot
 cannot resolve is a :class:`~squall.errors.BindError`.

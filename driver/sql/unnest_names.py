@@ -2,7 +2,7 @@
 
 >>> import sqlglot
 >>> apply(sqlglot.parse_one("SELECT * FROM t, unnest(t.tags) AS u", read="duckdb"), None).sql("duckdb")
-'SELECT * FROM t, UNNEST(t.tags) AS u(u)'
+'SELECT * FROM t JOIN UNNEST(t.tags) AS u(u) ON TRUE'
 """
 
 from __future__ import annotations
