@@ -13,7 +13,7 @@ import pytest
 import sqlglot
 
 from squall.driver.catalog.listing import list_entries, list_files, list_tables
-from squall.driver.catalog.parquet import ParquetSource, pruned_column
+from squall.driver.catalog.parquet import ParquetSource
 from squall.driver.catalog.snapshot import from_snapshot, snapshot
 from squall.driver.catalog.source import (
     FilterSupport,
@@ -197,15 +197,25 @@ PREDICATES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("sql", PREDICATES)
-def test_pruned_column_is_what_min_max_pruning_reads(sql):
-    try:  # where the planner's pruning finds its constraints
-        from squall.driver.skipping.literals import column_constraint
-    except ImportError:
-        from squall.driver.estimate.selectivity import column_constraint
-    pred = sqlglot.parse_one(sql)
-    constraint = column_constraint(pred)
-    assert pruned_column(pred) == (constraint[0] if constraint else None)
+#: the predicates above that min/max statistics can prune with (the planner's skipping.minmax reads the same)
+PRUNABLE = {
+    "a > 3",
+    "3 < a",
+    "-3 <= a",
+    "a = 'x'",
+    "a BETWEEN 1 AND 2.5",
+    "a IN (1, 2)",
+    "a = CAST('2024-01-31' AS DATE)",
+}
+
+
+def test_supports_filters_says_what_min_max_pruning_reads(tmp_path):
+    pq.write_table(pa.table({"a": [1, 2], "b": [3, 4]}), tmp_path / "t.parquet")
+    source = ParquetSource("t", str(tmp_path / "t.parquet"), storage_for(str(tmp_path)))
+    got = source.supports_filters([sqlglot.parse_one(sql) for sql in PREDICATES])
+    assert [sql for sql, s in zip(PREDICATES, got, strict=True) if s is FilterSupport.INEXACT] == [
+        sql for sql in PREDICATES if sql in PRUNABLE
+    ]
 
 
 def test_stamp_follows_the_files_and_counts_no_request(root):

@@ -7,6 +7,8 @@
 - :mod:`.listing`: the one place that says which files a location names (a file, a folder, a glob in any
   path component; local or ``s3://``), the tables of a data folder, and the Iceberg and Delta folders that
   are never read as plain Parquet;
+- :mod:`.literals`: a filter read as ``column op literal`` (filter pushdown here, data skipping and
+  estimates above);
 - :mod:`.info`: ``TableInfo``, ``RowGroup``, ``ColumnChunkStats`` (what the planner reads);
 - :mod:`.scan_kinds`, :mod:`.s3select`: how workers read a table's files (Parquet row groups, S3 Select);
 - :mod:`.snapshot`: a catalog's metadata saved as JSON (the planner's fixtures plan from one).

@@ -13,8 +13,6 @@ Also here: the loader of the ``parquet`` scan kind and :func:`load_table`.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import threading
 from collections.abc import Callable, Hashable, Sequence
 
@@ -24,6 +22,7 @@ from sqlglot import exp
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import list_entries
+from squall.driver.catalog.literals import column_constraint
 from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource, open_source
 from squall.errors import DataError, NotSupportedError
 from squall.operators.storage import Storage, scheme_of, storage_for
@@ -80,7 +79,10 @@ class ParquetSource(TableSource):
         the table: row groups whose min/max exclude it are skipped; UNSUPPORTED otherwise."""
         names = set(self.schema().names)
         return [
-            FilterSupport.INEXACT if pruned_column(f) in names else FilterSupport.UNSUPPORTED for f in filters
+            FilterSupport.INEXACT
+            if (c := column_constraint(f)) and c[0] in names
+            else FilterSupport.UNSUPPORTED
+            for f in filters
         ]
 
     def stamp(self) -> Hashable | None:
@@ -92,51 +94,6 @@ class ParquetSource(TableSource):
             return tuple((e.path, e.stamp) for e in list_entries(uncounted, self.location))
         except (DataError, NotSupportedError):  # said when the table is read
             return ()
-
-
-_COMPARISONS = (exp.EQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
-
-
-def pruned_column(pred: exp.Expression) -> str | None:
-    """The column of a filter that row-group min/max statistics can prune with; None for any other.
-
-    The shapes are the planner's (``squall.driver.skipping``): ``column op literal`` either way
-    round (``=``, ``<``, ``<=``, ``>``, ``>=``), ``column BETWEEN literal AND literal`` and
-    ``column IN (literals)``, where a literal is a number, a string, a negated number or
-    ``CAST('YYYY-MM-DD' AS DATE)``.
-    """
-    if isinstance(pred, _COMPARISONS):
-        for column, other in ((pred.this, pred.expression), (pred.expression, pred.this)):
-            if isinstance(column, exp.Column):
-                return column.name if _is_literal(other) else None
-        return None
-    if isinstance(pred, exp.Between) and isinstance(pred.this, exp.Column):
-        bounds = (pred.args.get("low"), pred.args.get("high"))
-        return pred.this.name if all(_is_literal(b) for b in bounds) else None
-    if isinstance(pred, exp.In) and isinstance(pred.this, exp.Column) and not pred.args.get("query"):
-        values = pred.expressions
-        return pred.this.name if values and all(_is_literal(v) for v in values) else None
-    return None
-
-
-def _is_literal(node: exp.Expression | None) -> bool:
-    if isinstance(node, exp.Neg):
-        return isinstance(node.this, exp.Literal) and not node.this.is_string and _is_literal(node.this)
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return True
-        try:
-            decimal.Decimal(node.this)
-        except decimal.InvalidOperation:
-            return False
-        return True
-    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
-        try:
-            dt.date.fromisoformat(node.this.this)
-        except ValueError:
-            return False
-        return node.to.this == exp.DataType.Type.DATE
-    return False
 
 
 def _chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:

@@ -1,7 +1,7 @@
 """Selectivity estimates: the fraction of rows a filter passes, from column ranges and distinct counts.
 
 Estimates only steer plan choices, never results. Filters are read through the literal extraction of
-:mod:`squall.driver.skipping.literals`; min/max row-group pruning is :mod:`squall.driver.skipping.minmax`.
+:mod:`squall.driver.catalog.literals`; min/max row-group pruning is :mod:`squall.driver.skipping.minmax`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from squall.driver.skipping.literals import column_constraint
+from squall.driver.catalog.literals import column_constraint
 
 
 def _fraction(op: str, value: Any, lo: Any, hi: Any) -> float | None:

@@ -36,11 +36,11 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from squall.driver.catalog.literals import column_constraint
 from squall.driver.ir import nodes as L
 from squall.driver.options import megabytes
 from squall.driver.planner import splits
 from squall.driver.planner.core import Context
-from squall.driver.skipping.literals import column_constraint
 from squall.plan import ExchangeInput
 
 #: join kinds whose side S may go to every rank while the other side's rows stay where they are: (S, B)

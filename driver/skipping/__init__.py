@@ -17,8 +17,8 @@ scan's :class:`~squall.plan.DataSkipping`):
   matched no row (learned from what the workers report), keyed by :mod:`.predicates`: a scan's filters as
   a normalized predicate, and implication between two of them.
 
-:mod:`.literals` reads a conjunct as ``column op literal`` for all of them; the selectivity estimates
-(:mod:`squall.driver.estimate.selectivity`) read filters through it too.
+:mod:`squall.driver.catalog.literals` reads a conjunct as ``column op literal`` for all of them (and for a
+table source's filter pushdown); the selectivity estimates read filters through it too.
 
 May import: :mod:`squall.driver.ir`, :mod:`squall.driver.catalog` and :mod:`squall.driver.options`, and
 below the driver :mod:`squall.plan`, :mod:`squall.operators` (storage, for the mirrors) and

@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from squall.driver.catalog.literals import column_constraint
 from squall.driver.catalog.tables import ColumnChunkStats, RowGroup, TableInfo
-from squall.driver.skipping.literals import column_constraint
 
 
 def _may_match(op: str, value: Any, stats: ColumnChunkStats) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from squall.driver.skipping.literals import column_constraint
+from squall.driver.catalog.literals import column_constraint
 
 #: (low, low inclusive, high, high inclusive); None bounds are open
 Range = tuple[Any, bool, Any, bool]

@@ -2,9 +2,10 @@
 
 :func:`column_constraint` reads a conjunct as ``(column, op, value)`` with op one of ``eq``, ``lt``,
 ``lte``, ``gt``, ``gte``, ``between`` or ``in`` (``5 > x`` is ``x lt 5``), or None when it is not one.
-Min/max pruning (:mod:`.minmax`) and predicate keys (:mod:`.predicates`) read filters through it here;
-the selectivity estimates (:mod:`squall.driver.estimate.selectivity`) and the run-time join choice
-(:mod:`squall.driver.planner.runtime`) from above.
+A table source says which filters it prunes with through it (:meth:`.parquet.ParquetSource.supports_filters`),
+and everything above reads filters the same way: min/max pruning and predicate keys
+(:mod:`squall.driver.skipping`), the selectivity estimates (:mod:`squall.driver.estimate.selectivity`) and the
+run-time join choice (:mod:`squall.driver.planner.runtime`).
 """
 
 from __future__ import annotations
