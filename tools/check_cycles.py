@@ -28,11 +28,6 @@ import grimp
 
 _FROM_IMPORT = re.compile(r"^from\s+([\w.]+)\s+import\s+([\w\s,]+?)\s*(?:#.*)?$")
 
-#: Imports left out of the package check (never of the module check) while the branch named removes them:
-#: each makes a package cycle today. An entry that matches no import fails the check: drop it on merge.
-#: ``--no-ignores`` lists every package cycle as if this were empty.
-IGNORED_IMPORTS: tuple[tuple[str, str], ...] = ()
-
 
 def cycles(graph: grimp.ImportGraph) -> list[tuple[str, ...]]:
     """One shortest module cycle per pair of modules that import each other (deduplicated)."""
@@ -93,17 +88,13 @@ def _sibling_edge(importer: str, imported: str) -> tuple[str, str, str] | None:
     return package, here, there
 
 
-def package_cycles(
-    graph: grimp.ImportGraph, ignored: tuple[tuple[str, str], ...] = ()
-) -> list[tuple[str, tuple[str, ...], list[str]]]:
+def package_cycles(graph: grimp.ImportGraph) -> list[tuple[str, tuple[str, ...], list[str]]]:
     """(package, cycle, steps): one shortest cycle among the children of a package per pair of children
-    that import each other, with one import that makes each step (``importer -> imported``); the
-    ``ignored`` imports left out. A node equal to the package is its ``__init__``."""
+    that import each other, with one import that makes each step (``importer -> imported``). A node equal
+    to the package is its ``__init__``."""
     edges: dict[str, dict[str, set[str]]] = {}
     witness: dict[tuple[str, str], str] = {}
     for importer, imported in imports(graph):
-        if (importer, imported) in ignored:
-            continue
         sibling = _sibling_edge(importer, imported)
         if sibling is None:
             continue
@@ -146,29 +137,22 @@ def _label(node: str, package: str) -> str:
     return f"{node} (__init__)" if node == package else node
 
 
-def main(root: str, *, use_ignores: bool = True) -> int:
+def main(root: str) -> int:
     sys.path.insert(0, str(Path(root).resolve()))
     graph = grimp.build_graph("squall", cache_dir=None)
     found = cycles(graph)
     for cycle in found:
         print("import cycle: " + " -> ".join(cycle))
-    ignored = IGNORED_IMPORTS if use_ignores else ()
-    present = set(imports(graph))
-    stale = [pair for pair in ignored if pair not in present]
-    for importer, imported in stale:
-        print(f"ignored import not found (remove it from IGNORED_IMPORTS): {importer} -> {imported}")
-    packages = package_cycles(graph, ignored)
+    packages = package_cycles(graph)
     for package, cycle, steps in packages:
         print("package cycle: " + " -> ".join(_label(node, package) for node in cycle))
         for step in steps:
             print(f"    {step}")
     print(
         f"check_cycles: {len(graph.modules)} modules, {len(found)} module cycles, {len(packages)} package cycles"
-        f" ({len(ignored)} imports ignored)"
     )
-    return 1 if found or packages or stale else 0
+    return 1 if found or packages else 0
 
 
 if __name__ == "__main__":
-    args = [arg for arg in sys.argv[1:] if arg != "--no-ignores"]
-    sys.exit(main(args[0] if args else "build/srcview", use_ignores="--no-ignores" not in sys.argv[1:]))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "build/srcview"))

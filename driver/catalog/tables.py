@@ -28,9 +28,8 @@ from squall.operators.storage import Storage, scheme_of, storage_for
 
 __all__ = ["FORMATS", "SCANS", "Catalog", "ColumnChunkStats", "RowGroup", "TableInfo"]
 FORMATS = ("parquet", "csv", "json")
-SCANS = (
-    scan_kinds()
-)  # the kinds registered at import; checks use scan_kinds() (see squall.driver.catalog.scan_kinds)
+#: the kinds registered at import; checks use scan_kinds() (see squall.driver.catalog.scan_kinds)
+SCANS = scan_kinds()
 
 
 def _span(bounds: tuple[Any, Any] | None) -> float | None:
