@@ -50,7 +50,8 @@ def _pure_table_function(node: exp.Expression) -> bool:
 _STATEMENT_KINDS = (exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Pivot)
 
 
-def _where(node: exp.Expr) -> str:
+def where(node: exp.Expr) -> str:
+    """``node``'s SQL as an error message quotes it: at most 60 characters."""
     text = node.sql(DIALECT)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -73,16 +74,16 @@ def check_safe(ast: exp.Expression) -> None:
         raise UnsafeQueryError(f"only SELECT queries are allowed, not {kind}{_HINTS.get(kind, '')}")
     for node in ast.walk():
         if isinstance(node, exp.Command):
-            raise UnsafeQueryError(f"statement not allowed: {_where(node)}")
+            raise UnsafeQueryError(f"statement not allowed: {where(node)}")
         if isinstance(node, (exp.Into, exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop)):
-            raise UnsafeQueryError(f"only read-only queries are allowed: {_where(node)}")
+            raise UnsafeQueryError(f"only read-only queries are allowed: {where(node)}")
         if isinstance(node, (exp.Copy, exp.Set, exp.Pragma, exp.Attach, exp.Detach, exp.Use)):
-            raise UnsafeQueryError(f"statement not allowed: {_where(node)}")
+            raise UnsafeQueryError(f"statement not allowed: {where(node)}")
         if isinstance(node, exp.Table):
             if not isinstance(node.this, exp.Identifier) and not _pure_table_function(node):
-                raise UnsafeQueryError(f"table functions and file paths are not allowed: {_where(node)}")
+                raise UnsafeQueryError(f"table functions and file paths are not allowed: {where(node)}")
             if node.args.get("db") or node.args.get("catalog"):
-                raise UnsafeQueryError(f"qualified table names are not allowed: {_where(node)}")
+                raise UnsafeQueryError(f"qualified table names are not allowed: {where(node)}")
             if "/" in node.name or "." in node.name or "\\" in node.name:
                 raise UnsafeQueryError(f"file paths are not allowed as tables: {node.name!r}")
         if isinstance(node, exp.Func):
@@ -98,7 +99,7 @@ def check_safe(ast: exp.Expression) -> None:
             if _FORBIDDEN_FUNCTION.match(lower) and (in_from or lower not in _SCALAR_OK):
                 raise UnsafeQueryError(f"function not allowed: {name}")
             if in_from:
-                raise UnsafeQueryError(f"table functions are not allowed: {_where(node)}")
+                raise UnsafeQueryError(f"table functions are not allowed: {where(node)}")
         if isinstance(node, (exp.Parameter, exp.Placeholder)):
             raise UnsafeQueryError("unbound parameters are not allowed; bind values before sending")
 

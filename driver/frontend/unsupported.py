@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from squall.driver.frontend.parse import DIALECT
+from squall.driver.frontend.safety import where
 from squall.errors import NotSupportedError
 
 
@@ -16,9 +16,7 @@ def refuse_unsupported(ast: exp.Expression) -> None:
     """Raise NotSupportedError for the first form of ``ast`` Squall cannot answer right yet."""
     for node in ast.walk():
         if isinstance(node, exp.TableSample):
-            where = node.parent.sql(DIALECT) if node.parent is not None else node.sql(DIALECT)
-            where = where if len(where) <= 60 else where[:57] + "..."
             raise NotSupportedError(
                 f"TABLESAMPLE and USING SAMPLE are not supported yet (a sample of each rank's share is not "
-                f"DuckDB's sample): {where}"
+                f"DuckDB's sample): {where(node.parent or node)}"
             )
