@@ -38,10 +38,6 @@ def result_width(ast: exp.Expression) -> int | None:
     if not isinstance(query, exp.Select):
         return None
     for item in query.expressions:
-        if (
-            item.find(exp.Star) is not None
-            or item.find(exp.Unnest) is not None
-            or "COLUMNS" in item.sql().upper()
-        ):
+        if item.find(exp.Star, exp.Columns, exp.Unnest) is not None:
             return None
     return len(query.expressions)
