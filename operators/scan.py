@@ -9,9 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from squall.errors import DataError
 from squall.operators.scan_kinds import reader
 from squall.operators.storage import Storage
-from squall.plan import ScanInput, Split
+from squall.plan import FileRead, ScanInput, Split
 
 
 def scan_schema(spec: ScanInput) -> pa.Schema:
@@ -73,16 +74,116 @@ def read_parquet(spec: ScanInput, rank: int, storage_of: Callable[[str], Storage
 
 
 def read_splits(spec: ScanInput, splits: Sequence[Split], storage_of: Callable[[str], Storage]) -> pa.Table:
-    """Rows of ``splits`` (splits of ``spec``, any rank's) through the Storage, in the scan's schema."""
+    """Rows of ``splits`` (splits of ``spec``, any rank's) through the Storage, in the scan's schema.
+
+    A file with a :class:`~squall.plan.FileRead` in ``spec.files`` is read through it (renamed and
+    missing columns, partition constants, deleted rows); every other file holds the table's columns
+    under their own names.
+    """
     schema = scan_schema(spec)
     sources = [source for source, _name in spec.columns]
+    reads = {f.path: f for f in spec.files}
+    deletes = _DeleteCache(storage_of)
     tables = []
     for split in splits:
         storage = storage_of(split.path)
-        table = storage.read_row_groups(split.path, split.row_groups, sources)
-        tables.append(table.select(sources).rename_columns(schema.names))
+        file_read = reads.get(split.path)
+        if file_read is None:
+            table = storage.read_row_groups(split.path, split.row_groups, sources)
+            tables.append(table.select(sources).rename_columns(schema.names))
+        else:
+            tables.append(_read_mapped(split, file_read, sources, schema, storage, deletes))
     if not tables:
         return schema.empty_table()
     if len(tables) == 1:
         return tables[0].cast(schema) if tables[0].schema != schema else tables[0]
     return pa.concat_tables([t.cast(schema) if t.schema != schema else t for t in tables])
+
+
+def _read_mapped(
+    split: Split,
+    file_read: FileRead,
+    sources: list[str],
+    schema: pa.Schema,
+    storage: Storage,
+    deletes: _DeleteCache,
+) -> pa.Table:
+    """One split of a file read through its :class:`FileRead`, in the scan's schema."""
+    physical = dict(file_read.columns)
+    constants = dict(file_read.constants)
+    wanted = [physical.get(c, c) for c in sources if c not in constants and physical.get(c, c) != ""]
+    read = storage.read_row_groups(split.path, split.row_groups, list(dict.fromkeys(wanted)))
+    rows = read.num_rows
+    arrays = []
+    for source, target in zip(sources, schema):
+        if source in constants:
+            arrays.append(_constant(constants[source], target.type, rows))
+        elif (column := physical.get(source, source)) == "":
+            arrays.append(pa.nulls(rows, target.type))
+        else:
+            arrays.append(_widen(read.column(column), target.type, source, split.path))
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    deleted = deletes.positions(file_read)
+    if deleted is None:
+        return table
+    ranges = _row_ranges(split)
+    positions = (
+        np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in ranges]) if ranges else np.empty(0)
+    )
+    if len(positions) != rows:
+        raise DataError(f"cannot apply deletes to {split.path}: its rows are not numbered in the plan")
+    keep = ~np.isin(positions, deleted, assume_unique=False)
+    return table if keep.all() else table.filter(pa.array(keep))
+
+
+def _row_ranges(split: Split) -> tuple[tuple[int, int], ...]:
+    return split.row_ranges if split.row_ranges else ((0, split.rows),) if split.whole_file else ()
+
+
+def _constant(value: str | None, type_: pa.DataType, rows: int) -> pa.Array:
+    if value is None:
+        return pa.nulls(rows, type_)
+    scalar = pa.array([value], pa.string()).cast(type_)[0]
+    return pa.array([scalar.as_py()] * rows, type_) if rows else pa.array([], type_)
+
+
+def _widen(column: pa.ChunkedArray, type_: pa.DataType, name: str, path: str) -> pa.ChunkedArray:
+    if column.type == type_:
+        return column
+    try:
+        return column.cast(type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(
+            f"column {name} of {path} is {column.type}, cannot be read as {type_}: {exc}"
+        ) from None
+
+
+class _DeleteCache:
+    """Deleted row positions per data file, each position-delete file read once per call of read_splits."""
+
+    def __init__(self, storage_of: Callable[[str], Storage]) -> None:
+        self._storage_of = storage_of
+        self._files: dict[str, pa.Table] = {}
+
+    def positions(self, file_read: FileRead) -> np.ndarray | None:
+        """The sorted deleted positions of ``file_read``'s file, or None when nothing is deleted."""
+        parts = []
+        if file_read.deleted_rows:
+            parts.append(np.frombuffer(base64.b64decode(file_read.deleted_rows), dtype="<i8"))
+        for path in file_read.position_deletes:
+            table = self._read(path)
+            mask = pc.equal(table.column("file_path"), file_read.path)
+            parts.append(table.column("pos").filter(mask).to_numpy().astype(np.int64))
+        if not parts:
+            return None
+        return np.unique(np.concatenate(parts))
+
+    def _read(self, path: str) -> pa.Table:
+        if path not in self._files:
+            storage = self._storage_of(path)
+            metadata = storage.read_metadata(path)
+            table = storage.read_row_groups(
+                path, range(metadata.num_row_groups), ["file_path", "pos"], metadata
+            )
+            self._files[path] = table.cast(pa.schema([("file_path", pa.string()), ("pos", pa.int64())]))
+        return self._files[path]

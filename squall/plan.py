@@ -29,6 +29,44 @@ class Split:
 
 
 @dataclass(frozen=True)
+class FileRead:
+    """How a worker reads one data file of a table whose files are not all read as written.
+
+    A scan's ``columns`` name *table* columns; for a file listed in ``ScanInput.files`` they are
+    found through this entry (a file not listed holds every table column under its own name):
+
+    - ``columns``: (table column, column in the file) for the columns whose name in the file differs
+      (Iceberg field ids, Delta column mapping); ``""`` when the file lacks the column (schema
+      evolution: NULLs of the table's type);
+    - ``constants``: (table column, value as text, or None for NULL) for columns whose value comes
+      from the file's partition (hive ``key=value`` folders, Iceberg identity partitions, Delta
+      partition values), cast to the table's type;
+    - ``position_deletes``: Iceberg position-delete files (Parquet with ``file_path``, ``pos``) whose
+      rows naming this file are deleted;
+    - ``deleted_rows``: row positions deleted from this file (Delta deletion vectors), base64 of
+      little-endian int64s in ascending order.
+
+    Values read are cast to the scan's schema (safe widening: INT32 to INT64, FLOAT to DOUBLE, …).
+    """
+
+    path: str
+    columns: tuple[tuple[str, str], ...] = ()
+    constants: tuple[tuple[str, str | None], ...] = ()
+    position_deletes: tuple[str, ...] = ()
+    deleted_rows: str = ""
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> FileRead:
+        return FileRead(
+            d["path"],
+            tuple((a, b) for a, b in d.get("columns", ())),
+            tuple((a, b) for a, b in d.get("constants", ())),
+            tuple(d.get("position_deletes", ())),
+            d.get("deleted_rows", ""),
+        )
+
+
+@dataclass(frozen=True)
 class DataSkipping:
     """The planner's row-group skipping for one scan (see ``squall.driver.planner.skipping``).
 
@@ -102,6 +140,15 @@ class ScanInput:
     #: the row groups that straddle a bound are in both ranks' splits
     key_column: str = ""
     key_bounds: tuple[tuple[int | None, int | None], ...] = ()
+    #: how to read the files of the splits that are not read as written (see :class:`FileRead`)
+    files: tuple[FileRead, ...] = ()
+
+    def file_read(self, path: str) -> FileRead | None:
+        """The :class:`FileRead` of ``path``, or None when the file holds the table's columns as they are."""
+        for f in self.files:
+            if f.path == path:
+                return f
+        return None
 
     def splits_for(self, rank: int) -> tuple[Split, ...]:
         if self.replicated:
@@ -262,6 +309,7 @@ class Plan:
                             skipping=DataSkipping.from_dict(i["skipping"]) if i.get("skipping") else None,
                             key_column=i.get("key_column", ""),
                             key_bounds=tuple((lo, hi) for lo, hi in i.get("key_bounds", ())),
+                            files=tuple(FileRead.from_dict(f) for f in i.get("files", ())),
                         )
                     )
                 else:

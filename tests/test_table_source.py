@@ -164,7 +164,7 @@ def test_parquet_source_files_schema_statistics(root):
     assert [(g.index, g.num_rows, g.first_row) for g in groups] == [(0, 2, 0), (1, 1, 2), (0, 1, 0)]
     assert (groups[0].columns["a"].min, groups[1].columns["a"].max) == (4, 6)
     info = source.table_info()
-    assert info.files == tuple(f.path for f in files) and info.num_rows == 4 and info.partitions == {}
+    assert info.files == tuple(f.path for f in files) and info.num_rows == 4 and info.file_reads == {}
     assert source.table_info() is info  # footers read once per source
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from squall.plan import FileRead
+
 
 @dataclass(frozen=True)
 class ColumnChunkStats:
@@ -52,9 +54,14 @@ class TableInfo:
     scan: str = "parquet"
     #: options of the scan operator (e.g. format=csv), as sorted (key, value) pairs
     scan_options: tuple[tuple[str, str], ...] = ()
-    #: partition values of each file that has them (path -> {column: value}), from the table's source
-    #: (:mod:`squall.driver.catalog.source`); empty for plain Parquet
-    partitions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, repr=False)
+    #: how workers read each file that does not hold the table's columns as written (path -> FileRead:
+    #: renamed or missing columns, partition values, deletes), from the table's source
+    #: (:mod:`squall.driver.catalog.source`); empty for plain Parquet files of one schema. Row-group
+    #: statistics are keyed by *table* column (a partition column's min = max = its value)
+    file_reads: Mapping[str, FileRead] = field(default_factory=dict, compare=False, repr=False)
+    #: what the planner and explain should say about the table's source: format, pinned snapshot,
+    #: partitions and files kept of total, as (key, value) pairs
+    source_notes: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def num_rows(self) -> int:

@@ -28,12 +28,13 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
 from squall.driver.catalog.info import RowGroup, TableInfo
-from squall.errors import OptionError
+from squall.errors import NotSupportedError, OptionError
 from squall.operators.storage import Storage
 from squall.registry import Registry
 
@@ -102,6 +103,11 @@ class TableSource(ABC):
         Default: nothing (:attr:`FilterSupport.UNSUPPORTED`).
         """
         return [FilterSupport.UNSUPPORTED for _ in filters]
+
+    def at(self, version: int | None = None, timestamp: datetime | None = None) -> TableSource:
+        """The table as it was at snapshot/version ``version`` or at ``timestamp`` (time travel), one of
+        them given. Default: NotSupportedError (the source keeps no history)."""
+        raise NotSupportedError(f"table {self.name} ({self.kind} files) has no versions to travel to")
 
     def stamp(self) -> Hashable | None:
         """A value that changes when the table's data changes; None when the source cannot tell

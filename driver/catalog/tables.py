@@ -206,9 +206,18 @@ class Catalog:
         if info.scan != "parquet":  # no cheap sample: a guess of one distinct value per 10 rows
             return max(1, info.num_rows // 10)
         sample = info.row_groups[0]
+        file_read = info.file_reads.get(sample.path)
+        if file_read is not None and column in dict(file_read.constants):  # a partition column
+            values = {dict(fr.constants).get(column) for fr in info.file_reads.values()}
+            with self._lock:
+                self._ndv[key] = max(1, len(values))
+            return self._ndv[key]
+        physical = dict(file_read.columns).get(column, column) if file_read is not None else column
+        if physical == "":  # not in the sampled file: no sample, guess
+            return max(1, info.num_rows // 10)
         data = (
-            self.storage(info.location)
-            .read_row_groups(sample.path, [sample.index], [column], info.footers.get(sample.path))
+            self.storage(sample.path)
+            .read_row_groups(sample.path, [sample.index], [physical], info.footers.get(sample.path))
             .column(0)
         )
         if pa.types.is_string_view(data.type) or pa.types.is_binary_view(data.type):

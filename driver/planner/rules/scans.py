@@ -11,12 +11,14 @@ that is only scans, filters, projections and inner joins, over at most
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections import Counter
 from typing import cast
 
 import pyarrow as pa
 from sqlglot import exp
 
+from squall.driver.catalog.info import TableInfo
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef
 from squall.driver.planner import skipping
@@ -25,7 +27,7 @@ from squall.driver.planner.joinfilter import apply_filters
 from squall.driver.planner.splits import balance, replicable, split_row_groups
 from squall.driver.planner.steal import stealable
 from squall.driver.skipping.minmax import prune_row_groups
-from squall.plan import Output, ScanInput, Split
+from squall.plan import FileRead, Output, ScanInput, Split
 
 REQUIRED = True  # no other rule plans these nodes
 NODES = (L.Scan, L.Values)
@@ -91,6 +93,7 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
         scan_options=info.scan_options,
         steal=steal,
         skipping=skipping.without_probe(skipped, "not probed: a stealing scan") if steal else skipped,
+        files=_file_reads(info, splits, {source for source, _i in node.columns}),
     )
     out: L.Node = InputRef(name, node.names)
     if node.filters:
@@ -99,6 +102,26 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
             pred = cast(exp.Expression, exp.and_(*[f.copy() for f in node.filters]))
         out = L.Filter(out, pred)
     return out
+
+
+def _file_reads(
+    info: TableInfo, splits: tuple[tuple[Split, ...], ...], columns: set[str]
+) -> tuple[FileRead, ...]:
+    """The FileReads of the files the splits read, cut to the scanned columns."""
+    if not info.file_reads:
+        return ()
+    paths = sorted({sp.path for per_rank in splits for sp in per_rank} & set(info.file_reads))
+    out = []
+    for path in paths:
+        fr = info.file_reads[path]
+        out.append(
+            dataclasses.replace(
+                fr,
+                columns=tuple(c for c in fr.columns if c[0] in columns),
+                constants=tuple(c for c in fr.constants if c[0] in columns),
+            )
+        )
+    return tuple(out)
 
 
 __all__ = ["broadcast", "broadcast_built", "plan", "replicable"]
