@@ -122,9 +122,12 @@ def test_on_s3_too(lake):
                 )
         base = f"s3://{BUCKET}/{prefix}"
         storage = storage_for(f"{base}/", {"endpoint_url": server.endpoint_url})
-        assert [n for n, _ in list_tables(storage, f"{base}/data/")] == ["plain", "sales"]
+        assert [t[::2] for t in list_tables(storage, f"{base}/data/")] == [
+            ("plain", "parquet"),
+            ("sales", "delta"),
+        ]
         assert list_tables(storage, f"{base}/warehouse/ns/events/") == [
-            ("events", f"{base}/warehouse/ns/events/")
+            ("events", f"{base}/warehouse/ns/events/", "iceberg")
         ]
         catalog = Catalog({"endpoint_url": server.endpoint_url})
         catalog.register_folder(f"{base}/data/")

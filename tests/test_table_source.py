@@ -266,15 +266,15 @@ def test_catalog_version_follows_the_source_stamp(root):
 def test_list_tables_local(root):
     storage = storage_for(str(root))
     assert list_tables(storage, str(root)) == [
-        ("events", str(root / "events")),
-        ("nation", str(root / "nation.parquet")),
-        ("region", str(root / "region")),
+        ("events", str(root / "events"), "parquet"),
+        ("nation", str(root / "nation.parquet"), "parquet"),
+        ("region", str(root / "region"), "parquet"),
     ]
     # only partitions: the folder is one table
-    assert list_tables(storage, str(root / "events")) == [("events", str(root / "events"))]
-    assert list_tables(storage, f"file://{root}/events/") == [("events", f"{root}/events/")]
+    assert list_tables(storage, str(root / "events")) == [("events", str(root / "events"), "parquet")]
+    assert list_tables(storage, f"file://{root}/events/") == [("events", f"{root}/events/", "parquet")]
     sub = str(root / "events/year=2025/sub")  # part-9 is no table name: the folder is the table
-    assert list_tables(storage, sub) == [("sub", sub)]
+    assert list_tables(storage, sub) == [("sub", sub, "parquet")]
 
 
 def test_register_folder(root):
@@ -356,11 +356,11 @@ def test_s3_parquet_source(s3):
 def test_s3_list_tables_and_register_folder(s3):
     endpoint, base = s3
     assert list_tables(_s3_storage(endpoint), base) == [
-        ("events", f"{base}/events/"),
-        ("nation", f"{base}/nation.parquet"),
-        ("region", f"{base}/region/"),
+        ("events", f"{base}/events/", "parquet"),
+        ("nation", f"{base}/nation.parquet", "parquet"),
+        ("region", f"{base}/region/", "parquet"),
     ]
-    assert list_tables(_s3_storage(endpoint), f"{base}/events") == [("events", f"{base}/events/")]
+    assert list_tables(_s3_storage(endpoint), f"{base}/events") == [("events", f"{base}/events/", "parquet")]
     catalog = Catalog({"endpoint_url": endpoint})
     assert catalog.register_folder(base) == ["events", "nation", "region"]
     assert catalog.table("events").num_rows == 7

@@ -153,34 +153,75 @@ def table_name(stem: str) -> str:
     return name if not name[0].isdigit() else "t_" + name
 
 
-def list_tables(storage: Storage, folder: str) -> list[tuple[str, str]]:
-    """(name, location) of the tables in data folder ``folder``, sorted by name; one recursive listing.
+#: file suffixes of each plain-file table format, as ``--data`` finds ``<table><suffix>`` files
+FILE_FORMATS: dict[str, tuple[str, ...]] = {
+    "parquet": PARQUET,
+    "csv": (".csv", ".csv.gz", ".csv.zst", ".tsv", ".tsv.gz"),
+    "json": (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz"),
+}
 
-    Tables are ``<name>.parquet`` files and ``<name>/`` folders holding visible Parquet files
-    at any depth (names that are SQL identifiers, not starting with ``.`` or ``_``; a file
-    wins over a folder of the same name). An object-store folder's location keeps its ``/``
-    (naming a prefix then costs no lookup). When there are none but the folder itself holds
-    Parquet files or partitions (``year=2024/``), or is an Iceberg or Delta table, it is one table, named
-    after it (a lake table is refused when it is read). [] when the folder holds no Parquet file.
+
+def file_format(path: str) -> tuple[str, str] | None:
+    """(format, suffix) of a data file by its name (``orders.csv.gz``: ``("csv", ".csv.gz")``); None if not one."""
+    name = path.rpartition("/")[2]
+    for fmt, suffixes in FILE_FORMATS.items():
+        for suffix in sorted(suffixes, key=len, reverse=True):
+            if name.endswith(suffix) and len(name) > len(suffix):
+                return fmt, suffix
+    return None
+
+
+def list_tables(storage: Storage, folder: str) -> list[tuple[str, str, str]]:
+    """(name, location, format) of the tables in data folder ``folder``, sorted by name; one recursive listing.
+
+    Tables are ``<name>.parquet``, ``<name>.csv[.gz|.zst]`` and ``<name>.json|.jsonl|.ndjson[.gz]``
+    files (:data:`FILE_FORMATS`) and ``<name>/`` folders: an Iceberg table (``iceberg``), a Delta
+    table (``delta``), or visible data files at any depth, hive partitions included (the format of
+    its first file). Names are SQL identifiers not starting with ``.`` or ``_``; a file wins over a
+    folder of the same name. An object-store folder's location keeps its ``/`` (naming a prefix
+    then costs no lookup). When there are none but the folder itself holds data files or
+    partitions (``year=2024/``), or is an Iceberg or Delta table, it is one table, named after it.
+    [] when the folder holds no data file.
     """
     local = scheme_of(folder) == "file"
     folder = folder.removeprefix("file://") if local else folder
     base = folder if folder.endswith("/") else folder + "/"
-    found: dict[str, str] = {}
-    whole = False
     listed = sorted(storage.list_folder(base, recursive=True) or [], key=lambda e: e.path)
-    if lake_format([e.path[len(base) :] for e in listed]) is not None:  # the folder is one (refused) table
-        whole, listed = True, []
-    for entry in listed:
-        if not visible(entry.path):
+    relative = [e.path[len(base) :] for e in listed]
+    stem = os.path.basename(os.path.normpath(folder)) if local else folder.rstrip("/").rpartition("/")[2]
+    whole = lake_format(relative)
+    if whole is not None:  # the folder is one lake table
+        return [(table_name(stem), folder if local else base, whole)]
+    files: dict[str, tuple[str, str]] = {}
+    folders: dict[str, list[str]] = {}
+    whole_fmt = None
+    for path in relative:
+        first, sep, rest = path.partition("/")
+        if sep:
+            folders.setdefault(first, []).append(rest)
+            if "=" in first and whole_fmt is None and visible(path, _SUFFIXES) and (f := file_format(path)):
+                whole_fmt = f[0]
+        elif visible(path, _SUFFIXES) and (f := file_format(path)):
+            name = first[: -len(f[1])]
+            files.setdefault(name, (base + first, f[0]))
+            whole_fmt = whole_fmt or f[0]
+    found: dict[str, tuple[str, str]] = {}
+    for name, (location, fmt) in files.items():
+        if NAME.match(name) and not name.startswith("_"):
+            found[name] = (location, fmt)
+    for name, paths in folders.items():
+        if not NAME.match(name) or name.startswith("_") or name in found:
             continue
-        first, sep, _rest = entry.path[len(base) :].partition("/")
-        whole = whole or not sep or "=" in first
-        name = first if sep else first.removesuffix(".parquet")
-        if NAME.match(name) and not first.startswith((".", "_")):
-            location = (base + first if local else base + first + "/") if sep else entry.path
-            found.setdefault(name, location)
-    if not found and whole:
-        stem = os.path.basename(os.path.normpath(folder)) if local else folder.rstrip("/").rpartition("/")[2]
-        return [(table_name(stem), folder if local else base)]
-    return sorted(found.items())
+        fmt = lake_format(paths) or next(
+            (f[0] for p in paths if visible(p, _SUFFIXES) and (f := file_format(p))), None
+        )
+        if fmt is not None:
+            found[name] = (base + name if local else base + name + "/", fmt)
+    if not found and whole_fmt is not None:
+        return [(table_name(stem), folder if local else base, whole_fmt)]
+    if whole_fmt is not None and any("=" in name for name in folders):  # a hive-partitioned folder
+        return [(table_name(stem), folder if local else base, whole_fmt)]
+    return sorted((name, location, fmt) for name, (location, fmt) in found.items())
+
+
+_SUFFIXES = tuple(suffix for suffixes in FILE_FORMATS.values() for suffix in suffixes)

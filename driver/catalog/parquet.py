@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
-from squall.driver.catalog.listing import list_entries
+from squall.driver.catalog.listing import LAKE_FORMATS, list_entries, refuse_lake_table
 from squall.driver.catalog.literals import column_constraint
-from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource, open_source
+from squall.driver.catalog.source import SOURCES, FilterSupport, SourceFile, TableSource, open_source
 from squall.errors import DataError, NotSupportedError
 from squall.operators.storage import Storage, scheme_of, storage_for
 
@@ -163,11 +163,17 @@ class ParquetTables:
     """The loader of the ``parquet`` scan kind (see :mod:`squall.driver.catalog.scan_kinds`): the table's
     source (named like its format), read with the Storage's projected row-group reads."""
 
-    formats = ("parquet",)
+    formats = ("parquet", "iceberg", "delta", "csv", "json")
     schemes = None
 
     @staticmethod
     def load(name: str, location: str, storage: Storage, fmt: str) -> TableInfo:
+        if fmt in LAKE_FORMATS and fmt not in SOURCES:
+            refuse_lake_table(
+                location, [{"iceberg": "metadata/v1.metadata.json", "delta": "_delta_log/0.json"}[fmt]]
+            )
+        if fmt not in SOURCES:
+            raise NotSupportedError(f"table {name}: {fmt} tables are not read yet ({location})")
         return open_source(fmt, name, location, storage).table_info()
 
 

@@ -27,7 +27,8 @@ from squall.errors import DataError, OptionError
 from squall.operators.storage import Storage, scheme_of, storage_for
 
 __all__ = ["FORMATS", "SCANS", "Catalog", "ColumnChunkStats", "RowGroup", "TableInfo"]
-FORMATS = ("parquet", "csv", "json")
+#: table formats: files (parquet, csv, json) and lake tables (iceberg, delta: read by their own source)
+FORMATS = ("parquet", "csv", "json", "iceberg", "delta")
 #: the kinds registered at import; checks use scan_kinds() (see squall.driver.catalog.scan_kinds)
 SCANS = scan_kinds()
 
@@ -164,9 +165,9 @@ class Catalog:
         found = list_tables(storage, folder)
         if not found and not local:
             raise DataError(f"no tables (<table>.parquet or <table>/ with Parquet files) under {folder}")
-        for name, location in found:
-            self.register(name, location)
-        return [name for name, _location in found]
+        for name, location, fmt in found:
+            self.register(name, location, format=fmt)
+        return [name for name, _location, _fmt in found]
 
     def source(self, name: str) -> TableSource:
         """The source of table ``name`` (a fresh handle: no I/O until asked), named like its format."""
