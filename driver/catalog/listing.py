@@ -212,11 +212,11 @@ def list_tables(storage: Storage, folder: str) -> list[tuple[str, str, str]]:
     for name, paths in folders.items():
         if not NAME.match(name) or name.startswith("_") or name in found:
             continue
-        fmt = lake_format(paths) or next(
+        folder_fmt = lake_format(paths) or next(
             (f[0] for p in paths if visible(p, _SUFFIXES) and (f := file_format(p))), None
         )
-        if fmt is not None:
-            found[name] = (base + name if local else base + name + "/", fmt)
+        if folder_fmt is not None:
+            found[name] = (base + name if local else base + name + "/", folder_fmt)
     if not found and whole_fmt is not None:
         return [(table_name(stem), folder if local else base, whole_fmt)]
     if whole_fmt is not None and any("=" in name for name in folders):  # a hive-partitioned folder

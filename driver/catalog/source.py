@@ -104,6 +104,16 @@ class TableSource(ABC):
         """
         return [FilterSupport.UNSUPPORTED for _ in filters]
 
+    def scan_info(self, filters: Sequence[exp.Expression]) -> TableInfo:
+        """The table as one scan with ``filters`` (over the table's column names, ANDed) reads it.
+
+        A source that can rule files out before reading them (partition values, manifests) returns
+        only the files that may hold matching rows, and says what it pruned in
+        ``TableInfo.source_notes``; row groups are pruned afterwards by the planner's min/max
+        skipping either way. Default: :meth:`table_info` (every file).
+        """
+        return self.table_info()
+
     def at(self, version: int | None = None, timestamp: datetime | None = None) -> TableSource:
         """The table as it was at snapshot/version ``version`` or at ``timestamp`` (time travel), one of
         them given. Default: NotSupportedError (the source keeps no history)."""

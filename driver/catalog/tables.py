@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import NAME as _NAME
@@ -56,6 +57,7 @@ class Catalog:
         # lower name -> (name, location, format, scan)
         self._locations: dict[str, tuple[str, str, str, str]] = {}
         self._tables: dict[str, TableInfo] = {}
+        self._sources: dict[str, TableSource] = {}  # lower name -> its source, kept for scan_table
         self._storages: dict[str, Storage] = {}
         self._storage_options = dict(storage_options or {})
         self._ndv: dict[tuple[str, str], int] = {}
@@ -118,6 +120,7 @@ class Catalog:
     def _forget(self, key: str) -> None:
         """Drop what was read of table ``key`` (footers, distinct-value estimates); the lock is held."""
         self._tables.pop(key, None)
+        self._sources.pop(key, None)
         for ndv_key in [k for k in self._ndv if k[0] == key]:
             del self._ndv[ndv_key]
 
@@ -238,6 +241,29 @@ class Catalog:
         with self._lock:
             self._ndv[key] = int(estimate)
         return self._ndv[key]
+
+    def scan_table(self, name: str, filters: Sequence[exp.Expression]) -> TableInfo:
+        """Table ``name`` as one scan with ``filters`` (table column names) reads it: its source may
+        leave out files the filters rule out before they are opened (:meth:`TableSource.scan_info`);
+        the whole table when its scan kind is not ``parquet``."""
+        info = self.table(name)
+        if info.scan != "parquet" or not filters:
+            return info
+        return self._source(name.lower()).scan_info(filters)
+
+    def _source(self, key: str) -> TableSource:
+        """The kept source of table ``key`` (made once per registration, so it keeps what it read)."""
+        with self._lock:
+            source = self._sources.get(key)
+            entry = self._locations.get(key)
+        if source is not None:
+            return source
+        if entry is None:
+            raise DataError(f"unknown table {key}")
+        real_name, location, fmt, _scan = entry
+        source = open_source(fmt, real_name, location, self.storage(location))
+        with self._lock:
+            return self._sources.setdefault(key, source)
 
     def table(self, name: str) -> TableInfo:
         key = name.lower()

@@ -58,8 +58,8 @@ def broadcast_built(ctx: Context, node: L.Node, dist: Dist) -> L.Node:
 
 
 def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
-    info = ctx.catalog.table(node.table)
     source_of = {internal: source for source, internal in node.columns}
+    info = ctx.catalog.scan_table(node.table, _table_filters(node.filters, source_of))
     groups, skipped = skipping.for_scan(
         ctx, info, node, source_of, prune_row_groups(info, source_of, node.filters)
     )
@@ -101,6 +101,20 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
         if len(node.filters) > 1:
             pred = cast(exp.Expression, exp.and_(*[f.copy() for f in node.filters]))
         out = L.Filter(out, pred)
+    return out
+
+
+def _table_filters(filters: tuple[exp.Expression, ...], source_of: dict[str, str]) -> list[exp.Expression]:
+    """The scan's filters over the table's own column names (those over its columns only)."""
+    out = []
+    for f in filters:
+        columns = list(f.find_all(exp.Column))
+        if columns and all(c.name in source_of for c in columns):
+            out.append(
+                f.transform(
+                    lambda n: exp.column(source_of[n.name], quoted=True) if isinstance(n, exp.Column) else n
+                )
+            )
     return out
 
 
