@@ -1,26 +1,44 @@
 """Result comparison for correctness tests: a Squall result against DuckDB's answer to the same SQL.
 
-Rules (:func:`compare_results`):
+The one comparator of every suite, benchmark and the fuzzer (:func:`compare_results`,
+:func:`assert_same_result`). Rules:
 
-- Same number of columns, same column names (exactly, in order), same number of rows.
-- Values: float and decimal columns (and a column that is integer on one side and float/decimal on the other)
-  compare numerically with ``math.isclose(rel_tol, abs_tol)``; NaN equals NaN. Every other type (integers,
-  strings, dates, timestamps, booleans, nested values) compares exactly. NULL equals NULL and nothing else.
-- Order: the SQL is parsed with sqlglot (dialect duckdb). Without an ORDER BY on the outermost query the rows
-  compare as multisets. With one, each ORDER BY item is mapped to an output column (an ordinal ``ORDER BY 2``,
-  a select-list alias, an expression equal to a select-list item, or an output column name; DuckDB's
-  ``ORDER BY ALL`` is every output column); then the
-  sequence of ORDER BY keys must be the same in both tables (float keys within tolerance), and within each
-  run of equal keys (a tie group, taken from ``expected``) the rows compare as multisets. When the outermost
-  query also has a LIMIT and the result has exactly LIMIT rows, the last tie group may have been cut by the
-  limit, so only its keys are checked (with an OFFSET the same holds for the first tie group).
-- Fallbacks: if an ORDER BY item cannot be mapped to an output column (ordering by an expression that is not
-  in the output), or the SQL does not parse, the order cannot be checked: the rows compare as multisets,
-  i.e. both tables must hold the same rows. A LIMIT without ORDER BY may return any rows: if the result has
-  exactly LIMIT rows only the row count and the columns are checked.
+- **Shape and names**: the same number of columns, the same column names (exactly, in order), the same
+  number of rows.
+- **Types**: each column's Arrow type must equal DuckDB's, recursively (struct field names included). The
+  only equivalences are encodings of one logical type that DuckDB itself emits either way depending on its
+  settings, so Squall's choice cannot be wrong: ``string`` = ``large_string`` = ``string_view``; ``binary`` =
+  ``large_binary`` = ``binary_view``; ``list`` = ``large_list`` = ``list_view`` = ``large_list_view`` (their
+  item types compared by the same rules). Field nullability is not a type. Everything else is exact: INTEGER
+  is not BIGINT or DOUBLE, DECIMAL(38,2) is not DECIMAL(18,2) nor DOUBLE, a date is not a timestamp, a
+  timestamp's unit and time zone count.
+- **Values**: DECIMAL, integers, strings, dates, timestamps, booleans compare exactly. Floating point (also
+  inside nested values) compares within a tolerance scaled to the magnitude of the two values:
+  ``|a - b| <= rel_tol * max(|a|, |b|) + abs_tol`` (defaults ``rel_tol=1e-9``, ``abs_tol=1e-12``): a float
+  sum or average computed in another order differs by a few ulps of the values summed, far below 1e-9 of the
+  result unless the sum cancels. NULL equals only NULL; NaN equals only NaN (a NULL is not a NaN); -0.0
+  equals 0.0; +inf equals only +inf.
+- **Order**: the SQL is parsed with sqlglot (dialect duckdb). Without an ORDER BY on the outermost query the
+  rows compare as multisets. With one, each ORDER BY item is mapped to an output column (an ordinal
+  ``ORDER BY 2``, a select-list alias, an expression equal to a select-list item, or an output column name;
+  DuckDB's ``ORDER BY ALL`` is every output column); the sequence of ORDER BY keys must then be the same in
+  both tables (float keys within tolerance), and within each run of equal keys (a tie group, taken from
+  ``expected``) the rows compare as multisets — every row and column is checked.
+- **LIMIT/OFFSET and ties**: with ``ORDER BY … LIMIT n`` and exactly n rows, the last tie group may have been
+  cut by the limit, so another engine may legitimately return other rows with the same keys. Where the
+  rows of that group differ from DuckDB's, they are accepted only if they are among the rows DuckDB could
+  have returned: ``reference`` (a callable or a DuckDB connection that answers SQL) runs the query again
+  with the limit raised by ``_CANDIDATE_ROWS`` and without the offset; the actual rows of the cut group must
+  be a sub-multiset of all rows with the group's keys (the same for the first group when an OFFSET may cut
+  it). Without ``reference`` a differing cut group fails (the ties are not proven). A LIMIT without ORDER BY
+  may return any rows: with ``reference`` the actual rows must be a sub-multiset of the unlimited answer
+  (when it has at most ``_CANDIDATE_ROWS`` more rows), without it only the row count and columns are checked.
+- **Fallbacks**: if an ORDER BY item cannot be mapped to an output column (ordering by an expression that is
+  not in the output), or the SQL does not parse, the order cannot be checked: the rows compare as
+  multisets, i.e. both tables must hold the same rows.
 
-Multiset comparison groups rows by their exact columns and matches the approximate (float/decimal) parts
-within each group: first in sorted order, then greedily, which finds a match in every realistic case.
+Multiset comparison groups rows by their exact columns and matches the floating-point parts within each
+group: first in sorted order, then greedily, which finds a match in every realistic case.
 """
 
 from __future__ import annotations
@@ -28,7 +46,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -37,10 +55,15 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-__all__ = ["assert_same_result", "compare_results"]
+__all__ = ["assert_same_result", "compare_results", "type_problem"]
 
 _MAX_EXAMPLES = 3
 _UNKNOWN_LIMIT = -1
+_CANDIDATE_ROWS = 10_000  # how far past the limit ``reference`` looks for rows tied with a cut group
+REL_TOL = 1e-9
+ABS_TOL = 1e-12
+
+Reference = Callable[[str], pa.Table] | Any  # a callable, or anything with .sql(sql).to_arrow_table()
 
 
 @dataclass(frozen=True)
@@ -50,16 +73,63 @@ class _Ordering:
     keys: tuple[int, ...] | None  # output column indices of ORDER BY; None: no (usable) ORDER BY
     has_order_by: bool
     limit: int | None  # None: no limit; _UNKNOWN_LIMIT: a limit that is not an integer literal
-    offset: bool
+    offset: int | None  # None: no offset; _UNKNOWN_LIMIT: not an integer literal
     note: str | None = None  # why the ORDER BY could not be used
 
 
-def _is_approx_type(t: pa.DataType) -> bool:
-    return pa.types.is_floating(t) or pa.types.is_decimal(t)
+# --- types ------------------------------------------------------------------------------------------------
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float | Decimal) and not isinstance(v, bool)
+def _type_family(t: pa.DataType) -> str:
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    ):
+        return "list"
+    return ""
+
+
+def type_problem(actual: pa.DataType, expected: pa.DataType) -> str | None:
+    """None if ``actual`` equals ``expected`` up to the documented equivalences, else how they differ."""
+    family = _type_family(expected)
+    if family and family == _type_family(actual):
+        if family != "list":
+            return None
+        return type_problem(actual.value_type, expected.value_type)
+    if actual.id != expected.id or actual.num_fields != expected.num_fields:
+        return f"{actual} vs {expected}"
+    if pa.types.is_struct(expected):
+        for i in range(expected.num_fields):
+            fa, fe = actual.field(i), expected.field(i)
+            if fa.name != fe.name or type_problem(fa.type, fe.type) is not None:
+                return f"{actual} vs {expected}"
+        return None
+    if pa.types.is_map(expected):
+        if type_problem(actual.key_type, expected.key_type) or type_problem(actual.item_type, expected.item_type):
+            return f"{actual} vs {expected}"
+        return None
+    if pa.types.is_fixed_size_list(expected):
+        if actual.list_size != expected.list_size or type_problem(actual.value_type, expected.value_type):
+            return f"{actual} vs {expected}"
+        return None
+    return None if actual.equals(expected) else f"{actual} vs {expected}"
+
+
+def _has_float(t: pa.DataType) -> bool:
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return _has_float(t.value_type)
+    return any(_has_float(t.field(i).type) for i in range(t.num_fields))
+
+
+# --- the ORDER BY / LIMIT of the SQL ------------------------------------------------------------------
 
 
 def _hashable(v: Any) -> Any:
@@ -67,6 +137,10 @@ def _hashable(v: Any) -> Any:
         return tuple(_hashable(x) for x in v)
     if isinstance(v, dict):
         return tuple((k, _hashable(x)) for k, x in v.items())
+    if isinstance(v, float) and math.isnan(v):
+        return ("NaN",)  # NaN != NaN would split equal rows
+    if isinstance(v, Decimal) and v.is_nan():
+        return ("NaN",)
     return v
 
 
@@ -113,13 +187,7 @@ def _map_order_item(
     return lowered.index(wanted.lower()) if wanted.lower() in lowered else None
 
 
-def _ordering(sql: str, names: Sequence[str]) -> _Ordering:
-    try:
-        node = _outermost(sqlglot.parse_one(sql, dialect="duckdb"))
-    except sqlglot.errors.SqlglotError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return _Ordering(None, False, None, False, note=f"the SQL does not parse ({first})")
-
+def _limit_and_offset(node: exp.Expr) -> tuple[int | None, int | None]:
     limit: int | None = None
     limit_node = node.args.get("limit")
     if isinstance(limit_node, exp.Limit):
@@ -130,8 +198,22 @@ def _ordering(sql: str, names: Sequence[str]) -> _Ordering:
     elif isinstance(limit_node, exp.Fetch):
         value = _literal_int(limit_node.args.get("count"))
         limit = _UNKNOWN_LIMIT if value is None else value
-    offset = node.args.get("offset") is not None
+    offset_node = node.args.get("offset")
+    offset: int | None = None
+    if offset_node is not None:
+        value = _literal_int(offset_node.expression if isinstance(offset_node, exp.Offset) else offset_node)
+        offset = _UNKNOWN_LIMIT if value is None else value
+    return limit, offset
 
+
+def _ordering(sql: str, names: Sequence[str]) -> _Ordering:
+    try:
+        node = _outermost(sqlglot.parse_one(sql, dialect="duckdb"))
+    except sqlglot.errors.SqlglotError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return _Ordering(None, False, None, None, note=f"the SQL does not parse ({first})")
+
+    limit, offset = _limit_and_offset(node)
     order = node.args.get("order")
     if not isinstance(order, exp.Order) or not order.expressions:
         return _Ordering(None, False, limit, offset)
@@ -149,15 +231,33 @@ def _ordering(sql: str, names: Sequence[str]) -> _Ordering:
             continue
         index = _map_order_item(item, projections, names)
         if index is None:
-            return _Ordering(
-                None,
-                True,
-                limit,
-                offset,
-                note=f"ORDER BY {item.sql(dialect='duckdb')} is not an output column",
-            )
+            note = f"ORDER BY {item.sql(dialect='duckdb')} is not an output column"
+            return _Ordering(None, True, limit, offset, note=note)
         keys.append(index)
     return _Ordering(tuple(keys), True, limit, offset)
+
+
+def _widened_sql(sql: str, limit: int, offset: int) -> str | None:
+    """``sql`` without its outermost OFFSET and with LIMIT ``offset + limit + _CANDIDATE_ROWS``."""
+    try:
+        root = sqlglot.parse_one(sql, dialect="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return None
+    node = _outermost(root)
+    node.set("offset", None)
+    node.set("limit", exp.Limit(expression=exp.Literal.number(offset + limit + _CANDIDATE_ROWS)))
+    return root.sql(dialect="duckdb")
+
+
+def _run_reference(reference: Reference, sql: str) -> pa.Table:
+    out = reference.sql(sql) if hasattr(reference, "sql") else reference(sql)
+    for method in ("to_arrow_table", "to_arrow", "arrow"):  # a DuckDB relation, a Squall result
+        if not isinstance(out, pa.Table) and hasattr(out, method):
+            out = getattr(out, method)()
+    return out
+
+
+# --- values -----------------------------------------------------------------------------------------------
 
 
 class _Comparer:
@@ -171,14 +271,22 @@ class _Comparer:
         self.abs_tol = abs_tol
 
     def close(self, a: Any, b: Any) -> bool:
+        """Equal, floats within tolerance (also inside lists and structs)."""
         if a is None or b is None:
             return a is None and b is None
-        if _is_number(a) and _is_number(b):
-            fa, fb = float(a), float(b)
-            if math.isnan(fa) or math.isnan(fb):
-                return math.isnan(fa) and math.isnan(fb)
-            return math.isclose(fa, fb, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
-        return a == b
+        if isinstance(a, float) and isinstance(b, float):
+            if math.isnan(a) or math.isnan(b):
+                return math.isnan(a) and math.isnan(b)
+            if math.isinf(a) or math.isinf(b):
+                return a == b
+            return abs(a - b) <= self.rel_tol * max(abs(a), abs(b)) + self.abs_tol
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(self.close(x, y) for x, y in zip(a, b, strict=True))
+        if isinstance(a, dict) and isinstance(b, dict):
+            return list(a) == list(b) and all(self.close(a[k], b[k]) for k in a)
+        if isinstance(a, tuple) and isinstance(b, tuple):  # maps as lists of (key, value)
+            return len(a) == len(b) and all(self.close(x, y) for x, y in zip(a, b, strict=True))
+        return type(a) is type(b) and _hashable(a) == _hashable(b)
 
     def values_equal(self, cols: Sequence[int], a: Sequence[Any], b: Sequence[Any]) -> bool:
         """Compare two rows (or key tuples) position by position; ``cols`` gives each position's column."""
@@ -193,20 +301,23 @@ class _Comparer:
         for v in values:
             if v is None:
                 out.append((0,))
-            elif _is_number(v):
-                f = float(v)
-                out.append((2,) if math.isnan(f) else (1, f))
+            elif isinstance(v, float):
+                out.append((2,) if math.isnan(v) else (1, v))
             else:
                 out.append((3, repr(v)))
         return tuple(out)
 
-    def multiset_diff(self, actual: list[tuple[Any, ...]], expected: list[tuple[Any, ...]]) -> str | None:
-        """Describe how two lists of rows differ as multisets, or None if they are equal."""
-        groups_a: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
-        groups_e: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
-        for rows, groups in ((actual, groups_a), (expected, groups_e)):
-            for row in rows:
-                groups[tuple(_hashable(row[i]) for i in self.exact_cols)].append(row)
+    def _groups(self, rows: list[tuple[Any, ...]]) -> dict[Any, list[tuple[Any, ...]]]:
+        groups: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
+        for row in rows:
+            groups[tuple(_hashable(row[i]) for i in self.exact_cols)].append(row)
+        return groups
+
+    def unmatched(
+        self, actual: list[tuple[Any, ...]], expected: list[tuple[Any, ...]]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The rows of each list that have no partner in the other (multisets)."""
+        groups_a, groups_e = self._groups(actual), self._groups(expected)
         only_a: list[tuple[Any, ...]] = []
         only_e: list[tuple[Any, ...]] = []
         for key in groups_a.keys() | groups_e.keys():
@@ -218,6 +329,11 @@ class _Comparer:
             left_a, left_e = self._match_approx(rows_a, rows_e)
             only_a.extend(left_a)
             only_e.extend(left_e)
+        return only_a, only_e
+
+    def multiset_diff(self, actual: list[tuple[Any, ...]], expected: list[tuple[Any, ...]]) -> str | None:
+        """Describe how two lists of rows differ as multisets, or None if they are equal."""
+        only_a, only_e = self.unmatched(actual, expected)
         if not only_a and not only_e:
             return None
         parts = []
@@ -284,21 +400,27 @@ def _one_line(sql: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+# --- the comparison -----------------------------------------------------------------------------------
+
+
 def compare_results(
     actual: pa.Table,
     expected: pa.Table,
     sql: str,
     *,
-    rel_tol: float = 1e-6,
-    abs_tol: float = 1e-6,
+    rel_tol: float = REL_TOL,
+    abs_tol: float = ABS_TOL,
+    reference: Reference | None = None,
 ) -> str | None:
-    """Compare a query result with the expected one; return None if they match, else one paragraph saying how
-    they differ (see the module docstring for the rules, including ORDER BY/LIMIT handling).
+    """Compare a query result with DuckDB's; return None if they match, else one paragraph saying how they
+    differ (see the module docstring for the rules, including types, tolerances and ORDER BY/LIMIT).
 
     ``sql`` is the query both results answer (DuckDB dialect); only its outermost ORDER BY/LIMIT/OFFSET are
-    used. ``rel_tol``/``abs_tol`` apply to float and decimal values.
+    used. ``rel_tol``/``abs_tol`` apply to floating-point values only. ``reference`` (a callable returning
+    an Arrow table, or a DuckDB connection) lets a result cut by LIMIT inside a tie group be checked against
+    the rows DuckDB could have returned.
     """
-    problem = _compare(actual, expected, sql, rel_tol, abs_tol)
+    problem = _compare(actual, expected, sql, _Tolerance(rel_tol, abs_tol), reference)
     if problem is None:
         return None
     return (
@@ -307,70 +429,160 @@ def compare_results(
     )
 
 
-def _compare(actual: pa.Table, expected: pa.Table, sql: str, rel_tol: float, abs_tol: float) -> str | None:
+@dataclass(frozen=True)
+class _Tolerance:
+    rel: float
+    abs: float
+
+
+def _schema_problem(actual: pa.Table, expected: pa.Table) -> str | None:
     if actual.num_columns != expected.num_columns:
         return f"column count differs: actual {actual.column_names}, expected {expected.column_names}"
     if actual.column_names != expected.column_names:
         return f"column names differ: actual {actual.column_names}, expected {expected.column_names}"
+    for fa, fe in zip(actual.schema, expected.schema, strict=True):
+        why = type_problem(fa.type, fe.type)
+        if why is not None:
+            return f"column {fe.name!r} has type {fa.type} in actual, {fe.type} in expected"
+    return None
+
+
+def _compare(
+    actual: pa.Table, expected: pa.Table, sql: str, tol: _Tolerance, reference: Reference | None
+) -> str | None:
+    problem = _schema_problem(actual, expected)
+    if problem is not None:
+        return problem
+    cmp = _Comparer([_has_float(f.type) for f in expected.schema], tol.rel, tol.abs)
     if actual.num_rows != expected.num_rows:
         detail = ""
         if actual.num_rows + expected.num_rows <= 200_000:
-            approx = [
-                _is_approx_type(a.type) or _is_approx_type(e.type)
-                for a, e in zip(actual.schema, expected.schema, strict=True)
-            ]
-            diff = _Comparer(approx, rel_tol, abs_tol).multiset_diff(_rows(actual), _rows(expected))
+            diff = cmp.multiset_diff(_rows(actual), _rows(expected))
             detail = f" ({diff})" if diff else ""
         return f"row count differs{detail}"
 
-    approx = [
-        _is_approx_type(a.type) or _is_approx_type(e.type)
-        for a, e in zip(actual.schema, expected.schema, strict=True)
-    ]
-    cmp = _Comparer(approx, rel_tol, abs_tol)
     rows_a, rows_e = _rows(actual), _rows(expected)
     ordering = _ordering(sql, expected.column_names)
     n = len(rows_e)
-
+    limited = ordering.limit is not None and (ordering.limit == _UNKNOWN_LIMIT or n >= ordering.limit)
     if ordering.keys is None:
-        limited = ordering.limit is not None and (ordering.limit == _UNKNOWN_LIMIT or n >= ordering.limit)
         if limited and not ordering.has_order_by and ordering.note is None:
-            return None  # LIMIT without ORDER BY and a full result: any rows are a right answer
+            return _limit_without_order(cmp, rows_a, rows_e, sql, ordering, reference)
         diff = cmp.multiset_diff(rows_a, rows_e)
         if diff is None:
             return None
         why = f" (order not checked: {ordering.note})" if ordering.note else ""
         return f"rows differ as multisets{why}: {diff}"
+    return _compare_ordered(cmp, rows_a, rows_e, expected.column_names, sql, ordering, reference)
 
-    keys = ordering.keys
-    keys_a = [tuple(r[k] for k in keys) for r in rows_a]
-    keys_e = [tuple(r[k] for k in keys) for r in rows_e]
-    for i, (ka, ke) in enumerate(zip(keys_a, keys_e, strict=True)):
-        if not cmp.values_equal(keys, ka, ke):
-            names = ", ".join(expected.column_names[k] for k in keys)
-            return (
-                f"ORDER BY keys ({names}) differ at row {i}: actual {_fmt_row(ka)}, expected {_fmt_row(ke)} "
-                f"(wrong order or wrong values)"
-            )
 
-    # Tie groups from expected: a group continues while consecutive keys are equal (within tolerance).
+def _limit_without_order(
+    cmp: _Comparer,
+    rows_a: list[tuple[Any, ...]],
+    rows_e: list[tuple[Any, ...]],
+    sql: str,
+    ordering: _Ordering,
+    reference: Reference | None,
+) -> str | None:
+    """LIMIT without ORDER BY and a full result: any rows of the unlimited answer are right."""
+    if cmp.multiset_diff(rows_a, rows_e) is None:
+        return None
+    if reference is None or ordering.limit == _UNKNOWN_LIMIT or ordering.offset == _UNKNOWN_LIMIT:
+        return None  # without the unlimited answer nothing more can be checked
+    widened = _widened_sql(sql, len(rows_e), ordering.offset or 0)
+    if widened is None:
+        return None
+    candidates = _rows(_run_reference(reference, widened))
+    if len(candidates) >= (ordering.offset or 0) + len(rows_e) + _CANDIDATE_ROWS:
+        return None  # too many candidates to know them all
+    extra, _ = cmp.unmatched(rows_a, candidates)
+    if extra:
+        return f"{len(extra)} row(s) are not rows of the query without LIMIT, e.g. {_fmt_rows(extra)}"
+    return None
+
+
+def _tie_bounds(cmp: _Comparer, keys: Sequence[int], keys_e: list[tuple[Any, ...]]) -> list[tuple[int, int]]:
+    """Tie groups of ``expected``: a group continues while consecutive keys are equal (within tolerance)."""
+    n = len(keys_e)
     bounds = [0]
     for i in range(1, n):
         if not cmp.values_equal(keys, keys_e[i - 1], keys_e[i]):
             bounds.append(i)
     bounds.append(n)
+    return list(itertools.pairwise(bounds))
+
+
+def _compare_ordered(
+    cmp: _Comparer,
+    rows_a: list[tuple[Any, ...]],
+    rows_e: list[tuple[Any, ...]],
+    names: Sequence[str],
+    sql: str,
+    ordering: _Ordering,
+    reference: Reference | None,
+) -> str | None:
+    keys = ordering.keys
+    assert keys is not None
+    keys_a = [tuple(r[k] for k in keys) for r in rows_a]
+    keys_e = [tuple(r[k] for k in keys) for r in rows_e]
+    for i, (ka, ke) in enumerate(zip(keys_a, keys_e, strict=True)):
+        if not cmp.values_equal(keys, ka, ke):
+            key_names = ", ".join(names[k] for k in keys)
+            return (
+                f"ORDER BY keys ({key_names}) differ at row {i}: actual {_fmt_row(ka)}, expected {_fmt_row(ke)} "
+                f"(wrong order or wrong values)"
+            )
+    n = len(rows_e)
     cut_last = ordering.limit is not None and (ordering.limit == _UNKNOWN_LIMIT or n >= ordering.limit)
-    groups = list(itertools.pairwise(bounds))
+    groups = _tie_bounds(cmp, keys, keys_e)
+    cut: list[tuple[int, int]] = []
     for g, (start, end) in enumerate(groups):
-        if (cut_last and g == len(groups) - 1) or (ordering.offset and g == 0):
-            continue  # a tie group cut by LIMIT/OFFSET may hold different rows with the same keys
-        if end - start == 1:
-            if not cmp.values_equal(range(len(approx)), rows_a[start], rows_e[start]):
-                return f"row {start} differs: actual {_fmt_row(rows_a[start])}, expected {_fmt_row(rows_e[start])}"
-            continue
         diff = cmp.multiset_diff(rows_a[start:end], rows_e[start:end])
-        if diff is not None:
-            return f"rows {start}..{end - 1} (one ORDER BY tie group) differ: {diff}"
+        if diff is None:
+            continue
+        if (cut_last and g == len(groups) - 1) or (ordering.offset is not None and g == 0):
+            cut.append((start, end))  # a group LIMIT/OFFSET may have cut: check against the candidates
+            continue
+        if end - start == 1:
+            return f"row {start} differs: actual {_fmt_row(rows_a[start])}, expected {_fmt_row(rows_e[start])}"
+        return f"rows {start}..{end - 1} (one ORDER BY tie group) differ: {diff}"
+    for start, end in cut:
+        problem = _check_cut_group(cmp, keys, rows_a[start:end], rows_e[start:end], sql, ordering, reference)
+        if problem is not None:
+            return f"rows {start}..{end - 1} (the tie group LIMIT/OFFSET cut) differ: {problem}"
+    return None
+
+
+def _check_cut_group(
+    cmp: _Comparer,
+    keys: Sequence[int],
+    group_a: list[tuple[Any, ...]],
+    group_e: list[tuple[Any, ...]],
+    sql: str,
+    ordering: _Ordering,
+    reference: Reference | None,
+) -> str | None:
+    """The rows of a tie group LIMIT/OFFSET cut must be among the rows DuckDB could have returned."""
+    diff = cmp.multiset_diff(group_a, group_e)
+    if reference is None:
+        return f"{diff} (ties beyond the limit not proven: no reference given)"
+    if ordering.limit == _UNKNOWN_LIMIT or ordering.offset == _UNKNOWN_LIMIT:
+        return None  # a limit that is not a literal: the keys are all that can be checked
+    offset = ordering.offset or 0
+    limit = ordering.limit if ordering.limit is not None else len(group_e)
+    widened = _widened_sql(sql, limit, offset)
+    if widened is None:
+        return diff
+    wide = _rows(_run_reference(reference, widened))
+    group_keys = tuple(group_e[0][k] for k in keys)
+    candidates = [r for r in wide if cmp.values_equal(keys, tuple(r[k] for k in keys), group_keys)]
+    if len(candidates) <= len(group_e):
+        return f"{diff} (DuckDB has no other row with these ORDER BY keys)"
+    if wide and candidates and candidates[-1] is wide[-1] and len(wide) >= offset + limit + _CANDIDATE_ROWS:
+        return None  # the ties run past the widened limit: the candidates are not all known
+    extra, _ = cmp.unmatched(group_a, candidates)
+    if extra:
+        return f"{len(extra)} row(s) are not among DuckDB's tied rows, e.g. {_fmt_rows(extra)}"
     return None
 
 
@@ -379,11 +591,12 @@ def assert_same_result(
     expected: pa.Table,
     sql: str,
     *,
-    rel_tol: float = 1e-6,
-    abs_tol: float = 1e-6,
+    rel_tol: float = REL_TOL,
+    abs_tol: float = ABS_TOL,
+    reference: Reference | None = None,
 ) -> None:
     """Raise ``AssertionError`` with :func:`compare_results`' description if the results differ."""
     __tracebackhide__ = True
-    problem = compare_results(actual, expected, sql, rel_tol=rel_tol, abs_tol=abs_tol)
+    problem = compare_results(actual, expected, sql, rel_tol=rel_tol, abs_tol=abs_tol, reference=reference)
     if problem is not None:
         raise AssertionError(problem)

@@ -6,10 +6,9 @@ Rules:
   query the reference cannot answer within its bounds (``REFERENCE_SECONDS``, ``REFERENCE_MEMORY``: a random
   non-equality join can be quadratic), reported as ``oracle limit: …``.
 - Squall raises ``NotSupportedError`` (``not supported: …``) → ``refused`` (a to-do, not a failure).
-- Squall returns rows that differ from DuckDB's (``squall.testing.compare_results``: float tolerance,
-  tie-aware ORDER BY/LIMIT) → ``wrong``. Stricter than ``compare_results``: a column that is DECIMAL on both
-  sides must match exactly (decimal arithmetic is exact; a tolerance hid a rounded partial sum). Looser in
-  one case: rows that tie on the ORDER BY keys except for the last bits of a float key (``variance()`` summed
+- Squall returns rows that differ from DuckDB's (``squall.testing.compare_results``, the one comparator of
+  every suite: types, exact decimals, float tolerance, tie-aware ORDER BY/LIMIT with DuckDB's tied rows as
+  the candidates) → ``wrong``. Looser in one case: rows that tie on the ORDER BY keys except for the last bits of a float key (``variance()`` summed
   in another order) may come in either order. ``compare_results`` takes the keys in row order, so a float key
   off by an ulp followed by another key looks like a wrong order; such a result passes when Squall's rows are
   sorted by their own values and, with floats rounded to 7 significant digits and both sides re-sorted, equal
@@ -48,28 +47,9 @@ REFERENCE_MEMORY = "4GB"
 SQUALL_SECONDS = 120.0  # Squall's limit per query and worker count
 
 
-def _exact_decimals(table: pa.Table, other: pa.Table) -> pa.Table:
-    """``table`` with each column that is DECIMAL in both tables as normalised strings (exact comparison)."""
-    if table.num_columns != other.num_columns:
-        return table
-    columns = []
-    for col, a, b in zip(table.columns, table.schema, other.schema, strict=True):
-        if pa.types.is_decimal(a.type) and pa.types.is_decimal(b.type):
-            values = [None if v is None else str(v.normalize()) for v in col.to_pylist()]
-            columns.append(pa.array(values, pa.string()))
-        else:
-            columns.append(col)
-    return pa.table(columns, names=table.column_names)
-
-
-def _compare(actual: pa.Table, expected: pa.Table, sql: str) -> str | None:
-    """``compare_results``, then the exact comparison of DECIMAL columns; the first problem or None."""
-    problem = compare_results(actual, expected, sql)
-    if problem is None:
-        problem = compare_results(_exact_decimals(actual, expected), _exact_decimals(expected, actual), sql)
-        if problem is not None:
-            problem = "DECIMAL values differ exactly (within float tolerance otherwise): " + problem
-    return problem
+def _compare(actual: pa.Table, expected: pa.Table, sql: str, reference=None) -> str | None:  # type: ignore[no-untyped-def]
+    """The suites' comparator (``squall.testing.compare_results``): the first problem or None."""
+    return compare_results(actual, expected, sql, reference=reference)
 
 
 def _order_clause(sql: str) -> str | None:
@@ -235,7 +215,7 @@ class Oracle:
                 type(exc).__name__,
                 time.perf_counter() - start,
             )
-        problem = _compare(actual, expected, sql)
+        problem = _compare(actual, expected, sql, reference=self.duck())
         if problem is not None and float_order_ties(actual, expected, sql):
             problem = None
         elapsed = time.perf_counter() - start
