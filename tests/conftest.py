@@ -47,15 +47,21 @@ def reference_sf001(sf001):
 
 
 class Connections:
-    """One warm connection per (dataset, workers), closed at session end."""
+    """One warm connection per (dataset, workers, whole query), closed at session end.
+
+    At W=1 the connections plan Squall's own stages (``whole_query_at_w1=False``): by default DuckDB would
+    plan the whole query there, and a test would compare DuckDB with DuckDB. ``whole_query=True`` asks for
+    that default (the thin-shell path), which each suite checks once."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[str, int], squall.Connection] = {}
+        self._open: dict[tuple[str, int, bool], squall.Connection] = {}
 
-    def get(self, data, workers: int) -> squall.Connection:
-        key = (str(data), workers)
+    def get(self, data, workers: int, *, whole_query: bool = False) -> squall.Connection:
+        whole_query = whole_query and workers == 1
+        key = (str(data), workers, whole_query)
         if key not in self._open:
-            self._open[key] = squall.connect(data=str(data), workers=workers)
+            options = None if whole_query or workers != 1 else PlannerOptions(whole_query_at_w1=False)
+            self._open[key] = squall.connect(data=str(data), workers=workers, planner_options=options)
         return self._open[key]
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from squall import tpch
+from squall.driver.ir.nodes import WHOLE_QUERY_AT_W1
 from squall.plan import Plan
 from squall.testing import assert_same_result
 
@@ -26,17 +27,28 @@ SEEDS = (11, 29)
 
 
 def _check(con, reference, sql: str) -> None:
+    """At W=1 too Squall's own stage plan (``connections`` turns ``whole_query_at_w1`` off), checked by the
+    strict comparator with DuckDB's tied rows as the LIMIT candidates."""
     plan = con.plan(sql)
     assert Plan.from_json(plan.to_json()) == plan
     result = con.sql(sql)
     expected = reference.sql(sql).to_arrow_table()
-    assert_same_result(result.to_arrow(), expected, sql)
+    assert_same_result(result.to_arrow(), expected, sql, reference=reference)
 
 
 @pytest.mark.parametrize("n", ALL, ids=lambda n: f"q{n:02d}")
 @pytest.mark.parametrize("workers", WORKERS, ids=lambda w: f"w{w}")
 def test_tpch_sf1_validation_params(connections, sf1, reference_sf1, workers, n):
     _check(connections.get(sf1, workers), reference_sf1, tpch.query(n, tpch.validation_params(n)))
+
+
+def test_tpch_sf1_whole_query_at_w1(connections, sf1, reference_sf1):
+    """The thin-shell path: at W=1 DuckDB plans the whole query (Q9's joins, grouping, ordering) over
+    Squall's scans."""
+    con = connections.get(sf1, 1, whole_query=True)
+    sql = tpch.query(9, tpch.validation_params(9))
+    assert any(n.startswith(WHOLE_QUERY_AT_W1) for n in con.plan(sql).notes)
+    _check(con, reference_sf1, sql)
 
 
 RANDOM_CASES = [(2, n, seed) for n in ALL for seed in SEEDS] + [
@@ -62,4 +74,5 @@ def test_tpch_on_split_files(connections, sf001_parts, reference_sf001, n):
     """Tables as folders of several files give the same answers (splits span files)."""
     con = connections.get(sf001_parts, 3)
     sql = tpch.query(n, sf=0.01)
-    assert_same_result(con.sql(sql).to_arrow(), reference_sf001.sql(sql).to_arrow_table(), sql)
+    expected = reference_sf001.sql(sql).to_arrow_table()
+    assert_same_result(con.sql(sql).to_arrow(), expected, sql, reference=reference_sf001)
