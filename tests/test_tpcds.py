@@ -1,6 +1,7 @@
 """TPC-DS through the embedded engine at SF0.01, checked against DuckDB on the same files.
 
-All 99 queries (DuckDB's ``tpcds_queries()`` texts) run on W = 3, a fifth of them on W = 1 too. A query Squall
+All 99 queries (DuckDB's ``tpcds_queries()`` texts) run on W = 3, a fifth of them on W = 1 too (Squall's own
+stage plan there; one case runs the whole query in DuckDB at W = 1, the thin-shell path). A query Squall
 refuses is a strict xfail whose reason is the exact refusal (``REFUSED``, empty since the one-rank fallback): when
 the planner learns it, the xfail turns into a failure and its line must go. ``ONE_RANK`` lists the parts that
 still run on rank 0 only (the fallback), checked exactly with the golden plans: together they are the to-do list
@@ -26,6 +27,7 @@ import pytest
 import squall
 from squall import tpcds
 from squall.driver.report.explain import explain_plan
+from squall.driver.ir.nodes import WHOLE_QUERY_AT_W1
 from squall.errors import DataError, NotSupportedError, OptionError
 from squall.testing import assert_same_result
 
@@ -86,7 +88,16 @@ def test_tpcds_query(connections, tpcds_sf001, reference, workers, n):
                 + (repr(REFUSED[n]) if n in REFUSED else "an answer")
             ) from exc
         raise
-    assert_same_result(result.to_arrow(), expected, sql)
+    assert_same_result(result.to_arrow(), expected, sql, reference=reference)
+
+
+def test_tpcds_whole_query_at_w1(connections, tpcds_sf001, reference):
+    """The thin-shell path: at W=1 DuckDB plans the whole query (Q2's CTE, union and joins) over Squall's
+    scans; the other W=1 cases run Squall's own stage plan."""
+    sql = tpcds.query(2)
+    con = connections.get(tpcds_sf001, 1, whole_query=True)
+    assert any(n.startswith(WHOLE_QUERY_AT_W1) for n in con.plan(sql).notes)
+    assert_same_result(con.sql(sql).to_arrow(), reference.sql(sql).to_arrow_table(), sql, reference=reference)
 
 
 # --- golden plans ----------------------------------------------------------------------------------------
