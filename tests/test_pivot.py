@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import squall
+from squall.driver.ir.nodes import WHOLE_QUERY_AT_W1
+from squall.driver.options import PlannerOptions
 from squall.testing import assert_same_result
 from tests.fuzz.dataset import duckdb_reference
 
@@ -129,7 +131,10 @@ def reference(data):
 
 @pytest.fixture(scope="module", params=[1, 3, 4], ids=lambda w: f"w{w}")
 def engine(request, data):
-    con = squall.connect(data=str(data), workers=request.param)
+    """Squall's own stage plan at every W, W=1 included (``whole_query_at_w1`` off: by default DuckDB would
+    run the whole PIVOT there and the cases would compare DuckDB with DuckDB)."""
+    options = PlannerOptions(whole_query_at_w1=False)
+    con = squall.connect(data=str(data), workers=request.param, planner_options=options)
     yield con
     con.close()
 
@@ -139,9 +144,15 @@ def test_pivot_matches_duckdb(engine, reference, name):
     sql = QUERIES[name]
     expected = reference.sql(sql).to_arrow_table()
     result = engine.sql(sql).to_arrow()
-    assert result.column_names == expected.column_names
-    assert result.schema.types == expected.schema.types
-    assert_same_result(result, expected, sql)
+    assert_same_result(result, expected, sql, reference=reference)
+
+
+def test_pivot_whole_query_at_w1(data, reference):
+    """The thin-shell path: at W=1 by default DuckDB runs the whole PIVOT over Squall's scans."""
+    sql = QUERIES["dynamic_several_on"]
+    with squall.connect(data=str(data), workers=1) as con:
+        assert any(n.startswith(WHOLE_QUERY_AT_W1) for n in con.plan(sql).notes)
+        assert_same_result(con.sql(sql).to_arrow(), reference.sql(sql).to_arrow_table(), sql, reference=reference)
 
 
 def test_first_query_is_said(engine):
@@ -210,10 +221,20 @@ DISTRIBUTED = [
 ]
 
 
+@pytest.fixture(scope="module")
+def engine_w3(data):
+    with squall.connect(data=str(data), workers=3) as con:
+        yield con
+
+
 @pytest.mark.parametrize("name", DISTRIBUTED)
-def test_pivot_and_unpivot_are_distributed(engine, name):
-    """PIVOT as a grouped aggregate with FILTERs, UNPIVOT as an unnest: no part on one rank, and said."""
-    notes = engine.plan(QUERIES[name]).notes
+def test_pivot_and_unpivot_are_distributed(engine_w3, name):
+    """PIVOT as a grouped aggregate with FILTERs, UNPIVOT as an unnest: no part on one rank, several stages
+    at W = 3 (at W = 1 Squall's plan needs no exchange, so one stage says nothing), and said."""
+    plan = engine_w3.plan(QUERIES[name])
+    notes = plan.notes
+    assert not any(n.startswith(WHOLE_QUERY_AT_W1) for n in notes), notes
+    assert len(plan.stages) > 1, plan.stages
     assert not any(n.startswith("one rank") for n in notes), notes
     rewrite = "UNPIVOT as an unnest of 2 columns" if "unpivot" in name else "PIVOT as a grouped aggregate"
     assert any(n.startswith(rewrite) for n in notes), notes
