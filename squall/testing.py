@@ -111,7 +111,9 @@ def type_problem(actual: pa.DataType, expected: pa.DataType) -> str | None:
                 return f"{actual} vs {expected}"
         return None
     if pa.types.is_map(expected):
-        if type_problem(actual.key_type, expected.key_type) or type_problem(actual.item_type, expected.item_type):
+        if type_problem(actual.key_type, expected.key_type) or type_problem(
+            actual.item_type, expected.item_type
+        ):
             return f"{actual} vs {expected}"
         return None
     if pa.types.is_fixed_size_list(expected):
@@ -544,7 +546,9 @@ def _compare_ordered(
             cut.append((start, end))  # a group LIMIT/OFFSET may have cut: check against the candidates
             continue
         if end - start == 1:
-            return f"row {start} differs: actual {_fmt_row(rows_a[start])}, expected {_fmt_row(rows_e[start])}"
+            return (
+                f"row {start} differs: actual {_fmt_row(rows_a[start])}, expected {_fmt_row(rows_e[start])}"
+            )
         return f"rows {start}..{end - 1} (one ORDER BY tie group) differ: {diff}"
     for start, end in cut:
         problem = _check_cut_group(cmp, keys, rows_a[start:end], rows_e[start:end], sql, ordering, reference)

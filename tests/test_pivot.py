@@ -152,7 +152,9 @@ def test_pivot_whole_query_at_w1(data, reference):
     sql = QUERIES["dynamic_several_on"]
     with squall.connect(data=str(data), workers=1) as con:
         assert any(n.startswith(WHOLE_QUERY_AT_W1) for n in con.plan(sql).notes)
-        assert_same_result(con.sql(sql).to_arrow(), reference.sql(sql).to_arrow_table(), sql, reference=reference)
+        assert_same_result(
+            con.sql(sql).to_arrow(), reference.sql(sql).to_arrow_table(), sql, reference=reference
+        )
 
 
 def test_first_query_is_said(engine):

@@ -10,7 +10,7 @@ import itertools
 import math
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -22,6 +22,8 @@ import pytest
 import squall
 from squall import tpch
 from squall.cli import main
+from squall.driver.ir.nodes import WHOLE_QUERY_AT_W1
+from squall.driver.options import PlannerOptions
 from squall.errors import OptionError
 from squall.testing import assert_same_result
 from squall.tpch.skew import MARKER, SkewSpec, generate_skewed, read_marker
@@ -267,7 +269,8 @@ def skewed(
 ) -> Iterator[tuple[str, squall.Connection, Path]]:
     name, w = request.param
     data = skew_dataset(SF, name, tmp_path_factory=tmp_path_factory)
-    con = squall.connect(data=str(data), workers=w)
+    # Squall's own stage plan at W=1 too (by default DuckDB plans the whole query there)
+    con = squall.connect(data=str(data), workers=w, planner_options=PlannerOptions(whole_query_at_w1=False))
     yield name, con, data
     con.close()
 
@@ -282,7 +285,32 @@ def test_tpch_on_skewed_data_matches_duckdb(skewed: tuple[str, squall.Connection
             _EXPECTED[name, n] = ref.sql(sql).to_arrow_table()
         finally:
             ref.close()
-    assert_same_result(con.sql(sql).to_arrow(), _EXPECTED[name, n], sql)
+    assert_same_result(con.sql(sql).to_arrow(), _EXPECTED[name, n], sql, reference=_reference(data))
+
+
+def _reference(data: Path) -> Callable[[str], pa.Table]:
+    """DuckDB over ``data``, opened only if the comparator needs the rows tied with a group LIMIT cut."""
+
+    def answer(sql: str) -> pa.Table:
+        ref = duckdb_over(data)
+        try:
+            return ref.sql(sql).to_arrow_table()
+        finally:
+            ref.close()
+
+    return answer
+
+
+def test_tpch_on_skewed_data_whole_query_at_w1(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The thin-shell path once: at W=1 by default DuckDB plans the whole query over Squall's scans."""
+    name, n = list(SETTINGS)[-1], 18
+    data = skew_dataset(SF, name, tmp_path_factory=tmp_path_factory)
+    sql = tpch.query(n, sf=SF)
+    with squall.connect(data=str(data), workers=1) as con:
+        assert any(note.startswith(WHOLE_QUERY_AT_W1) for note in con.plan(sql).notes)
+        actual = con.sql(sql).to_arrow()
+    reference = _reference(data)
+    assert_same_result(actual, reference(sql), sql, reference=reference)
 
 
 # --- benchmarks/skew.py ----------------------------------------------------------------------------------------

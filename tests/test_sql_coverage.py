@@ -451,7 +451,9 @@ def test_whole_query_at_w1_matches_duckdb(data, reference):
     """The thin-shell path (DuckDB plans the whole query at W=1 over Squall's scans) on one query of
     grouping and ordering."""
     with squall.connect(data=str(data), workers=1) as con:
-        assert any(n.startswith(WHOLE_QUERY_AT_W1) for n in con.plan(QUERIES["order_by_position_and_alias"]).notes)
+        assert any(
+            n.startswith(WHOLE_QUERY_AT_W1) for n in con.plan(QUERIES["order_by_position_and_alias"]).notes
+        )
         _check(con, reference, "order_by_position_and_alias")
 
 

@@ -132,7 +132,9 @@ def test_integer_vs_double_column_fails() -> None:
 def test_string_encodings_are_one_type() -> None:
     for t in (pa.string_view(), pa.large_string()):
         a = pa.table({"s": pa.array(["x", None], t), "l": pa.array([["a"], None], pa.large_list(t))})
-        e = pa.table({"s": pa.array(["x", None], pa.string()), "l": pa.array([["a"], None], pa.list_(pa.string()))})
+        e = pa.table(
+            {"s": pa.array(["x", None], pa.string()), "l": pa.array([["a"], None], pa.list_(pa.string()))}
+        )
         assert compare_results(a, e, "select s, l from t") is None
     ints = pa.table({"l": pa.array([[1]], pa.list_(pa.int32()))})
     assert compare_results(ints, pa.table({"l": pa.array([[1]], pa.list_(pa.int64()))}), "select l from t")
@@ -148,8 +150,13 @@ def test_null_is_not_nan() -> None:
     nan = float("nan")
     assert compare_results(table(v=[None]), table(v=[nan]), "select v from t") is not None
     assert compare_results(table(v=[nan]), table(v=[None]), "select v from t") is not None
-    assert compare_results(table(k=[1, 2], v=[nan, None]), table(k=[1, 2], v=[None, nan]), "select k, v from t")
-    assert compare_results(table(k=[1, 2], v=[nan, None]), table(k=[2, 1], v=[None, nan]), "select k, v from t") is None
+    assert compare_results(
+        table(k=[1, 2], v=[nan, None]), table(k=[1, 2], v=[None, nan]), "select k, v from t"
+    )
+    assert (
+        compare_results(table(k=[1, 2], v=[nan, None]), table(k=[2, 1], v=[None, nan]), "select k, v from t")
+        is None
+    )
     # as ORDER BY keys too (DuckDB sorts NaN above every number, NULLs last)
     sql = "select v from t order by v"
     assert compare_results(table(v=[1.0, nan, None]), table(v=[1.0, None, nan]), sql) is not None

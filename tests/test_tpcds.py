@@ -26,8 +26,8 @@ import pytest
 
 import squall
 from squall import tpcds
-from squall.driver.report.explain import explain_plan
 from squall.driver.ir.nodes import WHOLE_QUERY_AT_W1
+from squall.driver.report.explain import explain_plan
 from squall.errors import DataError, NotSupportedError, OptionError
 from squall.testing import assert_same_result
 
