@@ -35,6 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 import squall
+from squall.driver.options import PlannerOptions
 from squall.errors import NotSupportedError, QueryTimeout, UserError
 from squall.testing import compare_results
 
@@ -160,7 +161,9 @@ class Oracle:
 
     def engine(self, w: int) -> squall.Connection:
         if w not in self._squall:
-            self._squall[w] = squall.connect(data=str(self.data), workers=w)  # type: ignore[assignment]
+            # Squall's own stage plan at W=1 too: by default DuckDB would plan the whole query there
+            options = PlannerOptions(whole_query_at_w1=False)
+            self._squall[w] = squall.connect(data=str(self.data), workers=w, planner_options=options)  # type: ignore[assignment]
         return self._squall[w]
 
     def close(self) -> None:
