@@ -218,10 +218,18 @@ def test_unknown_ids_and_routes_get_404(server):
     assert wrong_method.headers["Allow"] == "GET, POST"
 
 
-def test_result_before_the_end_and_cancel_after_it_are_conflicts(server):
-    query_id = submit(server, "SELECT count(*) AS n FROM nation")["query_id"]
-    wait(server, query_id)
-    error_of(call(server, "DELETE", f"/v1/queries/{query_id}"), 409, "Conflict")
+def test_result_before_the_end_and_cancel_after_it_are_conflicts(slow_server):
+    # slow_server's rank 0 sleeps 5 s before stage 1: the query is still running when its result is asked for
+    query_id = submit(slow_server, JOIN)["query_id"]
+    status = wait(slow_server, query_id, until=("queued", "running", "succeeded", "failed", "cancelled"))
+    assert status[-1]["status"] in ("queued", "running"), status[-1]
+    detail = error_of(call(slow_server, "GET", f"/v1/queries/{query_id}/result"), 409, "NotReady")
+    assert "result is not ready" in detail
+    final = wait(slow_server, query_id, timeout=60)[-1]
+    assert final["status"] == "succeeded", final
+    detail = error_of(call(slow_server, "DELETE", f"/v1/queries/{query_id}"), 409, "Conflict")
+    assert "already succeeded" in detail
+    assert call(slow_server, "GET", f"/v1/queries/{query_id}/result").status_code == 200
 
 
 # --- idempotency ----------------------------------------------------------------------------------
@@ -265,13 +273,12 @@ def test_cancel_running_and_queued_queries(slow_server):
     cancelled = call(slow_server, "DELETE", f"/v1/queries/{queued}")
     assert cancelled.status_code == 202 and cancelled.json()["status"] == "cancelled"
 
-    start = time.monotonic()
     response = call(slow_server, "DELETE", f"/v1/queries/{running}")
     assert response.status_code == 202, response.text
     assert response.json()["cancel_requested"] is True
-    final = wait(slow_server, running, timeout=30)[-1]
+    # the event, not a duration: the query ends cancelled (it would succeed if the cancel did not stop it)
+    final = wait(slow_server, running, timeout=120)[-1]
     assert final["status"] == "cancelled" and final["error"]["error"] == "QueryCancelled", final
-    assert time.monotonic() - start < 15
     error_of(call(slow_server, "GET", f"/v1/queries/{running}/result"), 409, "QueryCancelled")
     assert call(slow_server, "DELETE", f"/v1/queries/{running}").json()["status"] == "cancelled"
     final_queued = wait(slow_server, queued)[-1]
