@@ -29,7 +29,9 @@ from squall.operators.duck import Sandbox, interrupted, raise_if_interrupted
 SLOW = (
     "SELECT r_name, count(*) AS n FROM nation JOIN region ON n_regionkey = r_regionkey GROUP BY 1 ORDER BY 1"
 )
-SLOW_FAULT = "delay:rank=1:stage=3:seconds=60"
+#: the delay is far longer than any test's ceiling: a test ends only if the interrupt, timeout or cancel stops
+#: the query (the event), never by the delay running out — no duration is asserted
+SLOW_FAULT = "delay:rank=1:stage=3:seconds=3600"
 #: rank 1 stuck before stage 3, deaf to the abort: only the drain timeout or a second Ctrl-C ends it
 STUCK_FAULT = "hang:rank=1:stage=3:seconds=600"
 #: SLOW moves both sides by key (4 stages) only with broadcasts off: region and nation are small enough for every
@@ -126,8 +128,13 @@ def _next_event(proc: subprocess.Popen[str], timeout: float = 240) -> dict:
     raise AssertionError("no event from the child")
 
 
-def _finish(proc: subprocess.Popen[str]) -> list[dict]:
-    out, err = proc.communicate(timeout=240)
+def _finish(proc: subprocess.Popen[str], ceiling: float = 240) -> list[dict]:
+    try:
+        out, err = proc.communicate(timeout=ceiling)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"the child did not end within {ceiling} s (the query was not stopped)") from None
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert proc.returncode == 0, err
     return events
@@ -155,11 +162,8 @@ def test_ctrl_c_during_a_query_cancels_it_and_the_connection_works(tmp_path, sf0
     while _next_event(proc)["event"] != "running":
         pass
     time.sleep(0.5)
-    t0 = time.monotonic()
     _ctrl_c(proc)
-    events = _finish(proc)
-    assert time.monotonic() - t0 < 50, "the interrupt waited for the 60 s delay"
-    _check_recovered(events)
+    _check_recovered(_finish(proc))  # ends only if the interrupt stopped the query (the delay is an hour)
 
 
 @pytest.mark.timeout(600)
@@ -168,12 +172,10 @@ def test_ctrl_c_twice_kills_the_ranks_at_once(tmp_path, sf001):
     proc, _root = _start(tmp_path, sf001, "stuck", STUCK_FAULT)
     while _next_event(proc)["event"] != "running":
         pass
-    t0 = time.monotonic()
     _ctrl_c(proc)
     time.sleep(0.3)
     _ctrl_c(proc)
-    _check_recovered(_finish(proc))
-    assert time.monotonic() - t0 < 120, "the second Ctrl-C did not kill the stuck rank"
+    _check_recovered(_finish(proc))  # within 240 s, before the 600 s drain: the second Ctrl-C killed the rank
 
 
 @pytest.mark.timeout(600)
@@ -259,10 +261,8 @@ def slow_connection(sf001, tmp_path, monkeypatch):
 @pytest.mark.timeout(300)
 def test_timeout_cancels_the_query_and_the_connection_works(slow_connection):
     con, root = slow_connection
-    t0 = time.monotonic()
     with pytest.raises(QueryTimeout, match=r"^query timed out after 2 s and was cancelled$"):
-        con.sql(SLOW, timeout=2)
-    assert time.monotonic() - t0 < 40
+        con.sql(SLOW, timeout=2)  # the delay is an hour: ending at all is the event
     assert list(root.iterdir()) == []
     assert con.sql(QUICK).to_arrow()["n"][0].as_py() == 25
 

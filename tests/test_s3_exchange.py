@@ -563,14 +563,14 @@ def test_abort_stops_waiting_receivers(s3):
     config = factory.prepare(_qid(), 2)
     timer = threading.Timer(0.5, factory.abort, args=(config, "cancelled by the test"))
     timer.start()
-    t0 = time.monotonic()
     try:
         results, _stats = _run(config, 2, _all_to_all(2), ranks=[0])
     finally:
         timer.join()
         factory.cleanup(config)
+    # the event, not a duration: the receiver (waiting up to 60 s for rank 1, which never comes) stopped
+    # because of the abort, with its reason, not by its timeout
     assert isinstance(results[0], ExchangeAborted) and str(results[0]) == "cancelled by the test"
-    assert time.monotonic() - t0 < 5
 
 
 def test_broadcast_and_gather(s3):

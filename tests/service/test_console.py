@@ -227,10 +227,9 @@ def test_console_shows_progress_and_cancels(slow_server, browser, tmp_path):
     )
     assert driver.find_element(By.ID, "progress").is_displayed()
     print("screenshot:", shot(driver, tmp_path, "progress"))
-    start = time.monotonic()
     driver.find_element(By.ID, "cancel").click()
-    until(driver, lambda d: status_of(d) == "cancelled", 30, "the query to be cancelled")
-    assert time.monotonic() - start < 15
+    # the event (the query ends cancelled, not succeeded), with a generous ceiling rather than a duration
+    until(driver, lambda d: status_of(d) == "cancelled", 120, "the query to be cancelled")
     assert "QueryCancelled" in driver.find_element(By.ID, "error").text
     assert driver.find_element(By.ID, "run").is_enabled()
     print("screenshot:", shot(driver, tmp_path, "cancelled"))
