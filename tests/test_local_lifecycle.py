@@ -134,7 +134,9 @@ def _finish(proc: subprocess.Popen[str], ceiling: float = 240) -> list[dict]:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        raise AssertionError(f"the child did not end within {ceiling} s (the query was not stopped)") from None
+        raise AssertionError(
+            f"the child did not end within {ceiling} s (the query was not stopped)"
+        ) from None
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert proc.returncode == 0, err
     return events

@@ -22,7 +22,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +39,6 @@ from ..tpch_data import tpch_dataset
 pytestmark = pytest.mark.skipif(moto_available() is not None, reason=str(moto_available()))
 BUCKET = "squall-start-test"
 EVENTS = Path(__file__).parent / "events"
-FAST_S = 60  # "seconds" on a loaded 2-core machine; before: 3 x start_timeout_s (60 s) + polling
 
 
 @pytest.fixture(scope="module")
@@ -98,13 +96,13 @@ def _query_fails_fast(s3, tmp_path_factory, client: LocalLambda, match: str) -> 
         2, client=client, exchange_options={"bucket_url": f"s3://{BUCKET}/exchange"}
     )
     con = squall.connect(data=str(data), platform=platform)
-    t0 = time.monotonic()
     try:
         with pytest.raises(WorkerError, match=match) as info:
             con.sql("SELECT count(*) FROM nation").to_arrow()
     finally:
         con.close()
-    assert time.monotonic() - t0 < FAST_S
+    # fast is the event, not a duration: the init error itself failed the query, with no start timeout
+    # (60 s) run out and no retry (which would show as attempts and more invocations)
     assert "attempts" not in str(info.value)
     assert platform.client.stats["invocations"] <= 2  # the first-level invocation (+ its child), no retries
 
@@ -195,7 +193,6 @@ def _aws_query_fails_fast(s3, tmp_path_factory, client: LocalLambda, match: str)
                               exchange_options={"bucket_url": f"s3://{BUCKET}/exchange"},
                               settings={"probe_after_s": 1.0, "memory_mb": 1024})  # fmt: skip
     con = squall.connect(data=str(data), platform=platform)
-    t0 = time.monotonic()
     try:
         with pytest.raises(WorkerError) as info:
             con.sql("SELECT count(*) FROM nation").to_arrow()
@@ -204,7 +201,7 @@ def _aws_query_fails_fast(s3, tmp_path_factory, client: LocalLambda, match: str)
         client.close()
     # the message alone (pytest's ``match`` also sees the traceback kept in the error's __notes__)
     assert re.search(match, str(info.value)), str(info.value)
-    assert time.monotonic() - t0 < FAST_S
+    # fast is the event: no start timeout run out, no retry (see _query_fails_fast)
     assert "\n" not in str(info.value) and "attempts" not in str(info.value)
     assert client.stats["invocations"] <= 3  # first-level invocation (+ its child) and the probe, no retries
 

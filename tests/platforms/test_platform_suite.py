@@ -12,7 +12,6 @@ bounds, Lambda tree and cost, fabric writes). The fault tests open fresh connect
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -57,12 +56,12 @@ def test_tpch_against_duckdb(site, con, reference, n):
 
 
 def test_failing_query_fails_fast_and_cleans_up(site, con):
-    start = time.monotonic()
     with pytest.raises(squall.QueryRuntimeError) as info:
         con.sql(FAILING)
-    elapsed = time.monotonic() - start
+    # fast is the event, not a duration: the query failed with the rank's own error (not a timeout or a
+    # retry's), in one line
     assert "\n" not in str(info.value) and "Could not convert string" in str(info.value)
-    assert elapsed < 60, f"a failing query took {elapsed:.0f} s"
+    assert not isinstance(info.value, squall.QueryTimeout)
     assert site.leftovers() == [], "left behind after a failed query"
     assert con.sql(NATION).fetchall() == [(25,)]
 
@@ -70,6 +69,8 @@ def test_failing_query_fails_fast_and_cleans_up(site, con):
 def test_cancel_stops_the_query(site, sf01, monkeypatch):
     """Rank 0 sleeps before stage 1; cancelling (as the service does: until the query returns) ends the
     query early with a one-line error, and the connection still works."""
+    # the event, not a duration: the query ends with a cancel error (without the cancel it would succeed after
+    # the delay)
     monkeypatch.setenv("SQUALL_FAULTS", "delay:rank=0:seconds=6:stage=1")
     con = site.connect(sf01, site.backend.fault_workers)
     returned = threading.Event()
@@ -80,7 +81,6 @@ def test_cancel_stops_the_query(site, sf01, monkeypatch):
 
     canceller = threading.Thread(target=cancel_until_returned, daemon=True)
     try:
-        start = time.monotonic()
         canceller.start()
         try:
             with pytest.raises(squall.SquallError) as info:
@@ -91,7 +91,6 @@ def test_cancel_stops_the_query(site, sf01, monkeypatch):
         # Lambda: QueryCancelled; local and fabric: the rank that stopped at the abort ("query aborted …")
         message = str(info.value)
         assert ("cancel" in message or "abort" in message) and "\n" not in message, repr(info.value)
-        assert time.monotonic() - start < 45
         assert site.leftovers() == [], "left behind after a cancelled query"
         assert con.sql(NATION).fetchall() == [(25,)]  # the connection still works
     finally:

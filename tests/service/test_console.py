@@ -12,7 +12,6 @@ import datetime as dt
 import decimal
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest

@@ -47,7 +47,7 @@ def db_remote(server):
 
 def _description_type(d: tuple) -> pa.DataType:
     """The Arrow type a DB-API description says (its ``type_code`` is the type as text)."""
-    name, type_code, _, _, precision, scale, _ = d
+    _name, type_code, _, _, precision, scale, _ = d
     if str(type_code).startswith("decimal"):
         return pa.decimal128(precision, scale)
     return pa.type_for_alias(str(type_code))
@@ -82,7 +82,9 @@ def test_tpch_matches_duckdb(request, connections, sf001, reference_sf001, mode,
             assert [d[0] for d in cursor.description] == expected.column_names
             actual = _rows_to_table(cursor)
     except (squall.NotSupportedError, dbapi.NotSupportedError) as err:
-        pytest.fail(f"Q{n} refused through {mode}: {err}")  # every TPC-H query plans: a refusal is a regression
+        pytest.fail(
+            f"Q{n} refused through {mode}: {err}"
+        )  # every TPC-H query plans: a refusal is a regression
     assert_same_result(actual, expected, sql, reference=reference_sf001)
 
 
