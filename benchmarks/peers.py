@@ -31,9 +31,11 @@ decimal divided by a decimal keeps the dividend's scale (Q8's share comes back a
 rows is 0, not NULL (Q17 at SF 0.01).
 
 Each query runs once per engine as a warm-up whose result is checked against DuckDB's with
-``squall.testing.compare_results`` (float tolerance, ties in ORDER BY compared as multisets; the columns are
-matched by position, since engines name unaliased expressions their own way), then ``--repeat`` timed runs of
-which the best counts. The time is the wall clock around ``SQL text → Arrow table``. Prints one line per query
+``squall.testing.compare_results`` (types, exact decimals, float tolerance, ties in ORDER BY compared as
+multisets), then ``--repeat`` timed runs of which the best counts, each answer checked the same way. Squall's
+answers are compared as they are (names and types must be DuckDB's); a peer's columns are matched by position
+and cast to DuckDB's types where Arrow can do so safely, since engines name unaliased expressions and type
+results their own way. The time is the wall clock around ``SQL text → Arrow table``. Prints one line per query
 with each engine's seconds and ratio to DuckDB, a line under it for each engine that failed or answered
 differently (why), and last one line per engine: the geometric mean of its ratios over the queries it answered
 correctly, and how many of the queries that is. A query a peer cannot run or answers differently is left out
@@ -374,11 +376,18 @@ class Cell:
 
 
 def align_columns(actual: pa.Table, expected: pa.Table) -> pa.Table:
-    """``actual`` with ``expected``'s column names when it has as many columns: engines name unaliased
-    expressions differently (Q18's ``sum(l_quantity)``), and the values are what is checked, by position."""
-    if actual.num_columns == expected.num_columns and actual.column_names != expected.column_names:
-        return actual.rename_columns(expected.column_names)
-    return actual
+    """A peer's ``actual`` with ``expected``'s column names and, where Arrow casts them safely, its types,
+    when it has as many columns: other engines name unaliased expressions their own way (Q18's
+    ``sum(l_quantity)``) and type results in their own dialect, and their values are what is checked, by
+    position. Never applied to Squall's answers, whose names and types must be DuckDB's."""
+    if actual.num_columns != expected.num_columns:
+        return actual
+    if actual.column_names != expected.column_names:
+        actual = actual.rename_columns(expected.column_names)
+    try:
+        return actual.cast(expected.schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        return actual
 
 
 _DIFFER_PREFIX = re.compile(
@@ -391,23 +400,36 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def measure(engine: Engine, sql: str, expected: pa.Table, repeat: int) -> Cell:
-    """Warm-up (checked against ``expected``), then the best of ``repeat`` timed runs."""
+def _difference(engine: Engine, answer: pa.Table, expected: pa.Table, sql: str, reference: Any) -> str | None:
+    """``compare_results`` on one answer: Squall's as it is, a peer's with its names and types aligned."""
+    checked = answer if engine.is_squall else align_columns(answer, expected)
     try:
-        actual, _ = _bench._timed(lambda: engine.run(sql))
-    except Exception as exc:
-        return Cell("error", detail=_short(_bench._one_line(exc)))
-    try:
-        problem = compare_results(align_columns(actual, expected), expected, sql)
+        return compare_results(checked, expected, sql, reference=reference)
     except Exception as exc:  # a result the comparison cannot read is a wrong answer, not a crash
-        problem = f"cannot compare: {_bench._one_line(exc)}"
+        return f"cannot compare: {_bench._one_line(exc)}"
+
+
+def measure(engine: Engine, sql: str, expected: pa.Table, repeat: int, reference: Any = None) -> Cell:
+    """Warm-up, then the best of ``repeat`` timed runs; every run's answer is checked against ``expected``
+    (``reference`` answers SQL as DuckDB for rows tied with a group LIMIT cut)."""
     try:
-        times = [_bench._timed(lambda: engine.run(sql))[1] for _ in range(repeat)]
+        answers, times = [], []
+        actual, _ = _bench._timed(lambda: engine.run(sql))
+        answers.append(actual)
+        for _ in range(repeat):
+            answer, seconds = _bench._timed(lambda: engine.run(sql))
+            answers.append(answer)
+            times.append(seconds)
     except Exception as exc:
-        return Cell("error", detail=_short(f"timed run failed: {_bench._one_line(exc)}"))
-    if problem is None:
-        return Cell("ok", min(times), times)
-    return Cell("differs", min(times), times, detail=_short(_DIFFER_PREFIX.sub("", problem, count=1)))
+        where = "timed run failed: " if answers else ""
+        return Cell("error", detail=_short(where + _bench._one_line(exc)))
+    for i, answer in enumerate(answers):
+        problem = _difference(engine, answer, expected, sql, reference)
+        if problem is not None:
+            run = "" if i == 0 else f"timed run {i}: "
+            detail = _short(run + _DIFFER_PREFIX.sub("", problem, count=1))
+            return Cell("differs", min(times), times, detail=detail)
+    return Cell("ok", min(times), times)
 
 
 def geomean(ratios: list[float]) -> float | None:
@@ -508,7 +530,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             line = f"{label:<7}" + f"{best_duck:.3f}s".ljust(CELL)
             notes: list[str] = []
             for engine in engines[1:]:
-                cell = measure(engine, sql, expected, args.repeat)
+                cell = measure(engine, sql, expected, args.repeat, reference.run)
                 if cell.seconds is not None and best_duck > 0:
                     cell.ratio = cell.seconds / best_duck
                 cells[engine.name].append((n, cell))

@@ -4,12 +4,13 @@
     python benchmarks/tpcds.py --sf 0.1 --workers 1,3,4 --queries 1,5,9 --repeat 3 --json report.json
 
 For every worker count and query: DuckDB runs the query (a warm-up, then ``--repeat`` timed runs, the best
-counts; ``--repeat 0`` times the single cold run); Squall plans it (``con.plan``), runs it the same way, and the result is checked with
-``squall.testing.assert_same_result``. Each query ends as one of
+counts; ``--repeat 0`` times the single cold run); Squall plans it (``con.plan``), runs it the same way, and every answer (the warm-up's
+and each timed run's) is checked with ``squall.testing.compare_results``. Each query ends as one of
 
 - ``pass``     Squall's result equals DuckDB's;
 - ``refused``  Squall raised ``NotSupportedError`` (its message is printed);
-- ``wrong``    Squall returned a different result (the first difference is printed);
+- ``DIFFERS``  a Squall answer, of the warm-up or of any timed run, differs from DuckDB's (the first
+  difference is printed); the query counts in no ratio;
 - ``error``    Squall failed with any other exception (an internal error: DuckDB answers the query);
 
 and shows its times, the ratio squall/duckdb, and the shape of its plan: ``distributed``, or ``one-rank`` when a part of it
@@ -38,7 +39,7 @@ import pyarrow as pa
 import squall
 import squall.tpcds as tpcds
 from squall.errors import DataError, NotSupportedError, SquallError
-from squall.testing import assert_same_result
+from squall.testing import compare_results
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Outcome:
 
     query: int
     workers: int
-    status: str  # pass | refused | wrong | error | duckdb-error
+    status: str  # pass | refused | DIFFERS | error | duckdb-error
     message: str = ""
     squall_s: float | None = None
     duckdb_s: float | None = None
@@ -136,16 +137,17 @@ def duckdb_peer(data: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _best(run: Callable[[], pa.Table], repeat: int) -> tuple[pa.Table, float]:
-    """Warm-up run (its result is returned), then the best wall time of ``repeat`` runs (0: time the warm-up)."""
+def _best(run: Callable[[], pa.Table], repeat: int) -> tuple[list[pa.Table], float]:
+    """Warm-up run, then the best wall time of ``repeat`` runs (0: time the warm-up); every run's answer, the
+    warm-up's first (each is checked, the timed ones too)."""
     start = time.perf_counter()
-    table = run()
+    answers = [run()]
     best = time.perf_counter() - start if repeat == 0 else math.inf
     for _ in range(repeat):
         start = time.perf_counter()
-        run()
+        answers.append(run())
         best = min(best, time.perf_counter() - start)
-    return table, best
+    return answers, best
 
 
 def _one_line(exc: BaseException) -> str:
@@ -167,23 +169,26 @@ def run_query(con: Any, peer: duckdb.DuckDBPyConnection, n: int, workers: int, r
     sql = tpcds.query(n)
     out = Outcome(n, workers, "pass")
     try:
-        expected, out.duckdb_s = _best(lambda: peer.sql(sql).to_arrow_table(), repeat)
+        answers, out.duckdb_s = _best(lambda: peer.sql(sql).to_arrow_table(), repeat)
+        expected = answers[0]
     except Exception as exc:
         out.status, out.message = "duckdb-error", _one_line(exc)
         return out
     try:
         out.stages, out.one_rank_parts = plan_shape(con.plan(sql))
-        actual, out.squall_s = _best(lambda: con.sql(sql).to_arrow(), repeat)
+        actuals, out.squall_s = _best(lambda: con.sql(sql).to_arrow(), repeat)
     except NotSupportedError as exc:
         out.status, out.message = "refused", str(exc).strip().splitlines()[0]
         return out
     except Exception as exc:
         out.status, out.message = "error", _one_line(exc)
         return out
-    try:
-        assert_same_result(actual, expected, sql)
-    except AssertionError as exc:
-        out.status, out.message = "wrong", str(exc).strip().splitlines()[0] if str(exc).strip() else "differs"
+    for i, actual in enumerate(actuals):
+        problem = compare_results(actual, expected, sql, reference=peer)
+        if problem is not None:
+            out.status = "DIFFERS"
+            out.message = (f"timed run {i}: " if i else "") + problem.strip().splitlines()[0]
+            break
     return out
 
 
@@ -221,12 +226,12 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
     lines = [
         f"W={outcomes[0].workers}: {len(outcomes)} queries: "
         + ", ".join(
-            f"{counts[s]} {s}" for s in ("pass", "refused", "wrong", "error", "duckdb-error") if counts[s]
+            f"{counts[s]} {s}" for s in ("pass", "refused", "DIFFERS", "error", "duckdb-error") if counts[s]
         )
         + f"; passing: {shapes['distributed']} distributed, {shapes['one-rank']} with a one-rank part"
         + f"; geomean ratio squall/duckdb over passing: {'n/a' if mean is None else f'{mean:.2f}'}"
     ]
-    for status in ("wrong", "error", "duckdb-error"):
+    for status in ("DIFFERS", "error", "duckdb-error"):
         names = [f"q{o.query:02d}" for o in outcomes if o.status == status]
         if names:
             lines.append(f"  {status}: {' '.join(names)}")
@@ -294,7 +299,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.json:
         records = [asdict(o) | {"ratio": o.ratio, "shape": o.shape} for os_ in results.values() for o in os_]
         args.json.write_text(json.dumps({"sf": args.sf, "outcomes": records}, indent=1) + "\n")
-    bad = any(o.status in ("wrong", "error") for os_ in results.values() for o in os_)
+    bad = any(o.status in ("DIFFERS", "error") for os_ in results.values() for o in os_)
     return 1 if bad else 0
 
 

@@ -2,10 +2,11 @@
 
     python benchmarks/tpch.py --sf 1 --data data/sf1 --workers 4 --queries 1,3,5 --repeat 3
 
-Each query runs once on both engines as a warm-up (file cache) whose results are checked with
-``squall.testing.compare_results``; then ``--repeat`` timed runs on each, of which the best counts. The time
-is the wall clock around ``sql → Arrow table`` on both sides. Prints one line per query and, last, the
-geometric mean of the squall/duckdb ratios over the queries that ran on both. Exits 1 if any result differs
+Each query runs once on both engines as a warm-up (file cache); then ``--repeat`` timed runs on each, of which
+the best counts. Every Squall answer, the warm-up's and each timed run's, is checked against DuckDB's with
+``squall.testing.compare_results``. The time is the wall clock around ``sql → Arrow table`` on both sides.
+Prints one line per query (``DIFFERS`` if any run's answer differs) and, last, the geometric mean of the
+squall/duckdb ratios over the queries that ran on both with right answers (a differing query counts in none). Exits 1 if any result differs
 or any query fails, 2 on bad arguments.
 
 ``--profile`` adds, under each query, where Squall's time went (from ``Result.stats``): planning on the first
@@ -199,6 +200,18 @@ def _timed(run: Callable[[], pa.Table]) -> tuple[pa.Table, float]:
     return table, time.perf_counter() - start
 
 
+def first_difference(
+    answers: Sequence[pa.Table], expected: pa.Table, sql: str, reference: Callable[[str], pa.Table]
+) -> str | None:
+    """The first of ``answers`` (the warm-up's, then each timed run's) that differs from DuckDB's, said by
+    ``squall.testing.compare_results``; None if every run's answer is right."""
+    for i, answer in enumerate(answers):
+        problem = compare_results(answer, expected, sql, reference=reference)
+        if problem is not None:
+            return problem if i == 0 else f"timed run {i}: {problem}"
+    return None
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
@@ -297,7 +310,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             try:
                 squall_stats.clear()
                 actual, _ = _timed(lambda sql=sql: run_squall(sql))
-                times = [_timed(lambda sql=sql: run_squall(sql))[1] for _ in range(args.repeat)]
+                timed = [_timed(lambda sql=sql: run_squall(sql)) for _ in range(args.repeat)]
+                times = [t for _, t in timed]
                 best_squall = min(times)
                 best_stats = squall_stats[1 + times.index(best_squall)]
             except Exception as exc:
@@ -306,9 +320,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 )
                 failed = True
                 continue
-            problem = compare_results(actual, expected, sql)
+            # every run's answer is checked, the timed ones too; a query whose answer differs counts in no ratio
+            problem = first_difference([actual, *(r for r, _ in timed)], expected, sql, run_duckdb)
             ratio = best_squall / best_duck if best_duck > 0 else math.inf
-            if math.isfinite(ratio) and ratio > 0:
+            if math.isfinite(ratio) and ratio > 0 and problem is None:
                 ratios.append(ratio)
             verdict = "ok" if problem is None else "DIFFERS"
             sent, moved = exchanged_bytes(best_stats), network_bytes(best_stats)
@@ -320,15 +335,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             )
             if base is not None:
                 try:
-                    base_first = base.sql(sql)
-                    base_problem = compare_results(base_first.to_arrow(), expected, sql)
+                    base_answers = [base.sql(sql).to_arrow()]
                     runs = []
                     for _ in range(args.repeat):
                         t0 = time.perf_counter()
                         res = base.sql(sql)
-                        res.to_arrow()
+                        base_answers.append(res.to_arrow())
                         runs.append((time.perf_counter() - t0, res.stats))
                     base_time, base_stats = min(runs, key=lambda r: r[0])
+                    base_problem = first_difference(base_answers, expected, sql, run_duckdb)
                 except Exception as exc:
                     print(
                         f"     {before_label} FAILED: {_one_line(exc)}",
@@ -339,7 +354,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 else:
                     base_sent = exchanged_bytes(base_stats)
                     base_ratio = base_time / best_duck if best_duck > 0 else math.inf
-                    if math.isfinite(base_ratio) and base_ratio > 0:
+                    if (
+                        math.isfinite(base_ratio)
+                        and base_ratio > 0
+                        and base_problem is None
+                        and problem is None
+                    ):
                         base_ratios.append(base_ratio)
                     total_bytes[0] += sent
                     total_bytes[1] += base_sent

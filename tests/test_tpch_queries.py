@@ -353,15 +353,25 @@ class _FakeResult:
 class _FakeSquall:
     """Stands in for squall.connect(): answers with DuckDB, optionally corrupting one query's answer."""
 
-    def __init__(self, data: str, workers: int | None = None, corrupt: str | None = None) -> None:
+    def __init__(
+        self,
+        data: str,
+        workers: int | None = None,
+        corrupt: str | None = None,
+        corrupt_run: int = 0,
+        **_: Any,
+    ) -> None:
         self.con = duckdb_over(data)
         self.workers = workers
         self.corrupt = corrupt
+        self.corrupt_run = corrupt_run  # which run of the corrupted query answers wrongly (0: the warm-up)
+        self.runs: dict[str, int] = {}
         self.closed = False
 
     def sql(self, text: str) -> _FakeResult:
         table = self.con.sql(text).to_arrow_table()
-        if self.corrupt and self.corrupt in text:
+        run = self.runs[text] = self.runs.get(text, -1) + 1
+        if self.corrupt and self.corrupt in text and run == self.corrupt_run:
             table = table.slice(1)
         return _FakeResult(table)
 
@@ -371,13 +381,13 @@ class _FakeSquall:
 
 
 def _run_benchmark(
-    monkeypatch: pytest.MonkeyPatch, argv: list[str], corrupt: str | None = None
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], corrupt: str | None = None, corrupt_run: int = 0
 ) -> tuple[int, str]:
     bench = _load_benchmark()
     made: list[_FakeSquall] = []
 
     def connect(**kwargs: Any) -> _FakeSquall:
-        made.append(_FakeSquall(corrupt=corrupt, **kwargs))
+        made.append(_FakeSquall(corrupt=corrupt, corrupt_run=corrupt_run, **kwargs))
         return made[-1]
 
     monkeypatch.setattr(squall, "connect", connect, raising=False)
@@ -405,6 +415,15 @@ def test_benchmark_fails_on_a_wrong_result(sf001: Path, monkeypatch: pytest.Monk
     status, text = _run_benchmark(monkeypatch, argv, corrupt="o_orderpriority")
     assert status == 1
     assert "Q01" in text and "DIFFERS" in text and "row count differs" in text
+
+
+def test_benchmark_checks_every_timed_run(sf001: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong answer in the second timed run (right in the warm-up): DIFFERS, and out of the geomean."""
+    argv = ["--sf", str(SF), "--data", str(sf001), "--queries", "4", "--repeat", "3"]
+    status, text = _run_benchmark(monkeypatch, argv, corrupt="o_orderpriority", corrupt_run=2)
+    assert status == 1, text
+    assert "Q04" in text and "DIFFERS" in text and "timed run 2: " in text
+    assert text.strip().splitlines()[-1] == "geomean ratio squall/duckdb: n/a", text
 
 
 def test_benchmark_generates_missing_data(
