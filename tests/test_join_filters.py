@@ -24,6 +24,7 @@ from squall.testing import assert_same_result
 from tests.fuzz.dataset import duckdb_reference
 from tests.test_sql_coverage import NOT_SUPPORTED, _random_tables
 from tests.test_sql_coverage import QUERIES as COVERAGE
+from tests.test_sql_coverage import REL_TOL as COVERAGE_REL_TOL
 from tests.tpch_data import duckdb_over, tpch_dataset
 
 # --- the filter's SQL on its own ------------------------------------------------------------------------------
@@ -240,7 +241,8 @@ def test_sql_coverage_with_forced_filters(coverage_pair, name: str) -> None:
     con, ref = coverage_pair
     sql = COVERAGE[name]
     expected = ref.sql(sql).to_arrow_table()
-    assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+    rel_tol = COVERAGE_REL_TOL.get(name, 1e-9)  # DuckDB's own answer moves that much (see the coverage suite)
+    assert_same_result(con.sql(sql).to_arrow(), expected, sql, rel_tol=rel_tol, reference=ref)
 
 
 # --- a LEFT/semi/anti join's right side cut by the keys of a replicated scan that holds every left key ----------
