@@ -365,10 +365,9 @@ def test_abort_stops_a_waiting_receiver():
     timer = threading.Timer(3.0, factory.abort, args=(config, "rank 1 failed: disk full"))
     timer.start()
     try:
-        started = time.monotonic()
+        # the event, not a duration: the receiver stopped by the abort, with its reason, not by its 60 s timeout
         with pytest.raises(AssertionError, match=r"ExchangeAborted: rank 1 failed: disk full"):
             _run([(_rank, (config, 0, 2, query_id, True))], env)  # rank 1 never comes
-        assert time.monotonic() - started < 30
     finally:
         timer.cancel()
         factory.cleanup(config)
