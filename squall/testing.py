@@ -551,7 +551,9 @@ def _compare_ordered(
             )
         return f"rows {start}..{end - 1} (one ORDER BY tie group) differ: {diff}"
     for start, end in cut:
-        problem = _check_cut_group(cmp, keys, rows_a[start:end], rows_e[start:end], sql, ordering, reference)
+        problem = _check_cut_group(
+            cmp, keys, (rows_a[start:end], rows_e[start:end]), n, sql, ordering, reference
+        )
         if problem is not None:
             return f"rows {start}..{end - 1} (the tie group LIMIT/OFFSET cut) differ: {problem}"
     return None
@@ -560,20 +562,22 @@ def _compare_ordered(
 def _check_cut_group(
     cmp: _Comparer,
     keys: Sequence[int],
-    group_a: list[tuple[Any, ...]],
-    group_e: list[tuple[Any, ...]],
+    groups: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]],
+    n: int,
     sql: str,
     ordering: _Ordering,
     reference: Reference | None,
 ) -> str | None:
-    """The rows of a tie group LIMIT/OFFSET cut must be among the rows DuckDB could have returned."""
+    """The rows of a tie group LIMIT/OFFSET cut must be among the rows DuckDB could have returned (``n``: the
+    result's row count)."""
+    group_a, group_e = groups
     diff = cmp.multiset_diff(group_a, group_e)
     if reference is None:
         return f"{diff} (ties beyond the limit not proven: no reference given)"
     if ordering.limit == _UNKNOWN_LIMIT or ordering.offset == _UNKNOWN_LIMIT:
         return None  # a limit that is not a literal: the keys are all that can be checked
     offset = ordering.offset or 0
-    limit = ordering.limit if ordering.limit is not None else len(group_e)
+    limit = n
     widened = _widened_sql(sql, limit, offset)
     if widened is None:
         return diff

@@ -417,6 +417,10 @@ def test_offset_first_tie_group_checked_against_candidates() -> None:
     assert compare_results(table(k=[1, 2], v=["x", "b"]), e, sql, reference=con) is None
     assert compare_results(table(k=[1, 2], v=["y", "b"]), e, sql, reference=con) is not None
     assert compare_results(table(k=[1, 2], v=["a", "x"]), e, sql, reference=con) is not None
+    # an OFFSET without a LIMIT cuts only the first group
+    sql = "select k, v from t order by k offset 1"
+    assert compare_results(table(k=[1, 2], v=["x", "b"]), e, sql, reference=con) is None
+    assert compare_results(table(k=[1, 2], v=["y", "b"]), e, sql, reference=con) is not None
 
 
 def test_limit_without_order_by() -> None:
