@@ -45,7 +45,14 @@ class ParquetView:
     def sql(self) -> str:
         select = ", ".join(f"{ident(src)} AS {ident(name)}" for src, name in self.columns)
         selects = []
+        whole = [path for path, ranges in self.parts if not ranges]
+        if len(whole) > 1:  # one scan of every whole file: binds once, reads them in parallel
+            listed = ", ".join(_literal(path) for path in whole)
+            text = f"SELECT {select} FROM read_parquet([{listed}])"
+            selects.append(text + (f" WHERE ({self.where})" if self.where else ""))
         for path, ranges in self.parts:
+            if len(whole) > 1 and not ranges:
+                continue
             text = f"SELECT {select} FROM read_parquet({_literal(path)})"
             conditions = [f"({self.where})"] if self.where else []
             if ranges:

@@ -60,6 +60,12 @@ def _groups_per_rank(inp: ScanInput) -> list[set[tuple[str, int]]]:
     return [{(s.path, rg) for s in per for rg in s.row_groups} for per in inp.splits]
 
 
+def source_line(inp: ScanInput) -> str:
+    """What the table's source said of the scan (``TableInfo.source_notes``), e.g. ``source: partitions
+    1 of 7, files 3 of 21``."""
+    return "source: " + ", ".join(f"{k} {v}" for k, v in inp.source_notes)
+
+
 def skipping_line(sk: DataSkipping) -> str:
     """What the planner skipped of a filtered scan, and what workers will record for the predicate cache."""
     text = (
@@ -83,6 +89,8 @@ def explain_plan(plan: Plan) -> str:
         lines.append(header)
         for inp in stage.inputs:
             lines.append(f"  input {_input(inp)}")
+            if isinstance(inp, ScanInput) and inp.source_notes:
+                lines.append(f"    {source_line(inp)}")
             sk = inp.skipping if isinstance(inp, ScanInput) else None
             if sk is not None and (
                 sk.page_index or sk.bloom or sk.cache
