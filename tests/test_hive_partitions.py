@@ -70,7 +70,12 @@ def reference(root: Path | str) -> duckdb.DuckDBPyConnection:
 def test_answers_match_duckdb(data, workers):
     ref = reference(data)
     with squall.connect(data=str(data), workers=workers) as con:
-        assert con.sql("SELECT * FROM orders LIMIT 0").to_arrow().schema.names == ["id", "amount", "note", "o_year"]
+        assert con.sql("SELECT * FROM orders LIMIT 0").to_arrow().schema.names == [
+            "id",
+            "amount",
+            "note",
+            "o_year",
+        ]
         for sql in QUERIES:
             assert_same_result(con.sql(sql).to_arrow(), ref.sql(sql).to_arrow_table(), sql)
 
@@ -94,13 +99,17 @@ def test_a_partition_filter_reads_its_share_and_says_so(data):
         assert full.stats["sources"][0]["partitions"] == "7 of 7"
         text = con.explain("SELECT sum(amount) AS s FROM orders WHERE o_year = 1995")
         assert "source: partitions 1 of 7, files 1 of 7" in text
-        two = con.explain("SELECT count(*) FROM events WHERE day = DATE '2024-01-31' AND kind IN ('a b/1', 'x')")
+        two = con.explain(
+            "SELECT count(*) FROM events WHERE day = DATE '2024-01-31' AND kind IN ('a b/1', 'x')"
+        )
         assert "partitions 1 of 15" in two
 
 
 def test_pruning_evaluates_filters_with_duckdb(data):
     source = ParquetSource("orders", str(data / "orders"), storage_for(str(data)))
-    where = sqlglot.parse_one("SELECT 1 WHERE (o_year + 1) % 2 = 0 AND o_year BETWEEN 1990 AND 1996").args["where"]
+    where = sqlglot.parse_one("SELECT 1 WHERE (o_year + 1) % 2 = 0 AND o_year BETWEEN 1990 AND 1996").args[
+        "where"
+    ]
     filters = list(where.this.flatten())
     info = source.scan_info(filters)
     years = sorted({p.split("o_year=")[1].split("/")[0] for p in info.files})
@@ -169,7 +178,9 @@ def test_files_with_different_keys_are_refused(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True)
         pq.write_table(pa.table({"x": [1]}), tmp_path / rel)
     source = ParquetSource("t", str(tmp_path / "t"), storage_for(str(tmp_path)))
-    with pytest.raises(DataError, match=r"^table t: files with different partition keys: .* has a, .* has a, b$"):
+    with pytest.raises(
+        DataError, match=r"^table t: files with different partition keys: .* has a, .* has a, b$"
+    ):
         source.table_info()
 
 
@@ -202,7 +213,19 @@ def test_cli_query_on_a_hive_folder(data):
     sql = "SELECT o_year, count(*) AS n FROM orders WHERE o_year >= 1997 GROUP BY o_year ORDER BY o_year"
     env = {k: v for k, v in os.environ.items() if k != "SQUALL_FAULTS"}
     done = subprocess.run(
-        [sys.executable, "-m", "squall.cli", "query", sql, "--data", str(data), "--workers", "2", "--format", "csv"],
+        [
+            sys.executable,
+            "-m",
+            "squall.cli",
+            "query",
+            sql,
+            "--data",
+            str(data),
+            "--workers",
+            "2",
+            "--format",
+            "csv",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -80,7 +80,9 @@ def data(tmp_path_factory) -> Path:
 
 def _reference(root: Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.sql(f"CREATE VIEW events AS SELECT * FROM read_parquet('{root}/events/*.parquet', union_by_name = true)")
+    con.sql(
+        f"CREATE VIEW events AS SELECT * FROM read_parquet('{root}/events/*.parquet', union_by_name = true)"
+    )
     return con
 
 

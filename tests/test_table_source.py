@@ -173,7 +173,9 @@ def test_incompatible_schemas_are_one_line_naming_column_types_and_files(tmp_pat
     pq.write_table(pa.table({"a": [1]}), tmp_path / "t/p0.parquet")
     pq.write_table(pa.table({"a": ["x"]}), tmp_path / "t/p1.parquet")
     source = ParquetSource("t", str(tmp_path / "t"), storage_for(str(tmp_path)))
-    with pytest.raises(DataError, match=r"^table t: column a is int64 in .*p0.parquet but string in .*p1.parquet") as e:
+    with pytest.raises(
+        DataError, match=r"^table t: column a is int64 in .*p0.parquet but string in .*p1.parquet"
+    ) as e:
         source.schema()
     assert "\n" not in str(e.value)
     assert source.file_schema(str(tmp_path / "t/p1.parquet")) == pa.schema([("a", pa.string())])

@@ -91,11 +91,14 @@ def wider(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
 
 def unite(table: str, schemas: Sequence[tuple[str, pa.Schema]]) -> UnitedSchema:
     """The table schema of files ``schemas`` ((path, schema) in path order); DataError on a column whose
-    types do not widen to one."""
+    types do not widen to one. Each distinct schema is looked at once (many files usually share a few)."""
+    firsts: dict[pa.Schema, str] = {}  # distinct schema -> the first file holding it
+    for path, schema in schemas:
+        firsts.setdefault(schema, path)
     types: dict[str, pa.DataType] = {}
     nullable: dict[str, bool] = {}
     since: dict[str, tuple[str, pa.DataType]] = {}  # column -> (file that set its type, that file's type)
-    for path, schema in schemas:
+    for schema, path in firsts.items():
         for f in schema:
             if f.name not in types:
                 types[f.name], nullable[f.name], since[f.name] = f.type, f.nullable, (path, f.type)
@@ -110,17 +113,13 @@ def unite(table: str, schemas: Sequence[tuple[str, pa.Schema]]) -> UnitedSchema:
             if w != types[f.name]:
                 types[f.name], since[f.name] = w, (path, f.type)
             nullable[f.name] = nullable[f.name] or f.nullable
-    missing: dict[str, tuple[str, ...]] = {}
-    for path, schema in schemas:
-        lacks = tuple(c for c in types if c not in schema.names)
-        if lacks:
-            missing[path] = lacks
-            for c in lacks:
-                nullable[c] = True
+    lacking = {schema: tuple(c for c in types if c not in schema.names) for schema in firsts}
+    for lacks in lacking.values():
+        nullable.update((c, True) for c in lacks)
     united = pa.schema([pa.field(c, t, nullable[c]) for c, t in types.items()])
-    differs = frozenset(
-        path
-        for path, schema in schemas
-        if path in missing or any(f.type != types[f.name] for f in schema)
+    other = {s for s in firsts if lacking[s] or any(f.type != types[f.name] for f in s)}
+    return UnitedSchema(
+        united,
+        {path: lacking[schema] for path, schema in schemas if lacking[schema]},
+        frozenset(path for path, schema in schemas if schema in other),
     )
-    return UnitedSchema(united, missing, differs)

@@ -20,8 +20,10 @@ from squall.operators.storage import FileEntry, Storage
 
 #: footers kept in the process (least recently used dropped first)
 CACHE_ENTRIES = 100_000
-#: threads reading footers at once
-THREADS = 16
+#: threads reading footers at once (object stores: requests in flight; local files parse under the GIL, where
+#: a few threads already overlap the reads)
+THREADS = {"file": 4}
+DEFAULT_THREADS = 16
 
 _lock = threading.Lock()
 _cache: OrderedDict[tuple[str, int, str], pq.FileMetaData] = OrderedDict()
@@ -61,7 +63,8 @@ def read_footers(storage: Storage, entries: Sequence[FileEntry]) -> list[pq.File
     if len(missing) == 1:
         out[missing[0]] = storage.read_metadata(entries[missing[0]].path)
     elif missing:
-        with ThreadPoolExecutor(min(THREADS, len(missing)), thread_name_prefix="footers") as pool:
+        threads = min(THREADS.get(storage.scheme, DEFAULT_THREADS), len(missing))
+        with ThreadPoolExecutor(threads, thread_name_prefix="footers") as pool:
             for i, md in zip(missing, pool.map(lambda i: storage.read_metadata(entries[i].path), missing)):
                 out[i] = md
     for i in missing:

@@ -189,7 +189,9 @@ def prune(part: Partitioning, filters: Sequence[exp.Expression]) -> tuple[set[tu
         return set(distinct), []
     names = [c for c, _k in part.columns]
     arrays = [pa.array([p[i] for p in distinct], part.types[c]) for i, c in enumerate(names)]
-    table = pa.Table.from_arrays([*arrays, pa.array(range(len(distinct)), pa.int64())], [*names, "__squall_row"])
+    table = pa.Table.from_arrays(
+        [*arrays, pa.array(range(len(distinct)), pa.int64())], [*names, "__squall_row"]
+    )
     keep = set(range(len(distinct)))
     used = []
     con = duckdb.connect(config={"enable_external_access": False})

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -146,6 +146,13 @@ class ParquetSource(TableSource):
             return ()
 
 
+def forget_tables() -> None:
+    """Forget the tables built in this process and every cached footer (benchmarks measure cold planning)."""
+    with _BUILT_LOCK:
+        _BUILT.clear()
+    footers.clear_cache()
+
+
 def _built(
     name: str, location: str, storage: Storage, entries: list[FileEntry]
 ) -> tuple[TableInfo, hive.Partitioning | None]:
@@ -181,7 +188,8 @@ def _build_table(
     """Read every footer (in parallel), unite the schemas, type the partitions, collect the row groups."""
     metadata = footers.read_footers(storage, entries)
     paths = [e.path for e in entries]
-    schemas = [(p, md.schema.to_arrow_schema().remove_metadata()) for p, md in zip(paths, metadata)]
+    shapes = _Shapes()
+    schemas = [(p, shapes.arrow(md)) for p, md in zip(paths, metadata)]
     names = list(dict.fromkeys(n for _p, s in schemas for n in s.names))
     base = _base(location)
     relative = {p: p[len(base) :] if p.startswith(base) else p.rpartition("/")[2] for p in paths}
@@ -195,7 +203,7 @@ def _build_table(
     groups = [
         rg
         for p, md in zip(paths, metadata)
-        for rg in _row_groups(p, md, united.missing.get(p, ()), part, from_path)
+        for rg in _row_groups(p, md, shapes.index(md, from_path), united.missing.get(p, ()), part)
     ]
     file_reads = {
         p: FileRead(
@@ -240,33 +248,87 @@ def _hive_notes(
     return (("partitions", f"{kept} of {every}"), ("files", f"{len(files)} of {total}"))
 
 
+class _Shapes:
+    """The Arrow schema and column index of each distinct Parquet schema among a table's files (most files
+    share one: compared in C++, converted once)."""
+
+    def __init__(self) -> None:
+        self._seen: list[tuple[pq.ParquetSchema, pa.Schema, dict[frozenset[str], dict[str, int]]]] = []
+
+    def _find(
+        self, md: pq.FileMetaData
+    ) -> tuple[pq.ParquetSchema, pa.Schema, dict[frozenset[str], dict[str, int]]]:
+        schema = md.schema
+        for seen in reversed(self._seen):
+            if seen[0].equals(schema):
+                return seen
+        self._seen.append((schema, schema.to_arrow_schema().remove_metadata(), {}))
+        return self._seen[-1]
+
+    def arrow(self, md: pq.FileMetaData) -> pa.Schema:
+        """The file's Arrow schema (without metadata)."""
+        return self._find(md)[1]
+
+    def index(self, md: pq.FileMetaData, skip: set[str]) -> dict[str, int]:
+        """Column chunk path -> its index in each row group, but for top-level columns in ``skip``."""
+        schema, _arrow, indexes = self._find(md)
+        key = frozenset(skip)
+        if key not in indexes:
+            paths = (schema.column(i).path for i in range(len(schema)))
+            indexes[key] = {p: i for i, p in enumerate(paths) if p.split(".")[0] not in skip}
+        return indexes[key]
+
+
 def _row_groups(
     path: str,
     md: pq.FileMetaData,
+    index: Mapping[str, int],
     missing: Sequence[str],
     part: hive.Partitioning | None,
-    from_path: set[str],
 ) -> list[RowGroup]:
-    """The file's row groups, statistics keyed by table column: a missing column all NULL, a partition
-    column its value."""
+    """The file's row groups, statistics keyed by table column (decoded when first asked for): a missing
+    column all NULL, a partition column its value. ``index``: the file's chunk paths and their indexes."""
     out = []
     first_row = 0
     for i in range(md.num_row_groups):
         rg = md.row_group(i)
-        cols = {}
-        for c in range(rg.num_columns):
-            chunk = rg.column(c)
-            if chunk.path_in_schema.split(".")[0] not in from_path:
-                cols[chunk.path_in_schema] = _chunk_stats(chunk)
         rows = rg.num_rows
-        for column in missing:
-            cols[column] = ColumnChunkStats(None, None, rows, 0, 0)
+        extra = {column: ColumnChunkStats(None, None, rows, 0, 0) for column in missing}
         for column, _key in part.columns if part else ():
             value = part.values[path][column]
-            cols[column] = ColumnChunkStats(value, value, rows if value is None else 0, 0, 0)
-        out.append(RowGroup(path, i, rows, cols, first_row))
+            extra[column] = ColumnChunkStats(value, value, rows if value is None else 0, 0, 0)
+        out.append(RowGroup(path, i, rows, _Chunks(rg, index, extra), first_row))
         first_row += rows
     return out
+
+
+class _Chunks(Mapping[str, ColumnChunkStats]):
+    """A row group's column statistics by table column, each decoded from the footer when first asked for
+    (planning a scan of many files looks at a few columns of each)."""
+
+    __slots__ = ("_decoded", "_extra", "_group", "_index")
+
+    def __init__(
+        self, group: pq.RowGroupMetaData, index: Mapping[str, int], extra: dict[str, ColumnChunkStats]
+    ) -> None:
+        self._group, self._index, self._extra = group, index, extra
+        self._decoded: dict[str, ColumnChunkStats] = {}
+
+    def __getitem__(self, column: str) -> ColumnChunkStats:
+        found = self._extra.get(column) or self._decoded.get(column)
+        if found is None:
+            found = self._decoded[column] = _chunk_stats(self._group.column(self._index[column]))
+        return found
+
+    def __contains__(self, column: object) -> bool:
+        return column in self._extra or column in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._index
+        yield from self._extra
+
+    def __len__(self) -> int:
+        return len(self._index) + len(self._extra)
 
 
 def _chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:

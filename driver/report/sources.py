@@ -14,5 +14,7 @@ def source_stats(plan: Plan) -> list[dict[str, Any]]:
     for stage in plan.stages:
         for inp in stage.inputs:
             if isinstance(inp, ScanInput) and inp.source_notes:
-                out.append({"scan": inp.name, "table": inp.table, "stage": stage.id, **dict(inp.source_notes)})
+                out.append(
+                    {"scan": inp.name, "table": inp.table, "stage": stage.id, **dict(inp.source_notes)}
+                )
     return out
