@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 import squall
@@ -67,45 +66,45 @@ def _best(run: Any, repeat: int) -> tuple[float, Any]:
     return best, out
 
 
+def _one_query(con: Any, duck: duckdb.DuckDBPyConnection, sql: str, glob: str, repeat: int) -> dict[str, Any]:
+    """Squall's first and best warm seconds, DuckDB's best warm seconds (runs interleaved, so both see the
+    machine's load alike), their ratio, and the planning breakdown of Squall's best run."""
+    t0 = time.perf_counter()
+    con.sql(sql).to_arrow()
+    first = time.perf_counter() - t0
+    duck_sql = sql.replace("FROM lineitem", f"FROM read_parquet('{glob}')")
+    expected = duck.execute(duck_sql).fetchall()  # warm
+    ours = theirs = float("inf")
+    stats: dict[str, Any] = {}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = con.sql(sql)
+        answer = result.to_arrow()
+        mine = time.perf_counter() - t0
+        if mine < ours:
+            ours, stats = mine, result.stats
+        t0 = time.perf_counter()
+        expected = duck.execute(duck_sql).fetchall()
+        theirs = min(theirs, time.perf_counter() - t0)
+        value = next(iter(answer.to_pylist()[0].values()))
+        if abs(float(value) - float(expected[0][0])) > 1e-6 * max(1.0, abs(float(expected[0][0]))):
+            raise AssertionError(f"{sql}: squall {value} != duckdb {expected[0][0]}")
+    return {
+        "squall_first_s": first,
+        "squall_s": ours,
+        "duckdb_s": theirs,
+        "ratio": ours / theirs,
+        "planning_s": stats["planning_s"],
+        "planning_breakdown": stats["planning_breakdown"],
+    }
+
+
 def bench_queries(data: Path, workers: int, repeat: int) -> dict[str, Any]:
-    """Per query: Squall's first and best warm seconds, DuckDB's best warm seconds, their ratio, and
-    the planning breakdown of Squall's last run."""
-    out: dict[str, Any] = {}
+    """:func:`_one_query` of each of :data:`QUERIES` on ``squall.connect(data=…, workers=W)``."""
     glob = str(data / "lineitem" / "*.parquet")
     duck = duckdb.connect()
     with squall.connect(data=str(data), workers=workers) as con:
-        for name, sql in QUERIES.items():
-            t0 = time.perf_counter()
-            con.sql(sql).to_arrow()
-            first = time.perf_counter() - t0
-            result = None
-
-            def one() -> pa.Table:
-                nonlocal result
-                result = con.sql(sql)
-                return result.to_arrow()
-
-            duck_sql = sql.replace("FROM lineitem", f"FROM read_parquet('{glob}')")
-            duck.execute(duck_sql).fetchall()  # warm
-            ours = theirs = float("inf")
-            for _ in range(repeat):  # interleaved: both see the machine's load alike
-                mine, answer = _best(one, 1)
-                other, expected = _best(lambda: duck.execute(duck_sql).fetchall(), 1)
-                ours, theirs = min(ours, mine), min(theirs, other)
-            got = answer.to_pylist()[0]
-            value = next(iter(got.values()))
-            if abs(float(value) - float(expected[0][0])) > 1e-6 * max(1.0, abs(float(expected[0][0]))):
-                raise AssertionError(f"{name}: squall {value} != duckdb {expected[0][0]}")
-            assert result is not None
-            out[name] = {
-                "squall_first_s": first,
-                "squall_s": ours,
-                "duckdb_s": theirs,
-                "ratio": ours / theirs,
-                "planning_s": result.stats["planning_s"],
-                "planning_breakdown": result.stats["planning_breakdown"],
-            }
-    return out
+        return {name: _one_query(con, duck, sql, glob, repeat) for name, sql in QUERIES.items()}
 
 
 def bench_planning(data: Path, repeat: int) -> dict[str, float]:

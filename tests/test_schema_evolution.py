@@ -127,9 +127,8 @@ def test_an_incompatible_change_is_one_line_naming_column_types_and_files(tmp_pa
     pq.write_table(pa.table({"a": pa.array([1], pa.int64()), "b": [1]}), tmp_path / "t/p0.parquet")
     pq.write_table(pa.table({"b": [2]}), tmp_path / "t/p1.parquet")
     pq.write_table(pa.table({"a": ["x"]}), tmp_path / "t/p2.parquet")
-    with squall.connect(data=str(tmp_path), workers=1) as con:
-        with pytest.raises(DataError) as err:
-            con.sql("SELECT count(*) FROM t").to_arrow()
+    with squall.connect(data=str(tmp_path), workers=1) as con, pytest.raises(DataError) as err:
+        con.sql("SELECT count(*) FROM t").to_arrow()
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("table t: column a is int64 in ") and " but string in " in message

@@ -157,11 +157,11 @@ def _value(table: str, key: str, raw: str, type_: pa.DataType) -> Any:
         m = (_DATE if pa.types.is_date32(type_) else _TIMESTAMP).match(raw)
         if m is None:
             raise ValueError(raw)
-        parts = [int(g) if g else 0 for g in m.groups()[:6]]
+        y, mo, d, h, mi, sec = (int(g) if g else 0 for g in (m.groups() + (None,) * 3)[:6])
         if pa.types.is_date32(type_):
-            return dt.date(*parts[:3])
+            return dt.date(y, mo, d)
         micros = int((m.group(7) or "0")[:6].ljust(6, "0"))
-        return dt.datetime(*parts, micros)  # type: ignore[misc]
+        return dt.datetime(y, mo, d, h, mi, sec, micros)
     except ValueError:
         raise NotSupportedError(
             f"table {table}: partition value {key}={raw} is a {type_} form Squall does not read yet "

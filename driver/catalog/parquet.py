@@ -294,8 +294,8 @@ def _row_groups(
         rg = md.row_group(i)
         rows = rg.num_rows
         extra = {column: ColumnChunkStats(None, None, rows, 0, 0) for column in missing}
-        for column, _key in part.columns if part else ():
-            value = part.values[path][column]
+        values = part.values[path] if part else {}
+        for column, value in values.items():
             extra[column] = ColumnChunkStats(value, value, rows if value is None else 0, 0, 0)
         out.append(RowGroup(path, i, rows, _Chunks(rg, index, extra), first_row))
         first_row += rows

@@ -27,8 +27,8 @@ import pyarrow as pa
 from squall.driver.report.exchanges import exchange_stats
 from squall.driver.report.join_filters import join_filter_stats
 from squall.driver.report.skipping import skipping_stats
-from squall.driver.report.sources import source_stats
 from squall.driver.report.sort import rank_rows, sort_stats
+from squall.driver.report.sources import source_stats
 from squall.driver.report.steals import steal_stats
 from squall.plan import Plan
 
