@@ -4,8 +4,10 @@ A table location is a Parquet file, a folder of Parquet files, or a glob (and,
 with the S3 storage, ``s3://bucket/prefix/``): :mod:`squall.driver.catalog.listing`
 says which files it names. What a table is made of comes from its source
 (:mod:`squall.driver.catalog.source`); how workers read it, from its scan kind.
-Footers are read once, lazily, when a query first uses the table; every file
-of a table must have the same schema.
+Footers are read once, lazily, when a query first uses the table (in parallel, cached in the
+process while the files are unchanged); the files' schemas are united by name
+(:mod:`squall.driver.catalog.evolution`) and hive folders become partition columns
+(:mod:`squall.driver.catalog.hive`).
 """
 
 from __future__ import annotations
