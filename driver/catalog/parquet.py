@@ -214,7 +214,7 @@ def _build_table(
         for p in paths
         if part or p in united.differs
     }
-    notes = _hive_notes(part, None, tuple(paths), len(paths)) if part else (("files", str(len(paths))),)
+    notes = _hive_notes(part, None, tuple(paths), len(paths)) if part else ()
     kinds = len({s for _p, s in schemas})
     if kinds > 1:
         notes += (("schema", f"united by name from {kinds} file schemas"),)

@@ -27,10 +27,11 @@ import base64
 import datetime as dt
 import decimal
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from sqlglot import exp
 
 from squall.driver.catalog.source import TableSource
 from squall.driver.catalog.tables import Catalog, ColumnChunkStats, RowGroup, TableInfo
@@ -138,6 +139,10 @@ class SnapshotCatalog(Catalog):
 
     def __contains__(self, name: str) -> bool:
         return name.lower() in self._saved
+
+    def scan_table(self, name: str, filters: Sequence[exp.Expression]) -> TableInfo:
+        """The saved table (a snapshot keeps no source to prune with)."""
+        return self.table(name)
 
     def table(self, name: str) -> TableInfo:
         info = self._saved.get(name.lower())
