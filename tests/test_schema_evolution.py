@@ -106,10 +106,10 @@ def test_the_table_schema_is_the_union_widened(data):
     assert group.columns["amount"].null_count == group.num_rows  # a missing column: all NULL
 
 
-@pytest.mark.parametrize("workers", (1, 2))
-def test_answers_match_duckdb_union_by_name(data, workers):
+@pytest.mark.parametrize(("workers", "native"), [(1, True), (2, True), (2, False)])
+def test_answers_match_duckdb_union_by_name(data, workers, native):
     ref = _reference(data)
-    with squall.connect(data=str(data), workers=workers) as con:
+    with squall.connect(data=str(data), workers=workers, storage_options={"native_scans": native}) as con:
         for sql in QUERIES:
             assert_same_result(con.sql(sql).to_arrow(), ref.sql(sql).to_arrow_table(), sql)
 
