@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import NAME as _NAME
-from squall.driver.catalog.listing import is_glob, list_tables, table_name
+from squall.driver.catalog.listing import file_format, is_glob, list_tables, table_name
 from squall.driver.catalog.scan_kinds import loader, scan_kinds
 from squall.driver.catalog.source import SOURCES, TableSource, open_source
 from squall.errors import DataError, OptionError
@@ -96,9 +96,15 @@ class Catalog:
             raise OptionError(f"invalid table name {name!r}: use letters, digits and _")
         if format not in FORMATS:
             raise OptionError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
-        if scan is None:
-            readers = [kind for kind in scan_kinds() if format in loader(kind).formats]
-            scan = self.default_scan if self.default_scan in readers else readers[0]
+        if (
+            scan is None
+        ):  # the catalog's kind when it reads this table, else the first that reads any location
+            fits = [k for k in scan_kinds() if format in loader(k).formats]
+            readers = [
+                k for k in fits if loader(k).schemes in (None, ()) or scheme_of(location) in loader(k).schemes
+            ]
+            readers.sort(key=lambda k: loader(k).schemes is not None)
+            scan = self.default_scan if self.default_scan in readers else (readers or fits)[0]
         if scan not in scan_kinds():
             raise OptionError(f"scan must be one of {', '.join(scan_kinds())}, not {scan!r}")
         kind = loader(scan)
@@ -153,15 +159,15 @@ class Catalog:
         """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files (local or
         an object-store prefix; see :func:`squall.driver.catalog.listing.list_tables`)."""
         local = scheme_of(folder) == "file"
-        if local and os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table
-            stem = table_name(os.path.basename(folder).removesuffix(".parquet"))
-            self.register(stem, folder)
+        if local and os.path.isfile(folder) and (found_fmt := file_format(folder)):  # one file: one table
+            stem = table_name(os.path.basename(folder)[: -len(found_fmt[1])])
+            self.register(stem, folder, format=found_fmt[0])
             return [stem]
         if local and not os.path.isdir(folder):
             what = "is not a folder or a .parquet file" if os.path.exists(folder) else "not found"
             raise DataError(
                 f"data folder {what}: {folder} (--data takes a folder of <table>.parquet files and <table>/ "
-                "folders, or one .parquet file)"
+                "folders, or one .parquet, .csv[.gz|.zst] or .json[l][.gz] file)"
             )
         # local discovery is not counted as the driver's requests (as the version stamps are not)
         storage = storage_for(folder, self._storage_options) if local else self.storage(folder)

@@ -1,0 +1,247 @@
+"""CSV and newline-delimited JSON tables: the ``csv``/``json`` table sources and the ``text`` scan kind's loader.
+
+A location is one file, a folder of such files or a glob, local or on an object store
+(:mod:`squall.driver.catalog.listing`; suffixes ``.csv``, ``.tsv``, ``.json``, ``.jsonl``,
+``.ndjson``, each optionally ``.gz`` or ``.zst``). The driver reads metadata only:
+
+- **schema**: DuckDB's sniffer over the first :data:`SNIFF_FILES` files, reconciled by name
+  as DuckDB's ``union_by_name`` does (``read_csv([...], union_by_name=true)``): the types are
+  exactly DuckDB's (a date stays DATE). A local file is sniffed where it is; an object is
+  sniffed from a sample: the whole object when at most :data:`SAMPLE_BYTES`, else its first
+  :data:`SAMPLE_BYTES` (decompressed when gzip, or zstd with the ``zstandard`` module, else the
+  whole object), cut after its last line end. A file past the first :data:`SNIFF_FILES`
+  with another column is refused by the worker reading it (one line naming the file);
+- **rows**: estimated from file sizes and the line length of the first file's first
+  :data:`SAMPLE_BYTES` (compressed bytes per line for compressed files);
+- **splits**: one "row group" per file (no byte ranges: a file is read whole by one rank),
+  with no min/max statistics (nothing is pruned).
+
+The worker half is :mod:`squall.operators.text_scan`. Local tables are stamped with their
+files' sizes and mtimes. ``TableInfo.source_notes`` says the format, the files and their
+compression.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import threading
+import zlib
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+
+import duckdb
+import pyarrow as pa
+
+from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
+from squall.driver.catalog.listing import FILE_FORMATS, list_entries
+from squall.driver.catalog.source import SourceFile, TableSource, open_source
+from squall.errors import DataError, NotSupportedError
+from squall.operators.storage import Storage, scheme_of, storage_for
+from squall.operators.text_scan import compression_of, connection, local_copy, one_line, reader_sql
+
+#: files whose schemas are sniffed (and reconciled by name); later files must fit
+SNIFF_FILES = 32
+#: bytes of an object fetched to sniff it (the whole object when smaller), and to estimate line lengths
+SAMPLE_BYTES = 1024 * 1024
+#: a guess of bytes per line when nothing else tells (a compressed file without a decompressor)
+GUESS_LINE_BYTES = 100.0
+
+
+class TextSource(TableSource):
+    """CSV or JSON-lines files (see the module doc); ``kind`` is the format."""
+
+    kind = "text"
+    fmt = "csv"
+    what = "CSV"
+
+    def __init__(self, name: str, location: str, storage: Storage) -> None:
+        super().__init__(name, location, storage)
+        self._lock = threading.RLock()
+        self._files: tuple[SourceFile, ...] | None = None
+        self._info: TableInfo | None = None
+        self._types: dict[str, str] = {}
+
+    def files(self) -> tuple[SourceFile, ...]:
+        """The table's files (listed once)."""
+        with self._lock:
+            if self._files is None:
+                entries = list_entries(
+                    self.storage, self.location, suffixes=FILE_FORMATS[self.fmt], what=self.what
+                )
+                self._files = tuple(SourceFile(e.path, e.size) for e in entries)
+            return self._files
+
+    def file_schema(self, path: str) -> pa.Schema:
+        """DuckDB's sniffed schema of one file."""
+        size = next((f.size for f in self.files() if f.path == path), None)
+        with _sample(self.storage, path, size) as local:
+            return _sniff(self.fmt, [(path, local)])[0]
+
+    def schema(self) -> pa.Schema:
+        """The first files' sniffed schemas, united by name (DuckDB's ``union_by_name``)."""
+        return self.table_info().schema
+
+    def statistics(self) -> tuple[RowGroup, ...]:
+        return self.table_info().row_groups
+
+    def table_info(self) -> TableInfo:
+        """Schema sniffed, rows estimated, one row group per file (once)."""
+        files = self.files()
+        with self._lock:
+            if self._info is None:
+                self._info = self._load(files)
+            return self._info
+
+    def _load(self, files: tuple[SourceFile, ...]) -> TableInfo:
+        sniffed = files[:SNIFF_FILES]
+        with ExitStack() as stack:
+            samples = [(f.path, stack.enter_context(_sample(self.storage, f.path, f.size))) for f in sniffed]
+            schema, types = _sniff(self.fmt, samples)
+        line_bytes = _line_bytes(self.storage, files[0])
+        width = max(len(schema), 1)
+        groups = []
+        for f in files:
+            rows = max(1, math.ceil(f.size / line_bytes)) if f.size else 0
+            stats = ColumnChunkStats(None, None, None, f.size // width, int(rows * line_bytes) // width)
+            groups.append(RowGroup(f.path, 0, rows, {c: stats for c in schema.names}))
+        compressions = sorted({compression_of(f.path) for f in files})
+        notes = (
+            ("format", self.fmt),
+            ("files", str(len(files))),
+            ("compression", ",".join(compressions)),
+            ("schema", f"sniffed by DuckDB from {len(sniffed)} of {len(files)} files"),
+            ("split", "by file"),
+        )
+        options = (("format", self.fmt), ("options", "{}"), ("types", json.dumps(types)))
+        return TableInfo(
+            self.name, self.location, tuple(f.path for f in files), schema, tuple(groups), {}, "text",
+            options, source_notes=notes,
+        )  # fmt: skip
+
+    def stamp(self) -> Hashable | None:
+        """Local tables: (path, size and mtime) of every file, () when there are none; else None."""
+        if scheme_of(self.location) != "file":
+            return None
+        uncounted = storage_for(self.location, self.storage.options)
+        try:
+            entries = list_entries(uncounted, self.location, suffixes=FILE_FORMATS[self.fmt], what=self.what)
+        except (DataError, NotSupportedError):
+            return ()
+        return tuple((e.path, e.stamp) for e in entries)
+
+
+class CsvSource(TextSource):
+    """CSV files (header, delimiter and quoting sniffed by DuckDB; gzip or zstd compressed)."""
+
+    kind = "csv"
+    fmt = "csv"
+    what = "CSV"
+
+
+class JsonSource(TextSource):
+    """Newline-delimited JSON files (gzip or zstd compressed)."""
+
+    kind = "json"
+    fmt = "json"
+    what = "JSON"
+
+
+def _sniff(fmt: str, samples: Sequence[tuple[str, str]]) -> tuple[pa.Schema, dict[str, str]]:
+    """(Arrow schema, DuckDB type per column) of the local ``samples`` ((path, local copy)), united by name."""
+    compressions = {compression_of(local) for _path, local in samples}
+    with connection() as con:
+        try:
+            if len(compressions) == 1:
+                call = reader_sql(fmt, [local for _p, local in samples], compression=compressions.pop(),
+                                  union_by_name=len(samples) > 1)  # fmt: skip
+                rel = con.sql(f"SELECT * FROM {call} LIMIT 0")
+            else:  # DuckDB takes one compression per call: a union by name of one call per file
+                rel = con.sql(
+                    " UNION ALL BY NAME ".join(
+                        f"SELECT * FROM {reader_sql(fmt, [local], compression=compression_of(local))}"
+                        for _p, local in samples
+                    )
+                    + " LIMIT 0"
+                )
+            names, kinds = rel.columns, [str(t) for t in rel.types]
+            schema = rel.to_arrow_table().schema
+        except duckdb.Error as exc:
+            path, local = samples[0] if len(samples) == 1 else (", ".join(p for p, _l in samples[:3]), "")
+            raise DataError(one_line(path, exc, local)) from None
+    types = {n: ("VARCHAR" if k == "NULL" else k) for n, k in zip(names, kinds)}
+    fields = [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema]
+    return pa.schema(fields), types
+
+
+@contextmanager
+def _sample(storage: Storage, path: str, size: int | None) -> Iterator[str]:
+    """A local file DuckDB can sniff for ``path``: the file itself (local), the whole object when small, else
+    the object's first :data:`SAMPLE_BYTES` decompressed and cut after the last line end."""
+    if scheme_of(path) == "file":
+        yield path.removeprefix("file://")
+        return
+    size = storage.size(path) if size is None else size
+    prefix = storage.read_ranges(path, [(0, SAMPLE_BYTES)])[0] if size > SAMPLE_BYTES else None
+    text = _decompress_prefix(prefix, compression_of(path)) if prefix is not None else None
+    if text is None:
+        with local_copy(storage, path, size) as local:
+            yield local
+        return
+    text = text[: text.rindex(b"\n") + 1] if b"\n" in text else text
+    fd, local = tempfile.mkstemp(prefix="squall-sniff-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(text)
+        yield local
+    finally:
+        os.unlink(local)
+
+
+def _decompress_prefix(prefix: bytes, compression: str) -> bytes | None:
+    """The text at the start of a compressed prefix (None when it cannot be decompressed here)."""
+    if compression == "none":
+        return prefix
+    if compression == "gzip":
+        try:
+            return zlib.decompressobj(wbits=47).decompress(prefix)
+        except zlib.error:
+            return None
+    try:
+        import zstandard  # type: ignore[import-not-found]  # optional
+    except ImportError:
+        return None
+    try:
+        return zstandard.ZstdDecompressor().decompressobj().decompress(prefix)  # type: ignore[no-any-return]
+    except zstandard.ZstdError:
+        return None
+
+
+def _line_bytes(storage: Storage, first: SourceFile) -> float:
+    """Bytes of the file (compressed, as stored) per line, from the first file's first :data:`SAMPLE_BYTES`."""
+    if first.size == 0:
+        return GUESS_LINE_BYTES
+    n = min(first.size, SAMPLE_BYTES)
+    prefix = storage.read_ranges(first.path, [(0, n)])[0]
+    text = _decompress_prefix(prefix, compression_of(first.path))
+    if not text:
+        return GUESS_LINE_BYTES
+    lines = text.count(b"\n") + (0 if text.endswith(b"\n") or n < first.size else 1)
+    return max(len(prefix) / max(lines, 1), 1.0)
+
+
+class TextTables:
+    """The loader of the ``text`` scan kind (see :mod:`squall.driver.catalog.scan_kinds`): CSV and JSON-lines
+    files read by DuckDB in the workers (:mod:`squall.operators.text_scan`), on any storage."""
+
+    formats = ("csv", "json")
+    schemes = None
+
+    @staticmethod
+    def load(name: str, location: str, storage: Storage, fmt: str) -> TableInfo:
+        return open_source(fmt, name, location, storage).table_info()
+
+
+TEXT_TABLES = TextTables()
