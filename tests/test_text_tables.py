@@ -231,3 +231,19 @@ def test_s3_bytes_are_fetched_through_the_storage(s3_con, data):
     assert result.fetchall() == [(300,)]
     assert result.stats["storage_requests"]["files"] == 1
     assert result.stats["bytes_scanned"] == (data / "orders_zst.csv.zst").stat().st_size
+
+
+def test_s3_objects_larger_than_the_sample(s3_con, data, monkeypatch):
+    """Objects over SAMPLE_BYTES are sniffed from their first bytes (gzip decompressed); types stay DuckDB's."""
+    import squall.driver.catalog.text as text
+
+    monkeypatch.setattr(text, "SAMPLE_BYTES", 2048)
+    for table in ("orders", "orders_gz", "orders_zst", "events_gz"):
+        _reader, rel, fmt = TABLES[table]
+        assert (data / rel).stat().st_size > 2048
+        s3_con.register(f"big_{table}", f"s3://{BUCKET}/lake/{rel}", format=fmt)
+        sql = _queries(table)[1].replace(f"FROM {table}", f"FROM big_{table}")
+        _same(s3_con.sql(sql).to_arrow(), _expected(data, table, _queries(table)[1]))
+        info = s3_con.catalog.table(f"big_{table}")
+        assert info.schema == s3_con.catalog.table(table).schema
+        assert 100 <= info.num_rows <= 1000  # estimated from the sample's lines

@@ -36,7 +36,7 @@ import duckdb
 import pyarrow as pa
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
-from squall.driver.catalog.listing import FILE_FORMATS, list_entries
+from squall.driver.catalog.listing import FILE_FORMATS, file_format, list_entries
 from squall.driver.catalog.source import SourceFile, TableSource, open_source
 from squall.errors import DataError, NotSupportedError
 from squall.operators.storage import Storage, scheme_of, storage_for
@@ -46,8 +46,10 @@ from squall.operators.text_scan import compression_of, connection, local_copy, o
 SNIFF_FILES = 32
 #: bytes of an object fetched to sniff it (the whole object when smaller), and to estimate line lengths
 SAMPLE_BYTES = 1024 * 1024
-#: a guess of bytes per line when nothing else tells (a compressed file without a decompressor)
+#: a guess of (uncompressed) bytes per line when nothing else tells
 GUESS_LINE_BYTES = 100.0
+#: a guess of the compression ratio of a compressed file whose first bytes cannot be decompressed here
+GUESS_RATIO = 4.0
 
 
 class TextSource(TableSource):
@@ -186,11 +188,11 @@ def _sample(storage: Storage, path: str, size: int | None) -> Iterator[str]:
     size = storage.size(path) if size is None else size
     prefix = storage.read_ranges(path, [(0, SAMPLE_BYTES)])[0] if size > SAMPLE_BYTES else None
     text = _decompress_prefix(prefix, compression_of(path)) if prefix is not None else None
-    if text is None:
+    if not text or b"\n" not in text:  # nothing decompressed here (zstd's blocks can outgrow the prefix)
         with local_copy(storage, path, size) as local:
             yield local
         return
-    text = text[: text.rindex(b"\n") + 1] if b"\n" in text else text
+    text = text[: _record_end(text, quoted=path_format(path) == "csv")]
     fd, local = tempfile.mkstemp(prefix="squall-sniff-")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -198,6 +200,26 @@ def _sample(storage: Storage, path: str, size: int | None) -> Iterator[str]:
         yield local
     finally:
         os.unlink(local)
+
+
+def path_format(path: str) -> str:
+    """``csv`` or ``json`` by the file's suffix (``csv`` when neither)."""
+    found = file_format(path)
+    return found[0] if found else "csv"
+
+
+def _record_end(text: bytes, *, quoted: bool) -> int:
+    """The length of ``text`` up to its last complete line: after the last line end outside double quotes
+    (``quoted``: CSV, where a quoted field may hold line ends; a doubled quote keeps the count even)."""
+    if not quoted:
+        return text.rindex(b"\n") + 1 if b"\n" in text else len(text)
+    end, inside = len(text), False
+    for i, byte in enumerate(text):
+        if byte == 0x22:
+            inside = not inside
+        elif byte == 0x0A and not inside:
+            end = i + 1
+    return end
 
 
 def _decompress_prefix(prefix: bytes, compression: str) -> bytes | None:
@@ -226,8 +248,8 @@ def _line_bytes(storage: Storage, first: SourceFile) -> float:
     n = min(first.size, SAMPLE_BYTES)
     prefix = storage.read_ranges(first.path, [(0, n)])[0]
     text = _decompress_prefix(prefix, compression_of(first.path))
-    if not text:
-        return GUESS_LINE_BYTES
+    if not text or b"\n" not in text:  # undecodable here: a guess, compressed about 4:1
+        return GUESS_LINE_BYTES / (1 if compression_of(first.path) == "none" else GUESS_RATIO)
     lines = text.count(b"\n") + (0 if text.endswith(b"\n") or n < first.size else 1)
     return max(len(prefix) / max(lines, 1), 1.0)
 
