@@ -36,7 +36,9 @@ def test_validation_messages(tmp_path):
     c = Catalog()
     with pytest.raises(OptionError, match=r"^scan must be one of parquet, s3select, text, not 'fast'$"):
         c.register("t", str(path), scan="fast")
-    with pytest.raises(OptionError, match=r"^table x: csv objects can only be scanned with scan='s3select' or scan='text'$"):
+    with pytest.raises(
+        OptionError, match=r"^table x: csv objects can only be scanned with scan='s3select' or scan='text'$"
+    ):
         c.register("x", str(path), format="csv", scan="parquet")
     with pytest.raises(OptionError, match=r"^table x: scan='s3select' needs an s3:// location, not /"):
         c.register("x", str(path), scan="s3select")

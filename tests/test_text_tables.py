@@ -99,7 +99,11 @@ TABLES = {
     "orders_zst": ("read_csv('{root}/orders_zst.csv.zst')", "orders_zst.csv.zst", "csv"),
     "parts": ("read_csv('{root}/parts/*.csv', union_by_name=true)", "parts", "csv"),
     "events": ("read_json('{root}/events.jsonl', format='newline_delimited')", "events.jsonl", "json"),
-    "events_gz": ("read_json('{root}/events_gz.json.gz', format='newline_delimited')", "events_gz.json.gz", "json"),
+    "events_gz": (
+        "read_json('{root}/events_gz.json.gz', format='newline_delimited')",
+        "events_gz.json.gz",
+        "json",
+    ),
 }
 ORDER_QUERIES = [
     "SELECT * FROM {t}",

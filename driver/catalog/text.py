@@ -23,6 +23,7 @@ compression.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -31,6 +32,7 @@ import threading
 import zlib
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -232,11 +234,11 @@ def _decompress_prefix(prefix: bytes, compression: str) -> bytes | None:
         except zlib.error:
             return None
     try:
-        import zstandard  # type: ignore[import-not-found]  # optional
+        zstandard: Any = importlib.import_module("zstandard")  # optional: not a dependency
     except ImportError:
         return None
     try:
-        return zstandard.ZstdDecompressor().decompressobj().decompress(prefix)  # type: ignore[no-any-return]
+        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(prefix))
     except zstandard.ZstdError:
         return None
 
