@@ -97,9 +97,9 @@ def reader_sql(
 
 
 def connection(temp_directory: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A private DuckDB connection for reading text files (one thread; home and temp under the temp dir)."""
+    """A private DuckDB connection for reading text files (home and temp folders under the temp dir)."""
     where = temp_directory or tempfile.gettempdir()
-    return duckdb.connect(config={"threads": 1, "home_directory": where, "temp_directory": where})
+    return duckdb.connect(config={"home_directory": where, "temp_directory": where})
 
 
 def one_line(path: str, exc: BaseException, local: str | None = None) -> str:
