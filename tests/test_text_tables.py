@@ -251,3 +251,29 @@ def test_s3_objects_larger_than_the_sample(s3_con, data, monkeypatch):
         info = s3_con.catalog.table(f"big_{table}")
         assert info.schema == s3_con.catalog.table(table).schema
         assert 100 <= info.num_rows <= 1000  # estimated from the sample's lines
+
+
+def test_s3_malformed_objects_are_one_line_naming_the_object(s3_con):
+    client_put = s3_con.catalog.storage(f"s3://{BUCKET}/").client.put_object
+    client_put(Bucket=BUCKET, Key="bad/json/a.jsonl", Body=b'{"a": 1}\n')
+    client_put(Bucket=BUCKET, Key="bad/json/b.jsonl", Body=b'{"a": 2\n')
+    rows = "a,b,c\n" + "".join(f"{i},x{i},{i * 2}\n" for i in range(30000)) + "1,2,3,4,5\n"
+    client_put(Bucket=BUCKET, Key="bad/csv/c.csv.gz", Body=gzip.compress(rows.encode()))
+    s3_con.register("bad_json", f"s3://{BUCKET}/bad/json/", format="json")
+    s3_con.register("bad_csv", f"s3://{BUCKET}/bad/csv/", format="csv")
+    for table, key in (("bad_json", "bad/json/b.jsonl"), ("bad_csv", "bad/csv/c.csv.gz")):
+        with pytest.raises(SquallError) as info:
+            s3_con.sql(f"SELECT count(*) FROM {table}")
+        message = str(info.value)
+        assert f"cannot read s3://{BUCKET}/{key}:" in message and "squall-text-" not in message, message
+        assert "\n" not in message.strip(), message
+
+
+def test_a_changed_local_file_is_read_again(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a\n1\n2\n")
+    with squall.connect(workers=1) as con:
+        con.register("t", str(path), format="csv")
+        assert con.sql("SELECT sum(a) FROM t").fetchall() == [(3,)]
+        path.write_text("a,b\n1,x\n2,y\n3,z\n")
+        assert con.sql("SELECT sum(a), max(b) FROM t").fetchall() == [(6, "z")]

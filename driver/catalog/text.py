@@ -173,6 +173,8 @@ def _sniff(fmt: str, samples: Sequence[tuple[str, str]]) -> tuple[pa.Schema, dic
             names, kinds = rel.columns, [str(t) for t in rel.types]
             schema = rel.to_arrow_table().schema
         except duckdb.Error as exc:
+            for one in samples if len(samples) > 1 else ():  # name the file that fails alone
+                _sniff(fmt, [one])
             path, local = samples[0] if len(samples) == 1 else (", ".join(p for p, _l in samples[:3]), "")
             raise DataError(one_line(path, exc, local)) from None
     types = {n: ("VARCHAR" if k == "NULL" else k) for n, k in zip(names, kinds)}
