@@ -137,24 +137,30 @@ def _read_file(
     con: duckdb.DuckDBPyConnection, fmt: str, path: str, local: str, options: Mapping[str, object],
     types: Mapping[str, str], columns: Sequence[str],
 ) -> pa.Table:  # fmt: skip
-    """``columns`` of one local text file, typed as ``types`` (a column the file lacks: NULL)."""
+    """``columns`` of one local text file, typed as ``types`` (a column the file lacks: NULL).
+
+    The file is sniffed once; when its own types are the table's for the columns read, that read is
+    used, else the file is read again with the table's types (parsed straight into them)."""
     compression = compression_of(path)
     try:
-        names = con.sql(
-            f"SELECT * FROM {reader_sql(fmt, [local], compression=compression, options=options)} LIMIT 0"
-        ).columns
-        extra = [n for n in names if n not in types]
+        rel = con.sql(f"SELECT * FROM {reader_sql(fmt, [local], compression=compression, options=options)}")
+        own = dict(zip(rel.columns, (str(t) for t in rel.types)))
+        extra = [n for n in own if n not in types]
         if extra:
             raise DataError(
                 f"cannot read {path}: column {extra[0]} is not in the table (sniffed from its first files; "
                 "register the files apart)"
             )
-        present = {c: types[c] for c in columns if c in names}
-        call = reader_sql(fmt, [local], compression=compression, options=options, types=present)
+        present = {c: types[c] for c in columns if c in own}
+        if any(own[c] != t for c, t in present.items()):
+            call = reader_sql(fmt, [local], compression=compression, options=options, types=present)
+            rel = con.sql(f"SELECT * FROM {call}")
+        if not columns:
+            return pa.table({"n": pa.nulls(int(rel.count("*").fetchall()[0][0]))}).select([])
         select = ", ".join(
             ident(c) if c in present else f"CAST(NULL AS {types[c]}) AS {ident(c)}" for c in columns
         )
-        return con.sql(f"SELECT {select} FROM {call}").to_arrow_table()
+        return rel.project(select).to_arrow_table()
     except duckdb.Error as exc:
         raise DataError(one_line(path, exc, local)) from None
 

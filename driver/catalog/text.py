@@ -41,6 +41,7 @@ from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import FILE_FORMATS, file_format, list_entries
 from squall.driver.catalog.source import SourceFile, TableSource, open_source
 from squall.errors import DataError, NotSupportedError
+from squall.operators.duck import ident
 from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.operators.text_scan import compression_of, connection, local_copy, one_line, reader_sql
 
@@ -171,7 +172,8 @@ def _sniff(fmt: str, samples: Sequence[tuple[str, str]]) -> tuple[pa.Schema, dic
                     + " LIMIT 0"
                 )
             names, kinds = rel.columns, [str(t) for t in rel.types]
-            schema = rel.to_arrow_table().schema
+            empty = ", ".join(f"CAST(NULL AS {k}) AS {ident(n)}" for n, k in zip(names, kinds))
+            schema = con.sql(f"SELECT {empty} LIMIT 0").to_arrow_table().schema  # the file is not read again
         except duckdb.Error as exc:
             for one in samples if len(samples) > 1 else ():  # name the file that fails alone
                 _sniff(fmt, [one])
