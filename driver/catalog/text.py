@@ -11,8 +11,9 @@ A location is one file, a folder of such files or a glob, local or on an object 
   :data:`SAMPLE_BYTES` (decompressed when gzip, or zstd with the ``zstandard`` module, else the
   whole object), cut after its last line end. A file past the first :data:`SNIFF_FILES`
   with another column is refused by the worker reading it (one line naming the file);
-- **rows**: estimated from file sizes and the line length of the first file's first
-  :data:`SAMPLE_BYTES` (compressed bytes per line for compressed files);
+- **rows**: counted by DuckDB in the first file when it is at most :data:`SAMPLE_BYTES`, else
+  estimated from its first :data:`SAMPLE_BYTES` (bytes as stored per line); the other files'
+  from their sizes;
 - **splits**: one "row group" per file (no byte ranges: a file is read whole by one rank),
   with no min/max statistics (nothing is pruned).
 
@@ -105,12 +106,19 @@ class TextSource(TableSource):
         with ExitStack() as stack:
             samples = [(f.path, stack.enter_context(_sample(self.storage, f.path, f.size))) for f in sniffed]
             schema, types = _sniff(self.fmt, samples)
-        line_bytes = _line_bytes(self.storage, files[0])
+            first_rows = _count(self.fmt, *samples[0]) if files[0].size <= SAMPLE_BYTES else None
+        stored, text = _line_bytes(self.storage, files[0])
+        if first_rows:  # the first file counted: its rows exact, its line length for the others
+            stored, text = files[0].size / first_rows, text / stored * files[0].size / first_rows
         width = max(len(schema), 1)
         groups = []
-        for f in files:
-            rows = max(1, math.ceil(f.size / line_bytes)) if f.size else 0
-            stats = ColumnChunkStats(None, None, None, f.size // width, int(rows * line_bytes) // width)
+        for i, f in enumerate(files):
+            rows = (
+                (first_rows if i == 0 and first_rows is not None else math.ceil(f.size / stored))
+                if f.size
+                else 0
+            )
+            stats = ColumnChunkStats(None, None, None, f.size // width, int(rows * text) // width)
             groups.append(RowGroup(f.path, 0, rows, {c: stats for c in schema.names}))
         compressions = sorted({compression_of(f.path) for f in files})
         notes = (
@@ -247,17 +255,28 @@ def _decompress_prefix(prefix: bytes, compression: str) -> bytes | None:
         return None
 
 
-def _line_bytes(storage: Storage, first: SourceFile) -> float:
-    """Bytes of the file (compressed, as stored) per line, from the first file's first :data:`SAMPLE_BYTES`."""
+def _line_bytes(storage: Storage, first: SourceFile) -> tuple[float, float]:
+    """(bytes as stored, bytes of text) per line of the first file, from its first :data:`SAMPLE_BYTES`."""
+    ratio = 1.0 if compression_of(first.path) == "none" else GUESS_RATIO
     if first.size == 0:
-        return GUESS_LINE_BYTES
+        return GUESS_LINE_BYTES / ratio, GUESS_LINE_BYTES
     n = min(first.size, SAMPLE_BYTES)
     prefix = storage.read_ranges(first.path, [(0, n)])[0]
     text = _decompress_prefix(prefix, compression_of(first.path))
     if not text or b"\n" not in text:  # undecodable here: a guess, compressed about 4:1
-        return GUESS_LINE_BYTES / (1 if compression_of(first.path) == "none" else GUESS_RATIO)
+        return GUESS_LINE_BYTES / ratio, GUESS_LINE_BYTES
     lines = text.count(b"\n") + (0 if text.endswith(b"\n") or n < first.size else 1)
-    return max(len(prefix) / max(lines, 1), 1.0)
+    return max(len(prefix) / lines, 1.0), max(len(text) / lines, 1.0)
+
+
+def _count(fmt: str, path: str, local: str) -> int:
+    """The rows of one (small) file, counted by DuckDB."""
+    with connection() as con:
+        try:
+            call = reader_sql(fmt, [local], compression=compression_of(local))
+            return int(con.sql(f"SELECT count(*) FROM {call}").fetchall()[0][0])
+        except duckdb.Error as exc:
+            raise DataError(one_line(path, exc, local)) from None
 
 
 class TextTables:
