@@ -119,13 +119,14 @@ def local_copy(storage: Storage, path: str, size: int | None = None) -> Iterator
         storage.count("get", 1, os.path.getsize(local) if os.path.exists(local) else 0)
         yield local
         return
-    size = storage.size(path) if size is None else size
-    parts = [(lo, min(lo + PART_BYTES, size)) for lo in range(0, size, PART_BYTES)]
+    first, size = storage.read_prefix(path, PART_BYTES) if size is None else (b"", size)
+    parts = [(lo, min(lo + PART_BYTES, size)) for lo in range(len(first), size, PART_BYTES)]
     name = path.rpartition("/")[2]
     suffix = next((s for s in (".gz", ".zst") if name.endswith(s)), "")
     fd, local = tempfile.mkstemp(prefix="squall-text-", suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as out:
+            out.write(first)
             for body in storage.read_ranges(path, parts) if parts else []:
                 out.write(body)
         yield local
