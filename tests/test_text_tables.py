@@ -285,3 +285,22 @@ def test_a_changed_local_file_is_read_again(tmp_path):
         assert con.sql("SELECT sum(a) FROM t").fetchall() == [(3,)]
         path.write_text("a,b\n1,x\n2,y\n3,z\n")
         assert con.sql("SELECT sum(a), max(b) FROM t").fetchall() == [(6, "z")]
+
+
+def test_csv_options_override_the_sniffer(tmp_path):
+    path = tmp_path / "pairs.txt.csv"
+    path.write_text("x|y\nz|'w|v'\n")
+    options = {"delim": "|", "header": False, "quote": "'"}
+    want = duckdb.sql(
+        f"SELECT * FROM read_csv('{path}', delim='|', header=false, quote='''')"
+    ).to_arrow_table()
+    assert want.num_rows == 2 and want.column_names == ["column0", "column1"]
+    with squall.connect(workers=1) as con:
+        con.register("pairs", str(path), format="csv", options=options)
+        _same(con.sql("SELECT * FROM pairs").to_arrow(), want)
+        con.register("sniffed", str(path), format="csv")  # the sniffer alone: a header line
+        assert con.sql("SELECT count(*) FROM sniffed").fetchall() == [(1,)]
+        with pytest.raises(squall.errors.OptionError, match="unknown CSV option 'sep'"):
+            con.register("bad", str(path), format="csv", options={"sep": ";"})
+        with pytest.raises(squall.errors.OptionError, match="json tables take no options"):
+            con.register("bad", str(path), format="json", options={"delim": ";"})

@@ -123,7 +123,15 @@ class SnapshotCatalog(Catalog):
     def storage(self, location: str) -> Storage:
         raise DataError(f"a catalog snapshot has no storage (asked for {location})")
 
-    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+    def register(
+        self,
+        name: str,
+        location: str,
+        *,
+        format: str = "parquet",
+        scan: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         raise DataError("a catalog snapshot is read-only")
 
     def source(self, name: str) -> TableSource:

@@ -58,6 +58,7 @@ class Catalog:
         self._locations: dict[str, tuple[str, str, str, str]] = {}
         self._tables: dict[str, TableInfo] = {}
         self._sources: dict[str, TableSource] = {}  # lower name -> its source, kept for scan_table
+        self._options: dict[str, dict[str, Any]] = {}  # lower name -> its scan kind's reading options
         self._storages: dict[str, Storage] = {}
         self._storage_options = dict(storage_options or {})
         self._ndv: dict[tuple[str, str], int] = {}
@@ -85,12 +86,22 @@ class Catalog:
                 out[kind] = out.get(kind, 0) + n
         return out
 
-    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+    def register(
+        self,
+        name: str,
+        location: str,
+        *,
+        format: str = "parquet",
+        scan: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         """Register (or replace) table ``name`` at ``location``. Footers are read on first use.
 
         ``format`` is ``parquet`` (default), ``csv`` or ``json`` (JSON lines); ``scan`` is a
         scan kind (:mod:`squall.driver.catalog.scan_kinds`) that reads that format. Default: the
-        catalog's ``scan`` when it reads the format, else the first kind that does.
+        catalog's ``scan`` when it reads the format and the location, else the first kind that
+        does (one reading any storage first). ``options``: the scan kind's reading options (a
+        kind whose loader has ``check_options``; OptionError otherwise).
         """
         if not _NAME.match(name):
             raise OptionError(f"invalid table name {name!r}: use letters, digits and _")
@@ -117,8 +128,12 @@ class Catalog:
             )
         if scheme_of(location) == "file" and not is_glob(location) and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
+        if options and not hasattr(kind, "check_options"):
+            raise OptionError(f"table {name}: scan={scan!r} takes no options")
+        checked = kind.check_options(format, options) if options else {}
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
+            self._options[name.lower()] = checked
             self._forget(name.lower())
             self._stamps.pop(name.lower(), None)
             self._version += 1
@@ -281,7 +296,9 @@ class Catalog:
         if entry is None:
             raise DataError(f"unknown table {name}")
         real_name, location, fmt, scan = entry
-        info = loader(scan).load(real_name, location, self.storage(location), fmt)
+        options = self._options.get(key)
+        extra = {"options": options} if options else {}
+        info = loader(scan).load(real_name, location, self.storage(location), fmt, **extra)
         with self._lock:
             self._tables[key] = info
         return info

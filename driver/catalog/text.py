@@ -31,7 +31,7 @@ import os
 import tempfile
 import threading
 import zlib
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -41,10 +41,17 @@ import pyarrow as pa
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import FILE_FORMATS, file_format, list_entries
 from squall.driver.catalog.source import SourceFile, TableSource, open_source
-from squall.errors import DataError, NotSupportedError
+from squall.errors import DataError, NotSupportedError, OptionError
 from squall.operators.duck import ident
 from squall.operators.storage import Storage, scheme_of, storage_for
-from squall.operators.text_scan import compression_of, connection, local_copy, one_line, reader_sql
+from squall.operators.text_scan import (
+    CSV_OPTIONS,
+    compression_of,
+    connection,
+    local_copy,
+    one_line,
+    reader_sql,
+)
 
 #: files whose schemas are sniffed (and reconciled by name); later files must fit
 SNIFF_FILES = 32
@@ -68,7 +75,8 @@ class TextSource(TableSource):
         self._lock = threading.RLock()
         self._files: tuple[SourceFile, ...] | None = None
         self._info: TableInfo | None = None
-        self._types: dict[str, str] = {}
+        #: DuckDB read_csv options overriding the sniffer (set by the loader; see TextTables.check_options)
+        self.options: dict[str, Any] = {}
 
     def files(self) -> tuple[SourceFile, ...]:
         """The table's files (listed once)."""
@@ -84,7 +92,7 @@ class TextSource(TableSource):
         """DuckDB's sniffed schema of one file."""
         size = next((f.size for f in self.files() if f.path == path), None)
         with _sample(self.storage, path, size) as local:
-            return _sniff(self.fmt, [(path, local)])[0]
+            return _sniff(self.fmt, [(path, local)], self.options)[0]
 
     def schema(self) -> pa.Schema:
         """The first files' sniffed schemas, united by name (DuckDB's ``union_by_name``)."""
@@ -105,8 +113,10 @@ class TextSource(TableSource):
         sniffed = files[:SNIFF_FILES]
         with ExitStack() as stack:
             samples = [(f.path, stack.enter_context(_sample(self.storage, f.path, f.size))) for f in sniffed]
-            schema, types = _sniff(self.fmt, samples)
-            first_rows = _count(self.fmt, *samples[0]) if files[0].size <= SAMPLE_BYTES else None
+            schema, types = _sniff(self.fmt, samples, self.options)
+            first_rows = (
+                _count(self.fmt, *samples[0], self.options) if files[0].size <= SAMPLE_BYTES else None
+            )
         stored, text = _line_bytes(self.storage, files[0])
         if first_rows:  # the first file counted: its rows exact, its line length for the others
             stored, text = files[0].size / first_rows, text / stored * files[0].size / first_rows
@@ -128,7 +138,11 @@ class TextSource(TableSource):
             ("schema", f"sniffed by DuckDB from {len(sniffed)} of {len(files)} files"),
             ("split", "by file"),
         )
-        options = (("format", self.fmt), ("options", "{}"), ("types", json.dumps(types)))
+        options = (
+            ("format", self.fmt),
+            ("options", json.dumps(self.options, sort_keys=True)),
+            ("types", json.dumps(types)),
+        )
         return TableInfo(
             self.name, self.location, tuple(f.path for f in files), schema, tuple(groups), {}, "text",
             options, source_notes=notes,
@@ -162,19 +176,21 @@ class JsonSource(TextSource):
     what = "JSON"
 
 
-def _sniff(fmt: str, samples: Sequence[tuple[str, str]]) -> tuple[pa.Schema, dict[str, str]]:
+def _sniff(
+    fmt: str, samples: Sequence[tuple[str, str]], options: Mapping[str, Any]
+) -> tuple[pa.Schema, dict[str, str]]:
     """(Arrow schema, DuckDB type per column) of the local ``samples`` ((path, local copy)), united by name."""
     compressions = {compression_of(local) for _path, local in samples}
     with connection() as con:
         try:
             if len(compressions) == 1:
-                call = reader_sql(fmt, [local for _p, local in samples], compression=compressions.pop(),
+                call = reader_sql(fmt, [local for _p, local in samples], compression=compressions.pop(), options=options,
                                   union_by_name=len(samples) > 1)  # fmt: skip
                 rel = con.sql(f"SELECT * FROM {call} LIMIT 0")
             else:  # DuckDB takes one compression per call: a union by name of one call per file
                 rel = con.sql(
                     " UNION ALL BY NAME ".join(
-                        f"SELECT * FROM {reader_sql(fmt, [local], compression=compression_of(local))}"
+                        f"SELECT * FROM {reader_sql(fmt, [local], compression=compression_of(local), options=options)}"
                         for _p, local in samples
                     )
                     + " LIMIT 0"
@@ -184,7 +200,7 @@ def _sniff(fmt: str, samples: Sequence[tuple[str, str]]) -> tuple[pa.Schema, dic
             schema = con.sql(f"SELECT {empty} LIMIT 0").to_arrow_table().schema  # the file is not read again
         except duckdb.Error as exc:
             for one in samples if len(samples) > 1 else ():  # name the file that fails alone
-                _sniff(fmt, [one])
+                _sniff(fmt, [one], options)
             path, local = samples[0] if len(samples) == 1 else (", ".join(p for p, _l in samples[:3]), "")
             raise DataError(one_line(path, exc, local)) from None
     types = {n: ("VARCHAR" if k == "NULL" else k) for n, k in zip(names, kinds)}
@@ -269,11 +285,11 @@ def _line_bytes(storage: Storage, first: SourceFile) -> tuple[float, float]:
     return max(len(prefix) / lines, 1.0), max(len(text) / lines, 1.0)
 
 
-def _count(fmt: str, path: str, local: str) -> int:
+def _count(fmt: str, path: str, local: str, options: Mapping[str, Any]) -> int:
     """The rows of one (small) file, counted by DuckDB."""
     with connection() as con:
         try:
-            call = reader_sql(fmt, [local], compression=compression_of(local))
+            call = reader_sql(fmt, [local], compression=compression_of(local), options=options)
             return int(con.sql(f"SELECT count(*) FROM {call}").fetchall()[0][0])
         except duckdb.Error as exc:
             raise DataError(one_line(path, exc, local)) from None
@@ -287,8 +303,27 @@ class TextTables:
     schemes = None
 
     @staticmethod
-    def load(name: str, location: str, storage: Storage, fmt: str) -> TableInfo:
-        return open_source(fmt, name, location, storage).table_info()
+    def load(
+        name: str, location: str, storage: Storage, fmt: str, options: Mapping[str, Any] | None = None
+    ) -> TableInfo:
+        source = open_source(fmt, name, location, storage)
+        if options and isinstance(source, TextSource):
+            source.options = dict(options)
+        return source.table_info()
+
+    @staticmethod
+    def check_options(fmt: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` checked: DuckDB ``read_csv`` options of :data:`CSV_OPTIONS` for CSV tables, with
+        text, integer or boolean values; OptionError naming what is not."""
+        if fmt != "csv":
+            raise OptionError(f"{fmt} tables take no options (given {', '.join(sorted(options))})")
+        unknown = sorted(set(options) - set(CSV_OPTIONS))
+        if unknown:
+            raise OptionError(f"unknown CSV option {unknown[0]!r} (choose from {', '.join(CSV_OPTIONS)})")
+        for key, value in options.items():
+            if not isinstance(value, (str, int, bool)):
+                raise OptionError(f"CSV option {key} must be text, a number or true/false, not {value!r}")
+        return dict(options)
 
 
 TEXT_TABLES = TextTables()
