@@ -304,3 +304,16 @@ def test_csv_options_override_the_sniffer(tmp_path):
             con.register("bad", str(path), format="csv", options={"sep": ";"})
         with pytest.raises(squall.errors.OptionError, match="json tables take no options"):
             con.register("bad", str(path), format="json", options={"delim": ";"})
+
+
+def test_a_file_past_the_sniffed_ones_with_another_column_is_refused(tmp_path, monkeypatch):
+    import squall.driver.catalog.text as text
+
+    monkeypatch.setattr(text, "SNIFF_FILES", 1)
+    (tmp_path / "a.csv").write_text("k,v\n1,x\n")
+    (tmp_path / "b.csv").write_text("k,v,w\n2,y,3\n")
+    with squall.connect(workers=1) as con:
+        con.register("t", str(tmp_path), format="csv")
+        assert con.catalog.table("t").schema.names == ["k", "v"]
+        with pytest.raises(SquallError, match=r"cannot read .*b\.csv: column w is not in the table"):
+            con.sql("SELECT count(*) FROM t")
