@@ -293,7 +293,12 @@ class Worker:
     def _native(self, inp: ScanInput) -> ParquetView | None:
         """A DuckDB-native view for local Parquet splits (fast path), else None."""
         splits = inp.splits_for(self.rank)
-        if not self.native_scans or not splits or any(scheme_of(s.path) != "file" for s in splits):
+        if (
+            not self.native_scans
+            or inp.scan != "parquet"
+            or not splits
+            or any(scheme_of(s.path) != "file" for s in splits)
+        ):
             return None
         selects = self._file_selects(inp)
         if selects is None:

@@ -28,15 +28,17 @@ import datetime as dt
 import decimal
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from sqlglot import exp
 
 from squall.driver.catalog.source import TableSource
 from squall.driver.catalog.tables import Catalog, ColumnChunkStats, RowGroup, TableInfo
 from squall.errors import DataError
 from squall.operators.storage import Storage
+
+if TYPE_CHECKING:
+    from sqlglot import exp
 
 VERSION = 1
 #: where a loaded snapshot's relative paths point by default: nowhere (nothing may be read)
@@ -124,7 +126,15 @@ class SnapshotCatalog(Catalog):
     def storage(self, location: str) -> Storage:
         raise DataError(f"a catalog snapshot has no storage (asked for {location})")
 
-    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+    def register(
+        self,
+        name: str,
+        location: str,
+        *,
+        format: str = "parquet",
+        scan: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         raise DataError("a catalog snapshot is read-only")
 
     def source(self, name: str) -> TableSource:
@@ -140,15 +150,15 @@ class SnapshotCatalog(Catalog):
     def __contains__(self, name: str) -> bool:
         return name.lower() in self._saved
 
-    def scan_table(self, name: str, filters: Sequence[exp.Expression]) -> TableInfo:
-        """The saved table (a snapshot keeps no source to prune with)."""
-        return self.table(name)
-
     def table(self, name: str) -> TableInfo:
         info = self._saved.get(name.lower())
         if info is None:
             raise DataError(f"unknown table {name}")
         return info
+
+    def scan_table(self, name: str, filters: Sequence[exp.Expression]) -> TableInfo:
+        """The saved table: a snapshot has no sources to prune with (the planner's min/max skipping still does)."""
+        return self.table(name)
 
     def ndv(self, table: str, column: str) -> int:
         try:
