@@ -369,3 +369,32 @@ def test_s3_list_tables_and_register_folder(s3):
     assert catalog.table("events").num_rows == 7
     with pytest.raises(DataError, match="no tables"):
         Catalog({"endpoint_url": endpoint}).register_folder(f"{base}/nothing-here")
+
+
+def test_footers_are_cached_by_path_size_and_stamp(root):
+    from squall.driver.catalog import footers
+
+    location = str(root / "events")
+    storage = storage_for(location)
+    entries = list_entries(storage, location)
+    first = footers.read_footers(storage, entries)  # in parallel
+    assert [md.num_rows for md in first] == [2, 1, 3, 1] and storage.requests()["head"] == 4
+    again = footers.read_footers(storage, list_entries(storage, location))
+    assert [a is b for a, b in zip(first, again)] == [True] * 4 and storage.requests()["head"] == 4
+    (root / "events/year=2024/part-1.parquet").write_bytes(
+        _parquet([3, 30, 300])
+    )  # another size: a new stamp
+    changed = footers.read_footers(storage, list_entries(storage, location))
+    assert [md.num_rows for md in changed] == [2, 3, 3, 1] and storage.requests()["head"] == 5
+
+
+def test_hive_partitions_of_a_glob_and_pruning_reads_no_other_file(root):
+    source = ParquetSource("events", str(root / "events/year=*/*.parquet"), storage_for(str(root)))
+    assert source.partition_columns() == ("year",)
+    assert source.schema() == pa.schema([("a", pa.int64()), ("year", pa.int64())])
+    where = sqlglot.parse_one("year = 2025")
+    assert source.supports_filters([where]) == [FilterSupport.INEXACT]
+    info = source.scan_info([where])
+    assert info.files == tuple(_local(root, "events/year=2025/part-0.parquet"))
+    assert dict(info.source_notes)["partitions"] == "1 of 2" and dict(info.source_notes)["files"] == "1 of 3"
+    assert [rg.columns["year"].min for rg in info.row_groups] == [2025, 2025]
