@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 
 from squall.operators.storage import FileEntry, Storage
 
-#: footers kept in the process (least recently used dropped first)
-CACHE_ENTRIES = 100_000
+#: footers kept in the process (least recently used dropped first; a footer is a few to tens of KB)
+CACHE_ENTRIES = 20_000
 #: threads reading footers at once (object stores: requests in flight; local files parse under the GIL, where
 #: a few threads already overlap the reads)
 THREADS = {"file": 4}
