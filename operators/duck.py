@@ -41,12 +41,27 @@ class ParquetView:
     parts: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
     #: a condition on the file's columns every row must meet too (a key range, see ScanInput.key_bounds)
     where: str = ""
+    #: (path, select list) for files whose columns are not read as written (see :func:`file_read_select`)
+    selects: tuple[tuple[str, str], ...] = ()
 
     def sql(self) -> str:
-        select = ", ".join(f"{ident(src)} AS {ident(name)}" for src, name in self.columns)
+        plain = ", ".join(f"{ident(src)} AS {ident(name)}" for src, name in self.columns)
+        select_of = dict(self.selects)
         selects = []
+        whole: dict[str, list[str]] = {}  # select list -> the whole files read with it
         for path, ranges in self.parts:
-            text = f"SELECT {select} FROM read_parquet({_literal(path)})"
+            if not ranges:
+                whole.setdefault(select_of.get(path, plain), []).append(path)
+        grouped = {path for paths in whole.values() if len(paths) > 1 for path in paths}
+        for select, paths in whole.items():
+            if len(paths) > 1:  # one scan of these whole files: binds once, reads them in parallel
+                listed = ", ".join(_literal(path) for path in paths)
+                text = f"SELECT {select} FROM read_parquet([{listed}])"
+                selects.append(text + (f" WHERE ({self.where})" if self.where else ""))
+        for path, ranges in self.parts:
+            if path in grouped and not ranges:
+                continue
+            text = f"SELECT {select_of.get(path, plain)} FROM read_parquet({_literal(path)})"
             conditions = [f"({self.where})"] if self.where else []
             if ranges:
                 conditions.append(
@@ -58,6 +73,56 @@ class ParquetView:
                 text += " WHERE " + " AND ".join(conditions)
             selects.append(text)
         return "\nUNION ALL\n".join(selects)
+
+
+def duck_type(type_: pa.DataType) -> str | None:
+    """DuckDB's name of an Arrow type a scan casts to, or None when there is no plain one."""
+    simple = {
+        pa.bool_(): "BOOLEAN",
+        pa.int8(): "TINYINT",
+        pa.int16(): "SMALLINT",
+        pa.int32(): "INTEGER",
+        pa.int64(): "BIGINT",
+        pa.uint8(): "UTINYINT",
+        pa.uint16(): "USMALLINT",
+        pa.uint32(): "UINTEGER",
+        pa.uint64(): "UBIGINT",
+        pa.float32(): "FLOAT",
+        pa.float64(): "DOUBLE",
+        pa.date32(): "DATE",
+        pa.timestamp("us"): "TIMESTAMP",
+        pa.string(): "VARCHAR",
+        pa.large_string(): "VARCHAR",
+        pa.string_view(): "VARCHAR",
+        pa.binary(): "BLOB",
+        pa.large_binary(): "BLOB",
+    }
+    if type_ in simple:
+        return simple[type_]
+    if pa.types.is_decimal128(type_) and type_.precision <= 38:
+        return f"DECIMAL({type_.precision},{type_.scale})"
+    return None
+
+
+def file_read_select(
+    columns: Sequence[tuple[str, str]],
+    types: Sequence[str],
+    renamed: Mapping[str, str],
+    constants: Mapping[str, str | None],
+) -> str:
+    """The select list of one file read through a FileRead: each scan column (table column, view name) cast
+    to its DuckDB type from the file's column (``renamed``: table column -> file column, ``""`` when the
+    file lacks it: NULL) or from its partition value (``constants``: text, None for NULL)."""
+    out = []
+    for (source, name), type_ in zip(columns, types, strict=True):
+        if source in constants:
+            value = constants[source]
+            expr = "NULL" if value is None else _literal(value)
+        else:
+            physical = renamed.get(source, source)
+            expr = "NULL" if physical == "" else ident(physical)
+        out.append(f"CAST({expr} AS {type_}) AS {ident(name)}")
+    return ", ".join(out)
 
 
 def raise_if_interrupted(err: BaseException) -> None:

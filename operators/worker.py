@@ -16,14 +16,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import pyarrow as pa
 
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
-from squall.operators.duck import ParquetView, Sandbox, ident
+from squall.operators.duck import ParquetView, Sandbox, duck_type, file_read_select, ident
 from squall.operators.faults import before_stage, faults_from_env, scan_delay
 from squall.operators.partition import (
     NULL_COLUMN,
@@ -180,7 +180,7 @@ class Worker:
         self._probes = {
             inp.name: probe
             for inp in self._scans()
-            if inp.name in views and (probe := probe_view(inp, self.rank))
+            if inp.name in views and not inp.files and (probe := probe_view(inp, self.rank))
         }
         probes = {view_name(name): probe for name, probe in self._probes.items()}
         with Sandbox(
@@ -246,7 +246,29 @@ class Worker:
         """Whether DuckDB may read ``inp``'s files itself (local Parquet, native scans on)."""
         splits = [s for per in inp.splits for s in per]
         return (
-            self.native_scans and inp.scan == "parquet" and all(scheme_of(s.path) == "file" for s in splits)
+            self.native_scans
+            and inp.scan == "parquet"
+            and not inp.files  # files read through a FileRead (partition values, missing columns): Arrow path
+            and all(scheme_of(s.path) == "file" for s in splits)
+        )
+
+    def _file_selects(self, inp: ScanInput) -> tuple[tuple[str, str], ...] | None:
+        """Per file read through a FileRead, the native view's select list (renamed and missing columns,
+        partition values, casts to the scan's types); None when DuckDB cannot read them so (deletes, a key
+        range, a type without a plain DuckDB name)."""
+        if not inp.files:
+            return ()
+        if inp.key_column or any(f.position_deletes or f.deleted_rows for f in inp.files):
+            return None
+        types = [duck_type(f.type) for f in scan_schema(inp)]
+        if any(t is None for t in types):
+            return None
+        return tuple(
+            (
+                os.path.abspath(f.path.removeprefix("file://")),
+                file_read_select(inp.columns, cast(list[str], types), dict(f.columns), dict(f.constants)),
+            )
+            for f in inp.files
         )
 
     def _steal(self, inp: ScanInput, stage: Stage, db: Sandbox, sr: StageReport) -> pa.Table:
@@ -271,7 +293,15 @@ class Worker:
     def _native(self, inp: ScanInput) -> ParquetView | None:
         """A DuckDB-native view for local Parquet splits (fast path), else None."""
         splits = inp.splits_for(self.rank)
-        if not self.native_scans or not splits or any(scheme_of(s.path) != "file" for s in splits):
+        if (
+            not self.native_scans
+            or inp.scan != "parquet"
+            or not splits
+            or any(scheme_of(s.path) != "file" for s in splits)
+        ):
+            return None
+        selects = self._file_selects(inp)
+        if selects is None:
             return None
         parts = [
             (os.path.abspath(s.path.removeprefix("file://")), () if s.whole_file else s.row_ranges)
@@ -279,7 +309,7 @@ class Worker:
         ]
         bounds = inp.bounds_for(self.rank)
         where = key_bound_sql(ident(inp.key_column), bounds) if bounds is not None else ""
-        return ParquetView(inp.columns, tuple(parts), where)
+        return ParquetView(inp.columns, tuple(parts), where, selects)
 
     def _run_stage(
         self,

@@ -142,6 +142,9 @@ class ScanInput:
     key_bounds: tuple[tuple[int | None, int | None], ...] = ()
     #: how to read the files of the splits that are not read as written (see :class:`FileRead`)
     files: tuple[FileRead, ...] = ()
+    #: what the table's source says of this scan (format, snapshot, ``partitions``/``files`` read of total),
+    #: as (key, value) pairs, for explain and stats (``TableInfo.source_notes``)
+    source_notes: tuple[tuple[str, str], ...] = ()
 
     def file_read(self, path: str) -> FileRead | None:
         """The :class:`FileRead` of ``path``, or None when the file holds the table's columns as they are."""
@@ -310,6 +313,7 @@ class Plan:
                             key_column=i.get("key_column", ""),
                             key_bounds=tuple((lo, hi) for lo, hi in i.get("key_bounds", ())),
                             files=tuple(FileRead.from_dict(f) for f in i.get("files", ())),
+                            source_notes=tuple((k, v) for k, v in i.get("source_notes", ())),
                         )
                     )
                 else:

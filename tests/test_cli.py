@@ -323,7 +323,7 @@ def test_schema_mismatch_names_the_column_and_file(capsys, tmp_path):
     err = one_line_error(
         capsys, "query", "SELECT * FROM t", "--data", str(tmp_path / "data"), "--workers", "1"
     )
-    assert f"column b is double in {table / 'p1.parquet'} but string in {table / 'p0.parquet'}" in err
+    assert f"column b is string in {table / 'p0.parquet'} but double in {table / 'p1.parquet'}" in err
 
 
 def test_interval_and_blob_print_like_duckdb(capsys, tmp_path, monkeypatch):

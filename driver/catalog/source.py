@@ -126,7 +126,13 @@ class TableSource(ABC):
 
 
 SOURCES: Registry[type[TableSource]] = Registry(
-    "table source", {"parquet": "squall.driver.catalog.parquet:ParquetSource"}, OptionError
+    "table source",
+    {
+        "parquet": "squall.driver.catalog.parquet:ParquetSource",
+        "csv": "squall.driver.catalog.text:CsvSource",
+        "json": "squall.driver.catalog.text:JsonSource",
+    },
+    OptionError,
 )
 
 

@@ -4,8 +4,10 @@ A table location is a Parquet file, a folder of Parquet files, or a glob (and,
 with the S3 storage, ``s3://bucket/prefix/``): :mod:`squall.driver.catalog.listing`
 says which files it names. What a table is made of comes from its source
 (:mod:`squall.driver.catalog.source`); how workers read it, from its scan kind.
-Footers are read once, lazily, when a query first uses the table; every file
-of a table must have the same schema.
+Footers are read once, lazily, when a query first uses the table (in parallel, cached in the
+process while the files are unchanged); the files' schemas are united by name
+(:mod:`squall.driver.catalog.evolution`) and hive folders become partition columns
+(:mod:`squall.driver.catalog.hive`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from sqlglot import exp
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import NAME as _NAME
-from squall.driver.catalog.listing import is_glob, list_tables, table_name
+from squall.driver.catalog.listing import file_format, is_glob, list_tables, table_name
 from squall.driver.catalog.scan_kinds import loader, scan_kinds
 from squall.driver.catalog.source import SOURCES, TableSource, open_source
 from squall.errors import DataError, OptionError
@@ -58,6 +60,7 @@ class Catalog:
         self._locations: dict[str, tuple[str, str, str, str]] = {}
         self._tables: dict[str, TableInfo] = {}
         self._sources: dict[str, TableSource] = {}  # lower name -> its source, kept for scan_table
+        self._options: dict[str, dict[str, Any]] = {}  # lower name -> its scan kind's reading options
         self._storages: dict[str, Storage] = {}
         self._storage_options = dict(storage_options or {})
         self._ndv: dict[tuple[str, str], int] = {}
@@ -85,20 +88,36 @@ class Catalog:
                 out[kind] = out.get(kind, 0) + n
         return out
 
-    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+    def register(
+        self,
+        name: str,
+        location: str,
+        *,
+        format: str = "parquet",
+        scan: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         """Register (or replace) table ``name`` at ``location``. Footers are read on first use.
 
         ``format`` is ``parquet`` (default), ``csv`` or ``json`` (JSON lines); ``scan`` is a
         scan kind (:mod:`squall.driver.catalog.scan_kinds`) that reads that format. Default: the
-        catalog's ``scan`` when it reads the format, else the first kind that does.
+        catalog's ``scan`` when it reads the format and the location, else the first kind that
+        does (one reading any storage first). ``options``: the scan kind's reading options (a
+        kind whose loader has ``check_options``; OptionError otherwise).
         """
         if not _NAME.match(name):
             raise OptionError(f"invalid table name {name!r}: use letters, digits and _")
         if format not in FORMATS:
             raise OptionError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
-        if scan is None:
-            readers = [kind for kind in scan_kinds() if format in loader(kind).formats]
-            scan = self.default_scan if self.default_scan in readers else readers[0]
+        if (
+            scan is None
+        ):  # the catalog's kind when it reads this table, else the first that reads any location
+            fits = [k for k in scan_kinds() if format in loader(k).formats]
+            readers = [
+                k for k in fits if loader(k).schemes in (None, ()) or scheme_of(location) in loader(k).schemes
+            ]
+            readers.sort(key=lambda k: loader(k).schemes is not None)
+            scan = self.default_scan if self.default_scan in readers else (readers or fits)[0]
         if scan not in scan_kinds():
             raise OptionError(f"scan must be one of {', '.join(scan_kinds())}, not {scan!r}")
         kind = loader(scan)
@@ -111,8 +130,12 @@ class Catalog:
             )
         if scheme_of(location) == "file" and not is_glob(location) and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
+        if options and not hasattr(kind, "check_options"):
+            raise OptionError(f"table {name}: scan={scan!r} takes no options")
+        checked = kind.check_options(format, options) if options else {}
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
+            self._options[name.lower()] = checked
             self._forget(name.lower())
             self._stamps.pop(name.lower(), None)
             self._version += 1
@@ -153,15 +176,15 @@ class Catalog:
         """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files (local or
         an object-store prefix; see :func:`squall.driver.catalog.listing.list_tables`)."""
         local = scheme_of(folder) == "file"
-        if local and os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table
-            stem = table_name(os.path.basename(folder).removesuffix(".parquet"))
-            self.register(stem, folder)
+        if local and os.path.isfile(folder) and (found_fmt := file_format(folder)):  # one file: one table
+            stem = table_name(os.path.basename(folder)[: -len(found_fmt[1])])
+            self.register(stem, folder, format=found_fmt[0])
             return [stem]
         if local and not os.path.isdir(folder):
             what = "is not a folder or a .parquet file" if os.path.exists(folder) else "not found"
             raise DataError(
                 f"data folder {what}: {folder} (--data takes a folder of <table>.parquet files and <table>/ "
-                "folders, or one .parquet file)"
+                "folders, or one .parquet, .csv[.gz|.zst] or .json[l][.gz] file)"
             )
         # local discovery is not counted as the driver's requests (as the version stamps are not)
         storage = storage_for(folder, self._storage_options) if local else self.storage(folder)
@@ -275,7 +298,9 @@ class Catalog:
         if entry is None:
             raise DataError(f"unknown table {name}")
         real_name, location, fmt, scan = entry
-        info = loader(scan).load(real_name, location, self.storage(location), fmt)
+        options = self._options.get(key)
+        extra = {"options": options} if options else {}
+        info = loader(scan).load(real_name, location, self.storage(location), fmt, **extra)
         with self._lock:
             self._tables[key] = info
         return info

@@ -50,7 +50,14 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
     if inp.steal:
         mode += ", work stealing"
     cols = ", ".join(c if c == n else f"{c}→{n}" for c, n in inp.columns)
-    text = f"{inp.name}: scan {inp.table} [{cols}] {len(groups)} row groups, {mode}"
+    units = (
+        "row groups"
+        if inp.scan == "parquet"
+        else f"{dict(inp.scan_options).get('format', '')} files ({inp.scan})"
+    )
+    if inp.scan != "parquet":
+        mode = mode.replace("split by row group", "split by file")
+    text = f"{inp.name}: scan {inp.table} [{cols}] {len(groups)} {units}, {mode}"
     if inp.filters:
         text += f"; filter {' AND '.join(inp.filters)}"
     return text
@@ -58,6 +65,12 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
 
 def _groups_per_rank(inp: ScanInput) -> list[set[tuple[str, int]]]:
     return [{(s.path, rg) for s in per for rg in s.row_groups} for per in inp.splits]
+
+
+def source_line(inp: ScanInput) -> str:
+    """What the table's source said of the scan (``TableInfo.source_notes``), e.g. ``source: partitions
+    1 of 7, files 3 of 21``."""
+    return "source: " + ", ".join(f"{k} {v}" for k, v in inp.source_notes)
 
 
 def skipping_line(sk: DataSkipping) -> str:
@@ -83,6 +96,8 @@ def explain_plan(plan: Plan) -> str:
         lines.append(header)
         for inp in stage.inputs:
             lines.append(f"  input {_input(inp)}")
+            if isinstance(inp, ScanInput) and inp.source_notes:
+                lines.append(f"    {source_line(inp)}")
             sk = inp.skipping if isinstance(inp, ScanInput) else None
             if sk is not None and (
                 sk.page_index or sk.bloom or sk.cache

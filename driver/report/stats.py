@@ -10,7 +10,7 @@ platform's extras, the scale model's estimate). Keys, in this order:
 - ``exchanges`` (:mod:`.exchanges`), ``steals`` (:mod:`.steals`), ``join_filters`` (:mod:`.join_filters`);
 - ``stages``, ``per_worker`` (here; a rank's ``peak_rows`` etc. from :mod:`.sort`), ``sort`` (:mod:`.sort`,
   only for a range-partitioned ORDER BY);
-- ``driver_storage_requests``, ``data_skipping`` (:mod:`.skipping`), ``plan_cache``,
+- ``driver_storage_requests``, ``data_skipping`` (:mod:`.skipping`), ``sources`` (:mod:`.sources`), ``plan_cache``,
   ``planning_breakdown``, ``ran_on``;
 - the platform's extras (the lambda platforms: ``lambda`` and the cost keys), then ``estimate`` when
   the scale model gave one.
@@ -28,6 +28,7 @@ from squall.driver.report.exchanges import exchange_stats
 from squall.driver.report.join_filters import join_filter_stats
 from squall.driver.report.skipping import skipping_stats
 from squall.driver.report.sort import rank_rows, sort_stats
+from squall.driver.report.sources import source_stats
 from squall.driver.report.steals import steal_stats
 from squall.plan import Plan
 
@@ -89,6 +90,7 @@ def assemble(
         stats["sort"] = sort
     stats["driver_storage_requests"] = facts.driver_storage_requests
     stats["data_skipping"] = skipping_stats(plan, reports, facts.cache_learned)
+    stats["sources"] = source_stats(plan)
     stats["plan_cache"] = facts.plan_cache
     stats["planning_breakdown"] = facts.planning_breakdown
     stats["ran_on"] = facts.ran_on

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import squall
 from squall.testing import assert_same_result
 from tests.lake_data import CATALOG, build_lake, catalog_properties, reference
 from tests.tpch_data import tpch_dataset
@@ -80,8 +81,9 @@ class _Lake:
 
     def connect(self, site: Site, workers: int):
         if workers not in self._connections:
-            self._connections[workers] = site.connect(
-                Path(self.data), workers=workers, catalogs={CATALOG: self.properties}
+            options = site.options(workers)
+            self._connections[workers] = squall.connect(
+                data=self.data, workers=workers, catalogs={CATALOG: self.properties}, **options
             )
         return self._connections[workers]
 
