@@ -243,10 +243,14 @@ class Worker:
                 self.on_stage(stage.id)
 
     def _native_ok(self, inp: ScanInput) -> bool:
-        """Whether DuckDB may read ``inp``'s files itself (local Parquet, native scans on)."""
+        """Whether DuckDB may read ``inp``'s files itself (local Parquet, native scans on, and every file
+        holding the table's columns as written: no :class:`~squall.plan.FileRead`)."""
         splits = [s for per in inp.splits for s in per]
         return (
-            self.native_scans and inp.scan == "parquet" and all(scheme_of(s.path) == "file" for s in splits)
+            self.native_scans
+            and inp.scan == "parquet"
+            and not inp.files
+            and all(scheme_of(s.path) == "file" for s in splits)
         )
 
     def _steal(self, inp: ScanInput, stage: Stage, db: Sandbox, sr: StageReport) -> pa.Table:
@@ -271,7 +275,7 @@ class Worker:
     def _native(self, inp: ScanInput) -> ParquetView | None:
         """A DuckDB-native view for local Parquet splits (fast path), else None."""
         splits = inp.splits_for(self.rank)
-        if not self.native_scans or not splits or any(scheme_of(s.path) != "file" for s in splits):
+        if not self._native_ok(inp) or not splits or any(scheme_of(s.path) != "file" for s in splits):
             return None
         parts = [
             (os.path.abspath(s.path.removeprefix("file://")), () if s.whole_file else s.row_ranges)

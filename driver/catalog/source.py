@@ -126,7 +126,12 @@ class TableSource(ABC):
 
 
 SOURCES: Registry[type[TableSource]] = Registry(
-    "table source", {"parquet": "squall.driver.catalog.parquet:ParquetSource"}, OptionError
+    "table source",
+    {
+        "parquet": "squall.driver.catalog.parquet:ParquetSource",
+        "iceberg": "squall.driver.catalog.iceberg:IcebergSource",
+    },
+    OptionError,
 )
 
 
