@@ -21,7 +21,7 @@ import base64
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -140,15 +140,9 @@ class NamedCatalogs:
     def source(self, catalog: Catalog, parts: tuple[str, str, str]) -> IcebergSource:
         """An IcebergSource of table ``parts`` that asks the catalog for its current metadata."""
         name = flat_name(*parts)
-        first = self.load_table(*parts)  # fails here, with its message, when the table is not there
-        location = first.location()
-        loaded = [first]
-
-        def load() -> Any:
-            return loaded.pop() if loaded else self.load_table(*parts)
-
+        location = self.load_table(*parts).location()  # fails here, with its message, when the table is not there
         storage = catalog.storage(location)
-        return IcebergSource(name, location, storage, loader=load)
+        return IcebergSource(name, location, storage, loader=lambda: self.load_table(*parts))
 
 
 def _namespace_exists(opened: Any, namespace: str) -> bool:
@@ -169,9 +163,9 @@ def resolve(catalog: Catalog, parts: tuple[str, ...], metadata: str | None) -> s
             raise DataError(f"unknown catalog {parts[0]} (catalogs: {known or 'none given'})")
         base = flat_name(*(p.lower() for p in parts))
         if base not in catalog:
-            key = tuple(p for p in parts)
-            source = named.source(catalog, (key[0], key[1], key[2]))
-            catalog.register_source(base, _reopen(named, catalog, source, key), format="iceberg", location=source.location)
+            key = (parts[0], parts[1], parts[2])
+            location = named.source(catalog, key).location
+            catalog.register_source(base, lambda: named.source(catalog, key), format="iceberg", location=location)
     else:
         base = parts[0]
     if metadata is None:
@@ -185,16 +179,6 @@ def resolve(catalog: Catalog, parts: tuple[str, ...], metadata: str | None) -> s
         catalog.register_source(name, lambda: MetadataSource(name, catalog.source(base), metadata), format="iceberg",
                                 location=catalog.location(base) or "")  # fmt: skip
     return name
-
-
-def _reopen(named: NamedCatalogs, catalog: Catalog, first: IcebergSource, parts: tuple[str, ...]) -> Callable[[], TableSource]:
-    """The opener of a catalog table: the first source once, then new ones (after a commit)."""
-    pending = [first]
-
-    def opener() -> TableSource:
-        return pending.pop() if pending else named.source(catalog, (parts[0], parts[1], parts[2]))
-
-    return opener
 
 
 class MetadataSource(TableSource):

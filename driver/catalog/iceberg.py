@@ -71,9 +71,10 @@ def newest_metadata(storage: Storage, location: str) -> str:
     if "version-hint.text" in names:
         hint = names["version-hint.text"]
         text = storage.read_ranges(hint.path, [(0, hint.size)])[0].decode().strip()
-        name = text if text.endswith(".metadata.json") else f"v{text}.metadata.json"
-        if name in names:
-            return names[name].path
+        name = f"v{text}.metadata.json" if text.isdecimal() else text.removesuffix(".metadata.json") + ".metadata.json"
+        if name not in names:
+            raise DataError(f"{hint.path} names {name}, which is not in {folder}")
+        return names[name].path
     versions = [(int(m.group(1)), n) for n in names if (m := _VERSION.match(n))]
     if not versions:
         raise DataError(f"no Iceberg metadata (metadata/*.metadata.json) at {location}")

@@ -171,8 +171,8 @@ class Catalog:
             with self._lock:
                 if self._stamps.get(key) == stamp or key not in self._locations:
                     continue
-                if key in self._stamps:
-                    self._forget(key)
+                if key in self._stamps or key in self._tables or key in self._sources:
+                    self._forget(key)  # (read before its first stamp: a table registered while planning)
                 self._stamps[key] = stamp
                 self._version += 1
         with self._lock:
