@@ -117,7 +117,9 @@ class Connection:
         self.catalog.register(name, str(location), format=format, scan=scan)
 
     def tables(self) -> list[str]:
-        return self.catalog.names()
+        """The names of the registered tables (a named catalog's tables are ``catalog.namespace.table`` in SQL and
+        listed by ``squall tables``, not here)."""
+        return [name for name in self.catalog.names() if not self.catalog.is_internal(name)]
 
     def plan(self, sql: str) -> Plan:
         """The distributed plan of ``sql`` (nothing runs); with ``workers="auto"`` on a lambda platform, at

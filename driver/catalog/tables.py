@@ -212,6 +212,16 @@ class Catalog:
         with self._lock:
             return sorted(entry[0] for entry in self._locations.values())
 
+    def is_internal(self, name: str) -> bool:
+        """Whether table ``name`` was registered by source (a named catalog's table under its internal name,
+        a metadata table), not by location: listings name those their own way."""
+        return name.lower() in self._openers
+
+    def format_of(self, name: str) -> str | None:
+        """The format table ``name`` was registered with (``parquet``, ``iceberg``, …); None when unknown."""
+        entry = self._locations.get(name.lower())
+        return entry[2] if entry else None
+
     def location(self, name: str) -> str | None:
         entry = self._locations.get(name.lower())
         return entry[1] if entry else None
