@@ -166,11 +166,14 @@ def add_delete_file(table: Any, positions: dict[str, list[int]] | None = None, e
             )
         )
         content, extra = DataFileContent.EQUALITY_DELETES, {"equality_ids": ids}
-    local = path.removeprefix("file://")
-    pq.write_table(data, local)
+    sink = pa.BufferOutputStream()
+    pq.write_table(data, sink)
+    body = sink.getvalue().to_pybytes()
+    with table.io.new_output(path).create(overwrite=True) as out:  # the table's own FileIO: local or S3
+        out.write(body)
     delete = DataFile.from_args(
         content=content, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
-        record_count=data.num_rows, file_size_in_bytes=Path(local).stat().st_size, _table_format_version=2, **extra,
+        record_count=data.num_rows, file_size_in_bytes=len(body), _table_format_version=2, **extra,
     )  # fmt: skip
     delete.spec_id = table.spec().spec_id
     with table.transaction() as tx:
