@@ -103,6 +103,8 @@ class IcebergSource(TableSource):
         self._snapshot_id = snapshot_id
         self._travelled = snapshot_id is not None
         self._footers: dict[str, pq.FileMetaData] = {}
+        self._others: dict[str, Storage] = {}  # storages of data files on another scheme than the table's
+        self._others_lock = threading.Lock()
         self._info: TableInfo | None = None
 
     # --- the pinned table and snapshot ---
@@ -241,7 +243,7 @@ class IcebergSource(TableSource):
             raise DataError(f"Iceberg table {self.name}: {exc}".splitlines()[0]) from None
         check_deletes(self.name, tasks)
         with self._lock:
-            footers = read_footers([t.file.file_path for t in tasks], self.storage.read_metadata, self._footers)
+            footers = read_footers([t.file.file_path for t in tasks], self._read_footer, self._footers)
         mapping = _name_mapping(table, schema)
         planner = FilePlanner(schema, table.metadata.specs(), mapping)
         groups: list[RowGroup] = []
@@ -268,6 +270,17 @@ class IcebergSource(TableSource):
             file_reads=reads,
             source_notes=tuple(notes),
         )
+
+    def _read_footer(self, path: str) -> pq.FileMetaData:
+        """One data file's footer, through the table's storage (or one of the file's scheme: metadata may name
+        files anywhere)."""
+        if scheme_of(path) == scheme_of(self.location):
+            return self.storage.read_metadata(path)
+        with self._others_lock:  # (not self._lock: footers are read in threads while it is held)
+            other = self._others.get(scheme_of(path))
+            if other is None:
+                other = self._others[scheme_of(path)] = storage_for(path, self.storage.options)
+        return other.read_metadata(path)
 
     # --- what `squall tables` and the metadata tables say ---
 
