@@ -503,7 +503,11 @@ def _connect(args: argparse.Namespace) -> Any:
     if workers is None and not args.data and getattr(args, "platform", None) in (None, "local"):
         workers = 1  # no tables: nothing to distribute, one worker process starts fastest
     return squall.connect(
-        data=args.data, workers=workers, **_s3_options(args), **_platform_options(args), **_catalog_options(args)
+        data=args.data,
+        workers=workers,
+        **_s3_options(args),
+        **_platform_options(args),
+        **_catalog_options(args),
     )
 
 
@@ -581,7 +585,11 @@ def _tables(args: argparse.Namespace) -> int:
         return 0
     for t in tables:
         rows = "?" if t.get("rows") is None else f"{t['rows']:,}"
-        print(f"{t['name']} ({rows} rows)" + _source_text(t) + (f"  error: {t['error']}" if t.get("error") else ""))
+        print(
+            f"{t['name']} ({rows} rows)"
+            + _source_text(t)
+            + (f"  error: {t['error']}" if t.get("error") else "")
+        )
         for c in t["columns"]:
             kind = sql_type_of_name(c["type"])  # DuckDB's SQL names: BIGINT, DECIMAL(15,2), DATE, VARCHAR
             print(f"  {c['name']:<24} {kind}{'' if c['nullable'] else ' not null'}")
@@ -661,7 +669,9 @@ def _apply_defaults(args: argparse.Namespace) -> None:
     config, path = _config()
     if getattr(args, "endpoint", None):
         if getattr(args, "catalog", None):
-            raise OptionError("--catalog is for embedded connections (--data); a service has its own catalogs")
+            raise OptionError(
+                "--catalog is for embedded connections (--data); a service has its own catalogs"
+            )
         return
     if not args.data:
         args.data = os.environ.get("SQUALL_DATA") or config.get("data") or None
@@ -683,7 +693,9 @@ def _catalogs(flags: list[str], configured: Any, path: str | None) -> dict[str, 
     from squall.driver.catalog.catalogs import parse_catalog_flag
 
     if not isinstance(configured, dict) or not all(isinstance(v, dict) for v in configured.values()):
-        raise OptionError(f"config file {path}: catalogs must be tables [catalogs.NAME] of catalog properties")
+        raise OptionError(
+            f"config file {path}: catalogs must be tables [catalogs.NAME] of catalog properties"
+        )
     out = {str(name): {str(k): str(v) for k, v in props.items()} for name, props in configured.items()}
     for flag in flags:
         name, props = parse_catalog_flag(flag)

@@ -128,7 +128,9 @@ def _position_deletes(catalog: Any) -> None:
     add_delete_file(table, {first: [0, 1, 2, 50, 99], second: [10]})
 
 
-def add_delete_file(table: Any, positions: dict[str, list[int]] | None = None, equality: pa.Table | None = None) -> None:
+def add_delete_file(
+    table: Any, positions: dict[str, list[int]] | None = None, equality: pa.Table | None = None
+) -> None:
     """Commit one delete file to ``table`` (unpartitioned): position deletes (data file path -> row
     positions) or equality deletes (rows of the columns to match)."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestWriterV2
@@ -162,7 +164,10 @@ def add_delete_file(table: Any, positions: dict[str, list[int]] | None = None, e
         ids = [table.schema().find_field(name).field_id for name in equality.column_names]
         data = equality.cast(
             pa.schema(
-                [f.with_metadata({b"PARQUET:field_id": str(i).encode()}) for f, i in zip(equality.schema, ids)]
+                [
+                    f.with_metadata({b"PARQUET:field_id": str(i).encode()})
+                    for f, i in zip(equality.schema, ids)
+                ]
             )
         )
         content, extra = DataFileContent.EQUALITY_DELETES, {"equality_ids": ids}

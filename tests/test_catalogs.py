@@ -117,7 +117,9 @@ def test_the_cli_catalog_flag(local_lake, capsys):
     assert main(["query", sql, "--catalog", flag, "--workers", "2", "--format", "csv"]) == 0
     out = capsys.readouterr().out.splitlines()
     expected = _expected(local_lake, sql=sql.replace("lake.ns.orders", "{t}"))
-    assert out[1:] == [f'"{s}",{n}' for s, n in zip(expected.column(0).to_pylist(), expected.column(1).to_pylist())]
+    assert out[1:] == [
+        f'"{s}",{n}' for s, n in zip(expected.column(0).to_pylist(), expected.column(1).to_pylist())
+    ]
     key_values = "lake=" + ",".join(f"{k}={v}" for k, v in local_lake.items())
     assert main(["tables", "--catalog", key_values]) == 0
     listed = capsys.readouterr().out
@@ -162,4 +164,3 @@ def test_tables_of_a_folder_beside_catalogs(local_lake, tmp_path):
         got = con.sql("SELECT count(*) AS n FROM plain JOIN lake.ns.pd ON a = k").arrow()
         assert got.column("n").to_pylist() == [2]  # k = 1 and 2 are in both files, k 1 and 2 deleted from one
         assert con.tables() == ["plain"]
-

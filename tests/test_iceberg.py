@@ -79,7 +79,9 @@ def test_the_deletes_are_applied(con, pyiceberg_catalog):
     assert orders == len(pyiceberg_catalog.load_table(f"{NAMESPACE}.orders").scan().to_arrow())
     assert orders < orders_rows().num_rows  # the copy-on-write delete dropped rows
     deleted = con.sql("SELECT count(*) AS n FROM lake.ns.pd WHERE k IN (0, 1, 2, 50, 99)").arrow()
-    assert deleted.column("n")[0].as_py() == 5  # those 5 positions of the first file are deleted, not the second's
+    assert (
+        deleted.column("n")[0].as_py() == 5
+    )  # those 5 positions of the first file are deleted, not the second's
     assert con.sql("SELECT count(*) AS n FROM lake.ns.pd").arrow().column("n")[0].as_py() == 194
 
 
@@ -90,7 +92,10 @@ def test_a_month_reads_its_share_of_bytes(lake):
             "SELECT sum(o_totalprice) AS s FROM lake.ns.orders "
             "WHERE o_orderdate >= DATE '2023-05-01' AND o_orderdate < DATE '2023-06-01'"
         )
-        assert 0 < month.stats["bytes_scanned"] <= 0.2 * full.stats["bytes_scanned"], (month.stats, full.stats)
+        assert 0 < month.stats["bytes_scanned"] <= 0.2 * full.stats["bytes_scanned"], (
+            month.stats,
+            full.stats,
+        )
         info = c.catalog.scan_table(
             "lake__ns__orders", [parse_one("\"o_orderdate\" >= CAST('2023-05-01' AS DATE)", read="duckdb")]
         )
@@ -107,7 +112,9 @@ def test_a_table_folder_is_read_at_its_newest_version(lake, pyiceberg_catalog):
     for data in (folder, folder.parent):  # the table folder, or a folder of table folders
         with squall.connect(str(data), workers=2) as c:
             assert "orders" in c.tables()
-            assert_same_result(c.sql(sql.format(t="orders")).arrow(), _reference(pyiceberg_catalog, "orders", sql), sql)
+            assert_same_result(
+                c.sql(sql.format(t="orders")).arrow(), _reference(pyiceberg_catalog, "orders", sql), sql
+            )
 
 
 def test_version_hint_is_honoured(lake, tmp_path):
@@ -126,8 +133,14 @@ def test_version_hint_is_honoured(lake, tmp_path):
 def test_metadata_tables(con, pyiceberg_catalog):
     table = pyiceberg_catalog.load_table(f"{NAMESPACE}.orders")
     snapshots = con.sql('SELECT snapshot_id, operation FROM lake.ns."orders$snapshots"').arrow()
-    assert sorted(snapshots.column("snapshot_id").to_pylist()) == sorted(s.snapshot_id for s in table.snapshots())
-    files = con.sql('SELECT count(*) AS n, sum(record_count) AS r FROM lake.ns."orders$files"').arrow().to_pylist()
+    assert sorted(snapshots.column("snapshot_id").to_pylist()) == sorted(
+        s.snapshot_id for s in table.snapshots()
+    )
+    files = (
+        con.sql('SELECT count(*) AS n, sum(record_count) AS r FROM lake.ns."orders$files"')
+        .arrow()
+        .to_pylist()
+    )
     assert files == [{"n": len(table.inspect.files()), "r": len(table.scan().to_arrow())}]
     parts = con.sql('SELECT count(*) AS n FROM lake.ns."orders$partitions"').arrow().column("n")[0].as_py()
     assert parts == 12
@@ -150,7 +163,9 @@ def test_unknown_names_are_one_line(con):
 
 def test_quoted_and_aliased_names(con, pyiceberg_catalog):
     sql = 'SELECT o.o_status, count(*) AS n FROM "lake"."ns"."orders" AS o GROUP BY o.o_status'
-    expected = _reference(pyiceberg_catalog, "orders", "SELECT o_status, count(*) AS n FROM {t} GROUP BY o_status")
+    expected = _reference(
+        pyiceberg_catalog, "orders", "SELECT o_status, count(*) AS n FROM {t} GROUP BY o_status"
+    )
     assert_same_result(con.sql(sql).arrow(), expected, sql)
     joined = con.sql("SELECT count(*) AS n FROM lake.ns.orders JOIN lake.ns.parts ON o_orderkey = id").arrow()
     assert joined.column("n")[0].as_py() > 0
@@ -168,10 +183,15 @@ def test_time_travel_at_the_source(lake, pyiceberg_catalog):
     assert old.snapshot_id() == first.snapshot_id
     info = old.table_info()
     assert info.num_rows == orders_rows().num_rows // 2
-    assert "o_custkey" in info.schema.names and "o_note" not in info.schema.names  # the schema of that snapshot
+    assert (
+        "o_custkey" in info.schema.names and "o_note" not in info.schema.names
+    )  # the schema of that snapshot
     when = dt.datetime.fromtimestamp(first.timestamp_ms / 1000, dt.timezone.utc)
     assert source.at(timestamp=when).snapshot_id() == first.snapshot_id
-    assert source.at(timestamp=dt.datetime.now(dt.timezone.utc)).snapshot_id() == table.current_snapshot().snapshot_id
+    assert (
+        source.at(timestamp=dt.datetime.now(dt.timezone.utc)).snapshot_id()
+        == table.current_snapshot().snapshot_id
+    )
     with pytest.raises(DataError, match="has no snapshot at or before"):
         source.at(timestamp=when - dt.timedelta(days=1))
     with pytest.raises(DataError, match="has no snapshot 42"):
@@ -205,7 +225,9 @@ def test_equality_deletes_are_refused_not_ignored(tmp_path):
     table.append(rows)
     add_delete_file(table, equality=pa.table({"k": pa.array([3], pa.int64())}))
     with squall.connect(workers=1, catalogs={"lake": props}) as c:
-        with pytest.raises(NotSupportedError, match="Iceberg table lake__ns__eq: equality delete files are not read"):
+        with pytest.raises(
+            NotSupportedError, match="Iceberg table lake__ns__eq: equality delete files are not read"
+        ):
             c.sql("SELECT count(*) FROM lake.ns.eq")
 
 

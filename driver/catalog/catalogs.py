@@ -75,7 +75,9 @@ def check_catalogs(catalogs: Mapping[str, Any] | None) -> dict[str, dict[str, st
         if not isinstance(name, str) or not _NAME.match(name):
             raise OptionError(f"catalog name {name!r}: use letters, digits and _")
         if not isinstance(props, Mapping):
-            raise OptionError(f"catalog {name}: properties must be a mapping (pyiceberg's catalog properties)")
+            raise OptionError(
+                f"catalog {name}: properties must be a mapping (pyiceberg's catalog properties)"
+            )
         out[name.lower()] = {str(k): str(v) for k, v in props.items()}
     return out
 
@@ -140,7 +142,9 @@ class NamedCatalogs:
     def source(self, catalog: Catalog, parts: tuple[str, str, str]) -> IcebergSource:
         """An IcebergSource of table ``parts`` that asks the catalog for its current metadata."""
         name = flat_name(*parts)
-        location = self.load_table(*parts).location()  # fails here, with its message, when the table is not there
+        location = self.load_table(
+            *parts
+        ).location()  # fails here, with its message, when the table is not there
         storage = catalog.storage(location)
         return IcebergSource(name, location, storage, loader=lambda: self.load_table(*parts))
 
@@ -165,7 +169,9 @@ def resolve(catalog: Catalog, parts: tuple[str, ...], metadata: str | None) -> s
         if base not in catalog:
             key = (parts[0], parts[1], parts[2])
             location = named.source(catalog, key).location
-            catalog.register_source(base, lambda: named.source(catalog, key), format="iceberg", location=location)
+            catalog.register_source(
+                base, lambda: named.source(catalog, key), format="iceberg", location=location
+            )
     else:
         base = parts[0]
     if metadata is None:
@@ -173,7 +179,9 @@ def resolve(catalog: Catalog, parts: tuple[str, ...], metadata: str | None) -> s
     name = f"{base}${metadata}"
     if name not in catalog:
         if metadata not in METADATA_TABLES:
-            raise DataError(f"unknown metadata table ${metadata} (there are: {', '.join('$' + k for k in METADATA_TABLES)})")
+            raise DataError(
+                f"unknown metadata table ${metadata} (there are: {', '.join('$' + k for k in METADATA_TABLES)})"
+            )
         if base not in catalog:
             raise DataError(f"unknown table {base} (in {name})")
         catalog.register_source(name, lambda: MetadataSource(name, catalog.source(base), metadata), format="iceberg",
@@ -189,7 +197,9 @@ class MetadataSource(TableSource):
     def __init__(self, name: str, base: TableSource, metadata: str) -> None:
         super().__init__(name, base.location, base.storage)
         if not isinstance(base, IcebergSource):
-            raise DataError(f"{name}: ${metadata} tables are of Iceberg tables, and {base.name} is a {base.kind} table")
+            raise DataError(
+                f"{name}: ${metadata} tables are of Iceberg tables, and {base.name} is a {base.kind} table"
+            )
         self.base, self.metadata = base, metadata
         self._info: TableInfo | None = None
 

@@ -71,7 +71,11 @@ def newest_metadata(storage: Storage, location: str) -> str:
     if "version-hint.text" in names:
         hint = names["version-hint.text"]
         text = storage.read_ranges(hint.path, [(0, hint.size)])[0].decode().strip()
-        name = f"v{text}.metadata.json" if text.isdecimal() else text.removesuffix(".metadata.json") + ".metadata.json"
+        name = (
+            f"v{text}.metadata.json"
+            if text.isdecimal()
+            else text.removesuffix(".metadata.json") + ".metadata.json"
+        )
         if name not in names:
             raise DataError(f"{hint.path} names {name}, which is not in {folder}")
         return names[name].path
@@ -152,7 +156,9 @@ class IcebergSource(TableSource):
             return ("snapshot", self._snapshot_id)
         if self._loader is not None:
             return self._loader().metadata_location
-        uncounted = storage_for(self.location, self.storage.options) if scheme_of(self.location) == "file" else None
+        uncounted = (
+            storage_for(self.location, self.storage.options) if scheme_of(self.location) == "file" else None
+        )
         try:
             return newest_metadata(uncounted or self.storage, self.location)
         except DataError:  # said when the table is read
@@ -217,7 +223,9 @@ class IcebergSource(TableSource):
             when = timestamp if timestamp.tzinfo is not None else timestamp.replace(tzinfo=timezone.utc)
             snapshot = table.snapshot_as_of_timestamp(int(when.timestamp() * 1000))
             if snapshot is None:
-                raise DataError(f"Iceberg table {self.name} has no snapshot at or before {timestamp.isoformat()}")
+                raise DataError(
+                    f"Iceberg table {self.name} has no snapshot at or before {timestamp.isoformat()}"
+                )
             snapshot_id = snapshot.snapshot_id
         return IcebergSource(
             self.name, self.location, self.storage, loader=self._loader, table=table, snapshot_id=snapshot_id
@@ -230,7 +238,9 @@ class IcebergSource(TableSource):
         schema = self._schema()
         notes = [("format", "iceberg"), ("snapshot", str(self._snapshot_id))]
         if self._snapshot_id is None:  # a table with no snapshot: no files
-            return TableInfo(self.name, self.location, (), arrow_schema(schema), (), source_notes=tuple(notes))
+            return TableInfo(
+                self.name, self.location, (), arrow_schema(schema), (), source_notes=tuple(notes)
+            )
         from pyiceberg.expressions import AlwaysTrue
 
         scan = table.scan(row_filter=expression if expression is not None else AlwaysTrue(),
@@ -239,7 +249,9 @@ class IcebergSource(TableSource):
             tasks = sorted(scan.plan_files(), key=lambda t: t.file.file_path)
         except ValueError as exc:
             if "equality deletes" in str(exc):
-                raise NotSupportedError(f"Iceberg table {self.name}: equality delete files are not read yet") from None
+                raise NotSupportedError(
+                    f"Iceberg table {self.name}: equality delete files are not read yet"
+                ) from None
             raise DataError(f"Iceberg table {self.name}: {exc}".splitlines()[0]) from None
         check_deletes(self.name, tasks)
         with self._lock:

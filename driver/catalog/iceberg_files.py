@@ -55,7 +55,9 @@ def read_footers(
     if len(wanted) == 1:
         cache[wanted[0]] = read(wanted[0])
     elif wanted:
-        with ThreadPoolExecutor(min(FOOTER_THREADS, len(wanted)), thread_name_prefix="iceberg-footer") as pool:
+        with ThreadPoolExecutor(
+            min(FOOTER_THREADS, len(wanted)), thread_name_prefix="iceberg-footer"
+        ) as pool:
             for path, footer in zip(wanted, pool.map(read, wanted)):
                 cache[path] = footer
     return cache

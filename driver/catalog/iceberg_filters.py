@@ -42,10 +42,21 @@ def _fits(value: Any, iceberg_type: Any) -> bool:
     return isinstance(value, accepted)
 
 
-def _atom(pred: exp.Expression, types: dict[str, Any]) -> Any | None:
-    from pyiceberg import expressions as ie
+def _expressions() -> Any:
+    """pyiceberg's expression classes (typed loosely: their constructors take terms or column names)."""
+    from pyiceberg import expressions
 
-    if isinstance(pred, exp.Is) and isinstance(pred.this, exp.Column) and isinstance(pred.expression, exp.Null):
+    return expressions
+
+
+def _atom(pred: exp.Expression, types: dict[str, Any]) -> Any | None:
+    ie: Any = _expressions()
+
+    if (
+        isinstance(pred, exp.Is)
+        and isinstance(pred.this, exp.Column)
+        and isinstance(pred.expression, exp.Null)
+    ):
         return ie.IsNull(pred.this.name) if pred.this.name in types else None
     if (
         isinstance(pred, exp.Not)
@@ -72,7 +83,7 @@ def _atom(pred: exp.Expression, types: dict[str, Any]) -> Any | None:
 
 
 def _translate(pred: exp.Expression, types: dict[str, Any]) -> Any | None:
-    from pyiceberg import expressions as ie
+    ie: Any = _expressions()
 
     if isinstance(pred, exp.Paren):
         return _translate(pred.this, types)
@@ -89,7 +100,7 @@ def _translate(pred: exp.Expression, types: dict[str, Any]) -> Any | None:
 def row_filter(filters: Sequence[exp.Expression], types: dict[str, Any]) -> tuple[Any, list[str]]:
     """(pyiceberg row filter, the SQL of the filters it holds) for ``filters`` over columns of Iceberg types
     ``types`` (column name -> pyiceberg type); ``AlwaysTrue`` and ``[]`` when none translates."""
-    from pyiceberg import expressions as ie
+    ie: Any = _expressions()
 
     out: Any = ie.AlwaysTrue()
     pushed: list[str] = []

@@ -17,7 +17,9 @@ from squall.errors import BindError, DataError
 
 
 def _parts(table: exp.Table) -> tuple[str, ...]:
-    return tuple(p.name for p in (table.args.get("catalog"), table.args.get("db"), table.this) if p is not None)
+    return tuple(
+        p.name for p in (table.args.get("catalog"), table.args.get("db"), table.this) if p is not None
+    )
 
 
 def resolve_names(ast: exp.Expression, catalog: Catalog) -> tuple[exp.Expression, bool]:
