@@ -69,7 +69,8 @@ class Connection:
         #: row groups known to match no row of a scan predicate (shared when given, e.g. by `squall serve`)
         self.predicate_cache = predicate_cache if predicate_cache is not None else PredicateCache()
         self.catalog.predicate_cache = self.predicate_cache
-        if catalogs:  # named Iceberg catalogs: their tables are lake.<namespace>.<table> in SQL, opened on first use
+        # named Iceberg catalogs: their tables are lake.<namespace>.<table> in SQL, opened on first use
+        if catalogs:
             from squall.driver.catalog.catalogs import NamedCatalogs
 
             self.catalog.catalogs = NamedCatalogs(catalogs)

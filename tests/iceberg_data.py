@@ -181,9 +181,8 @@ def add_delete_file(
         record_count=data.num_rows, file_size_in_bytes=len(body), _table_format_version=2, **extra,
     )  # fmt: skip
     delete.spec_id = table.spec().spec_id
-    with table.transaction() as tx:
-        with tx.update_snapshot().fast_append() as append:
-            append.new_manifest_writer = lambda spec: DeleteManifestWriter(  # type: ignore[method-assign]
-                spec, append.schema(), append.new_manifest_output(), append.snapshot_id, append._compression
-            )
-            append.append_data_file(delete)
+    with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        append.new_manifest_writer = lambda spec: DeleteManifestWriter(  # type: ignore[method-assign]
+            spec, append.schema(), append.new_manifest_output(), append.snapshot_id, append._compression
+        )
+        append.append_data_file(delete)

@@ -186,12 +186,9 @@ def test_time_travel_at_the_source(lake, pyiceberg_catalog):
     assert (
         "o_custkey" in info.schema.names and "o_note" not in info.schema.names
     )  # the schema of that snapshot
-    when = dt.datetime.fromtimestamp(first.timestamp_ms / 1000, dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(first.timestamp_ms / 1000, dt.UTC)
     assert source.at(timestamp=when).snapshot_id() == first.snapshot_id
-    assert (
-        source.at(timestamp=dt.datetime.now(dt.timezone.utc)).snapshot_id()
-        == table.current_snapshot().snapshot_id
-    )
+    assert source.at(timestamp=dt.datetime.now(dt.UTC)).snapshot_id() == table.current_snapshot().snapshot_id
     with pytest.raises(DataError, match="has no snapshot at or before"):
         source.at(timestamp=when - dt.timedelta(days=1))
     with pytest.raises(DataError, match="has no snapshot 42"):
@@ -224,11 +221,13 @@ def test_equality_deletes_are_refused_not_ignored(tmp_path):
     table = catalog.create_table("ns.eq", schema=rows.schema)
     table.append(rows)
     add_delete_file(table, equality=pa.table({"k": pa.array([3], pa.int64())}))
-    with squall.connect(workers=1, catalogs={"lake": props}) as c:
-        with pytest.raises(
+    with (
+        squall.connect(workers=1, catalogs={"lake": props}) as c,
+        pytest.raises(
             NotSupportedError, match="Iceberg table lake__ns__eq: equality delete files are not read"
-        ):
-            c.sql("SELECT count(*) FROM lake.ns.eq")
+        ),
+    ):
+        c.sql("SELECT count(*) FROM lake.ns.eq")
 
 
 def test_filters_translate_only_where_exact_types_meet():

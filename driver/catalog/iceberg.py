@@ -22,7 +22,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -220,7 +220,7 @@ class IcebergSource(TableSource):
             snapshot_id = int(version)
         else:
             assert timestamp is not None
-            when = timestamp if timestamp.tzinfo is not None else timestamp.replace(tzinfo=timezone.utc)
+            when = timestamp if timestamp.tzinfo is not None else timestamp.replace(tzinfo=UTC)
             snapshot = table.snapshot_as_of_timestamp(int(when.timestamp() * 1000))
             if snapshot is None:
                 raise DataError(

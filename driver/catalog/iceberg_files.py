@@ -153,7 +153,7 @@ def _python_value(value: Any, iceberg_type: Any) -> Any:
     if kind == "date":
         return dt.date(1970, 1, 1) + dt.timedelta(days=value)
     if kind in ("timestamp", "timestamptz"):
-        base = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc if kind == "timestamptz" else None)
+        base = dt.datetime(1970, 1, 1, tzinfo=dt.UTC if kind == "timestamptz" else None)
         return base + dt.timedelta(microseconds=value)
     return value
 

@@ -126,7 +126,9 @@ class Catalog:
             self._stamps.pop(name.lower(), None)
             self._version += 1
 
-    def register_source(self, name: str, opener: Callable[[], TableSource], *, format: str, location: str) -> None:
+    def register_source(
+        self, name: str, opener: Callable[[], TableSource], *, format: str, location: str
+    ) -> None:
         """Register (or replace) table ``name`` whose source ``opener`` makes (no I/O until asked): a table
         of a named catalog, a metadata table. ``format`` and ``location`` are what listings say of it."""
         with self._lock:
