@@ -243,3 +243,46 @@ def test_filters_translate_only_where_exact_types_meet():
         assert pushed(sql), sql
     for sql in ("a = '1'", "s = 1", "x > 2", "a + 1 = 2", "a < 3 OR x > 1", "zz = 1"):
         assert not pushed(sql), sql
+
+
+def test_files_without_field_ids_go_by_the_name_mapping(tmp_path):
+    """Files added with ``add_files`` (no Parquet field ids) are matched through ``schema.name-mapping.default``,
+    also after a rename."""
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog import load_catalog
+
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}"}
+    catalog = load_catalog("lake", **props)
+    catalog.create_namespace("ns")
+    rows = pa.table({"k": pa.array(range(20), pa.int64()), "v": pa.array([f"v{i}" for i in range(20)])})
+    pq.write_table(rows, tmp_path / "external.parquet")
+    table = catalog.create_table("ns.ext", schema=rows.schema)
+    table.add_files([str(tmp_path / "external.parquet")])
+    with table.update_schema() as update:
+        update.rename_column("v", "w")
+    sql = "SELECT k, w FROM {t} WHERE k >= 5"
+    expected = duckdb.connect()
+    expected.register("ref", catalog.load_table("ns.ext").scan().to_arrow())
+    with squall.connect(workers=2, catalogs={"lake": props}) as c:
+        got = c.sql(sql.format(t="lake.ns.ext")).arrow()
+    assert got.num_rows == 15 and got.column("w").null_count == 0
+    assert_same_result(got, expected.sql(sql.format(t="ref")).to_arrow_table(), sql)
+
+
+def test_deletion_vectors_are_refused_by_name():
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.table import FileScanTask
+    from pyiceberg.typedef import Record
+
+    from squall.driver.catalog.iceberg_files import check_deletes
+
+    def data_file(path: str, content: DataFileContent, fmt: FileFormat) -> DataFile:
+        return DataFile.from_args(content=content, file_path=path, file_format=fmt, partition=Record(),
+                                  record_count=1, file_size_in_bytes=1, _table_format_version=2)  # fmt: skip
+
+    data = data_file("s3://b/t/data/a.parquet", DataFileContent.DATA, FileFormat.PARQUET)
+    vectors = data_file("s3://b/t/data/dv.puffin", DataFileContent.POSITION_DELETES, FileFormat.PUFFIN)
+    with pytest.raises(NotSupportedError, match=r"Iceberg table t: puffin deletion vectors are not read yet"):
+        check_deletes("t", [FileScanTask(data, delete_files={vectors})])
+    positions = data_file("s3://b/t/data/pd.parquet", DataFileContent.POSITION_DELETES, FileFormat.PARQUET)
+    check_deletes("t", [FileScanTask(data, delete_files={positions})])  # applied by the workers

@@ -88,6 +88,7 @@ class NamedCatalogs:
     def __init__(self, catalogs: Mapping[str, Mapping[str, str]]) -> None:
         self.properties = check_catalogs(catalogs)
         self._opened: dict[str, Any] = {}
+        self._table_locations: dict[tuple[str, str, str], str] = {}  # a table's folder, asked once
         self._lock = threading.Lock()
 
     def __contains__(self, name: str) -> bool:
@@ -142,9 +143,12 @@ class NamedCatalogs:
     def source(self, catalog: Catalog, parts: tuple[str, str, str]) -> IcebergSource:
         """An IcebergSource of table ``parts`` that asks the catalog for its current metadata."""
         name = flat_name(*parts)
-        location = self.load_table(
-            *parts
-        ).location()  # fails here, with its message, when the table is not there
+        with self._lock:
+            location = self._table_locations.get(parts)
+        if location is None:  # fails here, with its message, when the table is not there
+            location = self.load_table(*parts).location()
+            with self._lock:
+                self._table_locations[parts] = location
         storage = catalog.storage(location)
         return IcebergSource(name, location, storage, loader=lambda: self.load_table(*parts))
 

@@ -109,6 +109,7 @@ class IcebergSource(TableSource):
         self._footers: dict[str, pq.FileMetaData] = {}
         self._others: dict[str, Storage] = {}  # storages of data files on another scheme than the table's
         self._others_lock = threading.Lock()
+        self._sizes: dict[str, int] = {}  # data file -> its size in bytes (from the manifests)
         self._info: TableInfo | None = None
 
     # --- the pinned table and snapshot ---
@@ -168,11 +169,7 @@ class IcebergSource(TableSource):
 
     def files(self) -> tuple[SourceFile, ...]:
         info = self.table_info()
-        sizes: dict[str, int] = {}
-        for path in info.files:
-            footer = info.footers.get(path)
-            sizes[path] = footer.serialized_size if footer is not None else 0
-        return tuple(SourceFile(p, sizes[p]) for p in info.files)
+        return tuple(SourceFile(p, self._sizes.get(p, 0)) for p in info.files)
 
     def file_schema(self, path: str) -> pa.Schema:
         return self.storage.read_metadata(path).schema.to_arrow_schema().remove_metadata()
@@ -272,6 +269,7 @@ class IcebergSource(TableSource):
         if deletes:
             notes.append(("position delete files", str(len(deletes))))
         paths = tuple(t.file.file_path for t in tasks)
+        self._sizes.update({t.file.file_path: t.file.file_size_in_bytes for t in tasks})
         return TableInfo(
             self.name,
             self.location,
