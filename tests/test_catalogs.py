@@ -163,3 +163,19 @@ def test_tables_of_a_folder_beside_catalogs(local_lake, tmp_path):
         got = con.sql("SELECT count(*) AS n FROM plain JOIN lake.ns.pd ON a = k").arrow()
         assert got.column("n").to_pylist() == [2]  # k = 1 and 2 are in both files, k 1 and 2 deleted from one
         assert con.tables() == ["plain"]
+
+
+def test_squall_serve_takes_the_catalog_flag(local_lake, tmp_path):
+    pytest.importorskip("aws_lambda_powertools", reason="the service needs the aws extra")
+    from tests.service.conftest import Server
+
+    server = Server(["--catalog", "lake=" + json.dumps(local_lake), "--workers", "1"], tmp_path / "serve.log")
+    try:
+        remote = squall.connect(server.url)
+        got = remote.sql("SELECT count(*) AS n FROM lake.ns.pd").arrow()
+        assert got.column("n").to_pylist() == [194]
+        listed = {t["name"]: t for t in remote.describe()}
+        assert listed["lake.ns.orders"]["format"] == "iceberg"
+    finally:
+        assert server.stop() == 0, server.output()
+    assert "Traceback" not in server.output()
