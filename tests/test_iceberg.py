@@ -286,3 +286,21 @@ def test_deletion_vectors_are_refused_by_name():
         check_deletes("t", [FileScanTask(data, delete_files={vectors})])
     positions = data_file("s3://b/t/data/pd.parquet", DataFileContent.POSITION_DELETES, FileFormat.PARQUET)
     check_deletes("t", [FileScanTask(data, delete_files={positions})])  # applied by the workers
+
+
+def test_an_old_snapshot_is_pruned_under_its_own_column_names(lake, pyiceberg_catalog):
+    """``o_custkey`` is ``o_customer`` now: a filter on the old name is not pushed to pyiceberg (which binds to
+    the current schema), and the old snapshot still answers right."""
+    first = pyiceberg_catalog.load_table(f"{NAMESPACE}.orders").snapshots()[0]
+    catalog = Catalog()
+    catalog.catalogs = NamedCatalogs({"lake": lake[1]})
+    old = catalog.source(resolve(catalog, ("lake", NAMESPACE, "orders"), None)).at(version=first.snapshot_id)
+    filters = [
+        parse_one('"o_custkey" = 3', read="duckdb"),
+        parse_one("\"o_orderdate\" < CAST('2023-02-01' AS DATE)", read="duckdb"),
+    ]
+    info = old.scan_info(filters)
+    assert dict(info.source_notes)["pruned by"] == "\"o_orderdate\" < CAST('2023-02-01' AS DATE)"
+    expected = orders_rows().slice(0, orders_rows().num_rows // 2)
+    in_january = sum(1 for d in expected.column("o_orderdate").to_pylist() if d < dt.date(2023, 2, 1))
+    assert 0 < info.num_rows and in_january <= info.num_rows < expected.num_rows

@@ -156,7 +156,10 @@ class IcebergSource(TableSource):
         if self._travelled:
             return ("snapshot", self._snapshot_id)
         if self._loader is not None:
-            return self._loader().metadata_location
+            try:
+                return self._loader().metadata_location
+            except DataError:  # the catalog cannot say now: the queries that read the table will say why
+                return ()
         uncounted = (
             storage_for(self.location, self.storage.options) if scheme_of(self.location) == "file" else None
         )
@@ -202,7 +205,10 @@ class IcebergSource(TableSource):
         return self._plan(expression, pushed)
 
     def _types(self) -> dict[str, Any]:
-        return {f.name: f.field_type for f in self._schema().fields}
+        """Column -> Iceberg type of the columns filters may be pushed on: those named alike in the current
+        schema (pyiceberg binds a row filter to it, also when scanning an older snapshot)."""
+        current = {(f.name, f.field_id) for f in self.iceberg_table().schema().fields}
+        return {f.name: f.field_type for f in self._schema().fields if (f.name, f.field_id) in current}
 
     def at(self, version: int | None = None, timestamp: datetime | None = None) -> IcebergSource:
         """The table at snapshot ``version`` or at the snapshot current at ``timestamp`` (DataError for an
