@@ -61,13 +61,37 @@ def build(root: Path, sf: float) -> dict[str, str]:
     return props
 
 
-def _best(run: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
+def _best(run: Callable[[], Any], repeat: int) -> tuple[float, list[Any]]:
+    """Best seconds of ``repeat`` runs, and every run's output."""
+    best, outs = float("inf"), []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        out = run()
+        outs.append(run())
         best = min(best, time.perf_counter() - t0)
-    return best, out
+    return best, outs
+
+
+def _squall(con: squall.Connection, sql: str) -> tuple[pa.Table, dict[str, Any]]:
+    result = con.sql(sql)
+    return result.to_arrow(), result.stats
+
+
+def _row(name: str, text: str, con: squall.Connection, duck: Any, polars_ctx: Any, repeat: int) -> str:
+    """One query's line: every timed Squall answer checked against DuckDB's."""
+    expected = duck.sql(text.format(t="lineitem")).to_arrow_table()
+    sql = text.format(t="lake.ns.lineitem")
+    con.sql(sql).to_arrow()  # warm-up
+    squall_s, runs = _best(lambda: _squall(con, sql), repeat)
+    duck_s, _ = _best(lambda: duck.sql(text.format(t="lineitem")).to_arrow_table(), repeat)
+    polars_s = None
+    if polars_ctx is not None:
+        polars_s, _ = _best(lambda: polars_ctx.execute(text.format(t="lineitem")).collect(), repeat)
+    wrong = next((err for table, _stats in runs if (err := compare_results(table, expected, sql))), None)
+    if wrong:
+        return f"{name:8} DIFFERS: {wrong.splitlines()[0]}"
+    polars = f"{polars_s:9.3f} {squall_s / polars_s:9.2f}" if polars_s else f"{'-':>9} {'-':>9}"
+    scanned = runs[-1][1]["bytes_scanned"]
+    return f"{name:8} {squall_s:9.3f} {duck_s:9.3f} {squall_s / duck_s:8.2f} {polars} {scanned:12,}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,43 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         duck = duckdb.connect()
         duck.sql(f"CREATE VIEW lineitem AS SELECT * FROM read_parquet({files!r})")
         con = squall.connect(workers=args.workers, catalogs={"lake": props})
+        polars_ctx = pl.SQLContext(lineitem=pl.scan_iceberg(table)) if pl is not None else None
         print(f"Iceberg lineitem SF{args.sf:g}: {len(files)} data files, W={args.workers}")
         print(
-            f"{'query':8} {'squall_s':>9} {'duckdb_s':>9} {'polars_s':>9} {'sq/duck':>8} {'sq/polars':>9} {'bytes':>12}"
+            f"{'query':8} {'squall_s':>9} {'duckdb_s':>9} {'sq/duck':>8} {'polars_s':>9} {'sq/polars':>9} {'bytes':>12}"
         )
         for name, text in QUERIES.items():
-            expected = duck.sql(text.format(t="lineitem")).to_arrow_table()
-            sql = text.format(t="lake.ns.lineitem")
-            con.sql(sql).to_arrow()  # warm-up
-            answers: list[pa.Table] = []
-            stats: list[dict[str, Any]] = []
-
-            def squall_run(sql: str = sql) -> None:
-                result = con.sql(sql)
-                answers.append(result.to_arrow())
-                stats.append(result.stats)
-
-            squall_s, _ = _best(squall_run, args.repeat)
-            duck_s, _ = _best(
-                lambda text=text: duck.sql(text.format(t="lineitem")).to_arrow_table(), args.repeat
-            )
-            polars_s = None
-            if pl is not None:
-                ctx = pl.SQLContext(lineitem=pl.scan_iceberg(table))
-                polars_s, _ = _best(
-                    lambda text=text: ctx.execute(text.format(t="lineitem")).collect(), args.repeat
-                )
-            wrong = next((err for a in answers if (err := compare_results(a, expected, sql))), None)
-            if wrong:
-                print(f"{name:8} DIFFERS: {wrong.splitlines()[0]}")
-                continue
-            ratio_polars = f"{squall_s / polars_s:9.2f}" if polars_s else f"{'-':>9}"
-            polars_text = f"{polars_s:9.3f}" if polars_s else f"{'-':>9}"
-            print(
-                f"{name:8} {squall_s:9.3f} {duck_s:9.3f} {polars_text} {squall_s / duck_s:8.2f} {ratio_polars} "
-                f"{stats[-1]['bytes_scanned']:12,}"
-            )
-        con.close()
+            print(_row(name, text, con, duck, polars_ctx, args.repeat))
     return 0
 
 

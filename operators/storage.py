@@ -69,6 +69,12 @@ class Storage(ABC):
         """The bytes of ``[start, end)`` ranges of one file, in order (counted as ``get`` requests)."""
         raise DataError(f"{self.scheme} storage cannot read byte ranges: {path}")
 
+    def read_prefix(self, path: str, nbytes: int) -> tuple[bytes, int]:
+        """(the first ``nbytes`` of one file, or all of it when shorter; the file's size). Default:
+        :meth:`size` and :meth:`read_ranges`; an object store answers both with one ranged GET."""
+        size = self.size(path)
+        return (self.read_ranges(path, [(0, min(nbytes, size))])[0] if size else b""), size
+
     @abstractmethod
     def file_entry(self, path: str) -> FileEntry | None:
         """The file at ``path``; None when there is none (nothing there, or a folder)."""

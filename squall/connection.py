@@ -107,15 +107,26 @@ class Connection:
     def workers(self) -> int:
         return self.platform.world_size
 
-    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
-        """Make the Parquet file, folder or glob at ``location`` queryable as ``name``.
+    def register(
+        self,
+        name: str,
+        location: str,
+        *,
+        format: str = "parquet",
+        scan: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Make the file, folder or glob at ``location`` queryable as ``name``.
 
-        ``location`` may be ``s3://bucket/prefix/`` (a prefix of Parquet objects), one
-        object, or a glob in the last component. ``format="csv"|"json"`` with
-        ``scan="s3select"`` scans CSV/JSON-lines objects with S3 Select (opt-in).
+        ``location`` may be ``s3://bucket/prefix/`` (a prefix of objects), one object, or a
+        glob. ``format="csv"|"json"`` (JSON lines) tables are read by DuckDB in the workers,
+        types as DuckDB's sniffer gives them; ``options`` are DuckDB ``read_csv`` options that
+        override the sniffer (``delim``, ``quote``, ``escape``, ``header``, ``skip``, ``nullstr``,
+        ``dateformat``, ``timestampformat``). ``scan="s3select"`` scans CSV/JSON-lines objects
+        with S3 Select instead (opt-in).
         """
         self.platform.check_storage(str(location))
-        self.catalog.register(name, str(location), format=format, scan=scan)
+        self.catalog.register(name, str(location), format=format, scan=scan, options=options)
 
     def tables(self) -> list[str]:
         """The names of the registered tables (a named catalog's tables are ``catalog.namespace.table`` in SQL and

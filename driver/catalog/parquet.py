@@ -163,7 +163,7 @@ class ParquetTables:
     """The loader of the ``parquet`` scan kind (see :mod:`squall.driver.catalog.scan_kinds`): the table's
     source (named like its format), read with the Storage's projected row-group reads."""
 
-    formats = ("parquet", "iceberg", "delta", "csv", "json")
+    formats = ("parquet", "iceberg", "delta")
     schemes = None
 
     @staticmethod

@@ -3,7 +3,8 @@
 A table's *scan kind* (``TableInfo.scan``, ``ScanInput.scan`` in the plan) says how
 workers read its files; which files, with which schema and statistics, is its
 source's business (:mod:`squall.driver.catalog.source`). Kinds: ``parquet`` (the Storage's projected row-group reads) or
-``s3select`` (projection and simple filters run in S3). Each kind has two halves
+``s3select`` (projection and simple filters run in S3) or ``text`` (CSV and JSON-lines files read
+by DuckDB in the workers, the default for those formats). Each kind has two halves
 found by name in a :class:`~squall.registry.Registry`: here, the table loader the
 catalog calls; in :mod:`squall.operators.scan_kinds`, the reader a worker calls.
 A new kind registers both halves under the same name; a kind whose tables are registered by their
@@ -33,6 +34,7 @@ LOADERS: Registry[Any] = Registry(
     {
         "parquet": "squall.driver.catalog.parquet:PARQUET_TABLES",
         "s3select": "squall.driver.catalog.s3select:S3SELECT_TABLES",
+        "text": "squall.driver.catalog.text:TEXT_TABLES",
     },
     OptionError,
 )

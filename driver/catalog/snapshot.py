@@ -27,8 +27,8 @@ import base64
 import datetime as dt
 import decimal
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -36,6 +36,9 @@ from squall.driver.catalog.source import TableSource
 from squall.driver.catalog.tables import Catalog, ColumnChunkStats, RowGroup, TableInfo
 from squall.errors import DataError
 from squall.operators.storage import Storage
+
+if TYPE_CHECKING:
+    from sqlglot import exp
 
 VERSION = 1
 #: where a loaded snapshot's relative paths point by default: nowhere (nothing may be read)
@@ -123,7 +126,15 @@ class SnapshotCatalog(Catalog):
     def storage(self, location: str) -> Storage:
         raise DataError(f"a catalog snapshot has no storage (asked for {location})")
 
-    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+    def register(
+        self,
+        name: str,
+        location: str,
+        *,
+        format: str = "parquet",
+        scan: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         raise DataError("a catalog snapshot is read-only")
 
     def source(self, name: str) -> TableSource:
@@ -144,6 +155,10 @@ class SnapshotCatalog(Catalog):
         if info is None:
             raise DataError(f"unknown table {name}")
         return info
+
+    def scan_table(self, name: str, filters: Sequence[exp.Expression]) -> TableInfo:
+        """The saved table: a snapshot has no sources to prune with (the planner's min/max skipping still does)."""
+        return self.table(name)
 
     def ndv(self, table: str, column: str) -> int:
         try:

@@ -129,6 +129,8 @@ SOURCES: Registry[type[TableSource]] = Registry(
     "table source",
     {
         "parquet": "squall.driver.catalog.parquet:ParquetSource",
+        "csv": "squall.driver.catalog.text:CsvSource",
+        "json": "squall.driver.catalog.text:JsonSource",
         "iceberg": "squall.driver.catalog.iceberg:IcebergSource",
     },
     OptionError,

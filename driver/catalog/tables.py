@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
 from squall.driver.catalog.listing import NAME as _NAME
-from squall.driver.catalog.listing import is_glob, list_tables, table_name
+from squall.driver.catalog.listing import file_format, is_glob, list_tables, table_name
 from squall.driver.catalog.scan_kinds import loader, scan_kinds
 from squall.driver.catalog.source import SOURCES, TableSource, open_source
 from squall.errors import DataError, OptionError
@@ -66,6 +66,7 @@ class Catalog:
         self._openers: dict[str, Callable[[], TableSource]] = {}
         #: the named catalogs (squall.driver.catalog.catalogs.NamedCatalogs) tables are resolved in, if any
         self.catalogs: Any = None
+        self._options: dict[str, dict[str, Any]] = {}  # lower name -> its scan kind's reading options
         self._storages: dict[str, Storage] = {}
         self._storage_options = dict(storage_options or {})
         self._ndv: dict[tuple[str, str], int] = {}
@@ -93,20 +94,36 @@ class Catalog:
                 out[kind] = out.get(kind, 0) + n
         return out
 
-    def register(self, name: str, location: str, *, format: str = "parquet", scan: str | None = None) -> None:
+    def register(
+        self,
+        name: str,
+        location: str,
+        *,
+        format: str = "parquet",
+        scan: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         """Register (or replace) table ``name`` at ``location``. Footers are read on first use.
 
         ``format`` is ``parquet`` (default), ``csv`` or ``json`` (JSON lines); ``scan`` is a
         scan kind (:mod:`squall.driver.catalog.scan_kinds`) that reads that format. Default: the
-        catalog's ``scan`` when it reads the format, else the first kind that does.
+        catalog's ``scan`` when it reads the format and the location, else the first kind that
+        does (one reading any storage first). ``options``: the scan kind's reading options (a
+        kind whose loader has ``check_options``; OptionError otherwise).
         """
         if not _NAME.match(name):
             raise OptionError(f"invalid table name {name!r}: use letters, digits and _")
         if format not in FORMATS:
             raise OptionError(f"format must be one of {', '.join(FORMATS)}, not {format!r}")
-        if scan is None:
-            readers = [kind for kind in scan_kinds() if format in loader(kind).formats]
-            scan = self.default_scan if self.default_scan in readers else readers[0]
+        if (
+            scan is None
+        ):  # the catalog's kind when it reads this table, else the first that reads any location
+            fits = [k for k in scan_kinds() if format in loader(k).formats]
+            readers = [
+                k for k in fits if loader(k).schemes in (None, ()) or scheme_of(location) in loader(k).schemes
+            ]
+            readers.sort(key=lambda k: loader(k).schemes is not None)
+            scan = self.default_scan if self.default_scan in readers else (readers or fits)[0]
         if scan not in scan_kinds():
             raise OptionError(f"scan must be one of {', '.join(scan_kinds())}, not {scan!r}")
         kind = loader(scan)
@@ -119,9 +136,13 @@ class Catalog:
             )
         if scheme_of(location) == "file" and not is_glob(location) and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
+        if options and not hasattr(kind, "check_options"):
+            raise OptionError(f"table {name}: scan={scan!r} takes no options")
+        checked = kind.check_options(format, options) if options else {}
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
             self._openers.pop(name.lower(), None)
+            self._options[name.lower()] = checked
             self._forget(name.lower())
             self._stamps.pop(name.lower(), None)
             self._version += 1
@@ -134,6 +155,7 @@ class Catalog:
         with self._lock:
             self._locations[name.lower()] = (name, location, format, "parquet")
             self._openers[name.lower()] = opener
+            self._options.pop(name.lower(), None)
             self._forget(name.lower())
             self._stamps.pop(name.lower(), None)
             self._version += 1
@@ -158,7 +180,9 @@ class Catalog:
         (appears, goes, or changes size or mtime): plans cached under an older version are stale.
 
         A changed file also drops the footers and statistics read from it. Object-store tables
-        (``s3://``) change the version only when registered again.
+        (``s3://``) change the version only when registered again, except lake tables (Iceberg: a new
+        metadata file or catalog commit; their sources stamp them cheaply anywhere) and tables registered
+        by source (:meth:`register_source`).
         """
         with self._lock:
             entries = list(self._locations.items())
@@ -184,15 +208,15 @@ class Catalog:
         """Register every ``<name>.parquet`` file and every sub-folder holding Parquet files (local or
         an object-store prefix; see :func:`squall.driver.catalog.listing.list_tables`)."""
         local = scheme_of(folder) == "file"
-        if local and os.path.isfile(folder) and folder.endswith(".parquet"):  # one file: one table
-            stem = table_name(os.path.basename(folder).removesuffix(".parquet"))
-            self.register(stem, folder)
+        if local and os.path.isfile(folder) and (found_fmt := file_format(folder)):  # one file: one table
+            stem = table_name(os.path.basename(folder)[: -len(found_fmt[1])])
+            self.register(stem, folder, format=found_fmt[0])
             return [stem]
         if local and not os.path.isdir(folder):
             what = "is not a folder or a .parquet file" if os.path.exists(folder) else "not found"
             raise DataError(
                 f"data folder {what}: {folder} (--data takes a folder of <table>.parquet files and <table>/ "
-                "folders, or one .parquet file)"
+                "folders, or one .parquet, .csv[.gz|.zst] or .json[l][.gz] file)"
             )
         # local discovery is not counted as the driver's requests (as the version stamps are not)
         storage = storage_for(folder, self._storage_options) if local else self.storage(folder)
@@ -317,7 +341,9 @@ class Catalog:
         if key in self._openers or (scan == "parquet" and fmt in _STAMPED and fmt in SOURCES):
             info = self._source(key).table_info()  # the kept source: its snapshot is the scans' snapshot
         else:
-            info = loader(scan).load(real_name, location, self.storage(location), fmt)
+            options = self._options.get(key)
+            extra = {"options": options} if options else {}
+            info = loader(scan).load(real_name, location, self.storage(location), fmt, **extra)
         with self._lock:
             self._tables[key] = info
         return info

@@ -61,7 +61,24 @@ def q(name: str) -> str:
 
 
 def _indent(text: str) -> str:
+    """``text`` indented by two spaces; unchanged when a quoted literal or identifier spans lines (indenting
+    would change its value)."""
+    if _newline_in_quotes(text):
+        return text
     return "\n".join("  " + line for line in text.splitlines())
+
+
+def _newline_in_quotes(text: str) -> bool:
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""  # a doubled quote ('') closes and reopens: same state after both
+            elif ch == "\n":
+                return True
+        elif ch in "'\"":
+            quote = ch
+    return False
 
 
 def _sub(node: L.Node) -> str:

@@ -50,7 +50,14 @@ def _input(inp: ScanInput | ExchangeInput) -> str:
     if inp.steal:
         mode += ", work stealing"
     cols = ", ".join(c if c == n else f"{c}→{n}" for c, n in inp.columns)
-    text = f"{inp.name}: scan {inp.table} [{cols}] {len(groups)} row groups, {mode}"
+    units = (
+        "row groups"
+        if inp.scan == "parquet"
+        else f"{dict(inp.scan_options).get('format', '')} files ({inp.scan})"
+    )
+    if inp.scan != "parquet":
+        mode = mode.replace("split by row group", "split by file")
+    text = f"{inp.name}: scan {inp.table} [{cols}] {len(groups)} {units}, {mode}"
     if inp.filters:
         text += f"; filter {' AND '.join(inp.filters)}"
     return text
