@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import squall
+
 from squall.testing import assert_same_result
 from tests.lake_data import CATALOG, build_lake, catalog_properties, reference
 from tests.tpch_data import tpch_dataset
@@ -80,9 +82,15 @@ class _Lake:
 
     def connect(self, site: Site, workers: int):
         if workers not in self._connections:
-            self._connections[workers] = site.connect(
-                Path(self.data), workers=workers, catalogs={CATALOG: self.properties}
-            )
+            if self.data.startswith(
+                "s3://"
+            ):  # already uploaded (Site.connect would take it for a local folder)
+                options = {**site.options(workers), "catalogs": {CATALOG: self.properties}}
+                self._connections[workers] = squall.connect(data=self.data, workers=workers, **options)
+            else:
+                self._connections[workers] = site.connect(
+                    Path(self.data), workers=workers, catalogs={CATALOG: self.properties}
+                )
         return self._connections[workers]
 
     def close(self) -> None:
