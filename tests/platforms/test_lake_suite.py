@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 import squall
-
 from squall.testing import assert_same_result
 from tests.lake_data import CATALOG, build_lake, catalog_properties, reference
 from tests.tpch_data import tpch_dataset
