@@ -8,6 +8,7 @@ an added and a renamed column, int → long promotion, month / identity / bucket
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 
 import duckdb
@@ -103,6 +104,14 @@ def test_a_month_reads_its_share_of_bytes(lake):
         assert notes["format"] == "iceberg" and notes["pruned by"].startswith('"o_orderdate" >=')
         kept, total = notes["files"].split(" of ")
         assert int(kept) < int(total)
+        said = c.explain(
+            "SELECT sum(o_totalprice) AS s FROM lake.ns.orders WHERE o_orderdate >= DATE '2023-05-01'"
+            " AND o_orderdate < DATE '2023-06-01'"
+        )
+        match = re.search(
+            r"note: scan s1_lake__ns__orders: format iceberg, snapshot \d+, files (\d+) of (\d+)", said
+        )
+        assert match is not None and int(match.group(1)) <= int(match.group(2)) / 10, said
 
 
 def test_a_table_folder_is_read_at_its_newest_version(lake, pyiceberg_catalog):
