@@ -312,4 +312,4 @@ def test_an_old_snapshot_is_pruned_under_its_own_column_names(lake, pyiceberg_ca
     assert dict(info.source_notes)["pruned by"] == "\"o_orderdate\" < CAST('2023-02-01' AS DATE)"
     expected = orders_rows().slice(0, orders_rows().num_rows // 2)
     in_january = sum(1 for d in expected.column("o_orderdate").to_pylist() if d < dt.date(2023, 2, 1))
-    assert 0 < info.num_rows and in_january <= info.num_rows < expected.num_rows
+    assert info.num_rows > 0 and in_january <= info.num_rows < expected.num_rows
