@@ -23,6 +23,7 @@ READERS: Registry[Reader] = Registry(
     {
         "parquet": "squall.operators.scan:read_parquet",
         "s3select": "squall.operators.s3select:read_s3select",
+        "arrow": "squall.operators.arrow_scan:read_arrow",
         "text": "squall.operators.text_scan:read_text",
     },
     OptionError,

@@ -4,20 +4,21 @@
                  [--output FILE] [--stats-json FILE] [--exchange local|s3://bucket/prefix]
                  [--exchange-levels 1|2|auto] [--scan parquet|s3select]
                  [--platform local|lambda-local|lambda|fabric] [--fanout F] [--function NAME]
-                 [--provider tcp|shm|efa]
+                 [--provider tcp|shm|efa] [--catalog NAME=PROPS …]
     squall explain SQL | -f FILE --data DIR [--workers W] [--analyze]
     squall gen-tpch --sf SF --out DIR [--parts N] [--skew jcch [--hot-share H] [--hot-keys K] [--zipf Z]
                  [--hot-orders K] [--order-zipf Z] [--seed N] [--correlate-dates]]
     squall gen-tpcds --sf SF --out DIR
-    squall tables --data DIR | --endpoint URL
-    squall serve --data DIR|s3://… [--port P] [--token T] [--workers W] [--state DIR|s3://…]
+    squall tables --data DIR [--catalog NAME=PROPS …] | --endpoint URL
+    squall serve --data DIR|s3://… [--catalog NAME=PROPS …] [--port P] [--token T] [--workers W] [--state DIR|s3://…]
 
 ``query``, ``explain`` and ``tables`` run embedded with ``--data`` or against a service with
 ``--endpoint URL [--token T | --auth iam]`` (the token defaults to ``$SQUALL_TOKEN``).
 
 Defaults: ``--data`` from ``$SQUALL_DATA``, else from a config file (the first of ``./squall.toml``
 and ``~/.config/squall/config.toml``, ``$XDG_CONFIG_HOME`` honoured) with keys ``data``, ``workers``,
-``platform``; flags win over both. ``squall --version``; ``-v``/``-vv`` or ``--log-level LEVEL``
+``platform``, and ``[catalogs.NAME]`` tables of pyiceberg catalog properties (``--catalog NAME=…`` wins
+for its name); flags win over both. ``squall --version``; ``-v``/``-vv`` or ``--log-level LEVEL``
 log on stderr; ``SQUALL_DEBUG=1`` logs at debug level and shows the traceback of internal errors.
 
 A user error prints one line ``error: …`` on stderr and exits 1; never a traceback.
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 TABLE_ROWS = 40
 #: config files for defaults (``data``, ``workers``, ``platform``), the first that exists wins
-CONFIG_KEYS = ("data", "workers", "platform")
+CONFIG_KEYS = ("data", "workers", "platform", "catalogs")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -82,12 +83,21 @@ def _parser() -> argparse.ArgumentParser:
             help="folder or s3://bucket/prefix of <table>.parquet or <table>/ tables, or one .parquet file "
             "(default: $SQUALL_DATA or the config file; none: queries that read no table)",
         )
+        catalog_args(sp)
         sp.add_argument(
             "--workers", type=_workers_arg, default=None,
             help="number of workers (default: cores), or auto: the scale model picks W per query on the "
             "lambda platforms (the cores on local)",
         )  # fmt: skip
         endpoint_args(sp)
+
+    def catalog_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--catalog", action="append", default=None, metavar="NAME=PROPS",
+            help="a named Iceberg catalog, its tables NAME.<namespace>.<table> in SQL: pyiceberg's catalog "
+            'properties as JSON (lake=\'{"type": "sql", "uri": "sqlite:///c.db"}\') or key=value,… '
+            "(lake=type=sql,uri=sqlite:///c.db); repeatable; also [catalogs.NAME] in squall.toml",
+        )  # fmt: skip
 
     def endpoint_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
@@ -200,11 +210,13 @@ def _parser() -> argparse.ArgumentParser:
     # --- service: tables, serve ---
     t = sub.add_parser("tables", help="list the tables and their columns")
     t.add_argument("--data", help="folder of <table>.parquet files or <table>/ folders, or one .parquet file")
+    catalog_args(t)
     endpoint_args(t)
     t.add_argument("--format", choices=["table", "json"], default="table")
 
     s = sub.add_parser("serve", help="run the REST API locally (same API as the deployed service)")
     s.add_argument("--data", help="folder or s3://bucket/prefix with the tables (default: $SQUALL_DATA)")
+    catalog_args(s)
     s.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
@@ -416,7 +428,7 @@ def _explain(args: argparse.Namespace) -> int:
         options["platform"] = args.platform
     if args.exchange:
         options["exchange"] = args.exchange
-    con = squall.Connection(data=args.data, workers=args.workers, **options)
+    con = squall.Connection(data=args.data, workers=args.workers, **options, **_catalog_options(args))
     try:
         print(con.explain(sql, estimate=args.estimate))
         if args.analyze:
@@ -468,11 +480,11 @@ def _gen_tpcds(args: argparse.Namespace) -> int:
 
 
 def _need_data(args: argparse.Namespace, required: bool = False) -> None:
-    """--data and --endpoint exclude each other; ``required``: one of them must be given (tables, serve);
-    queries without either run embedded over no tables (``SELECT 1``)."""
-    if args.data and args.endpoint:
-        raise OptionError("give --data (embedded) or --endpoint (remote), not both")
-    if required and not args.data and not args.endpoint:
+    """--data and --endpoint exclude each other; ``required``: one of them (or a catalog) must be given (tables,
+    serve); queries without either run embedded over no tables (``SELECT 1``)."""
+    if (args.data or getattr(args, "catalogs", None)) and args.endpoint:
+        raise OptionError("give --data/--catalog (embedded) or --endpoint (remote), not both")
+    if required and not args.data and not args.endpoint and not getattr(args, "catalogs", None):
         raise OptionError(
             "give --data DIR (embedded) or --endpoint URL (a Squall service), or set SQUALL_DATA"
         )
@@ -490,7 +502,19 @@ def _connect(args: argparse.Namespace) -> Any:
     workers = getattr(args, "workers", None)
     if workers is None and not args.data and getattr(args, "platform", None) in (None, "local"):
         workers = 1  # no tables: nothing to distribute, one worker process starts fastest
-    return squall.connect(data=args.data, workers=workers, **_s3_options(args), **_platform_options(args))
+    return squall.connect(
+        data=args.data,
+        workers=workers,
+        **_s3_options(args),
+        **_platform_options(args),
+        **_catalog_options(args),
+    )
+
+
+def _catalog_options(args: argparse.Namespace) -> dict[str, Any]:
+    """connect() keywords for ``--catalog`` and the config file's ``[catalogs.NAME]``: ``{"catalogs": …}``."""
+    catalogs = getattr(args, "catalogs", None)
+    return {"catalogs": catalogs} if catalogs else {}
 
 
 #: platform options the query command takes as flags: constructor keyword -> flag
@@ -561,16 +585,34 @@ def _tables(args: argparse.Namespace) -> int:
         return 0
     for t in tables:
         rows = "?" if t.get("rows") is None else f"{t['rows']:,}"
-        print(f"{t['name']} ({rows} rows)" + (f"  error: {t['error']}" if t.get("error") else ""))
+        print(
+            f"{t['name']} ({rows} rows)"
+            + _source_text(t)
+            + (f"  error: {t['error']}" if t.get("error") else "")
+        )
         for c in t["columns"]:
             kind = sql_type_of_name(c["type"])  # DuckDB's SQL names: BIGINT, DECIMAL(15,2), DATE, VARCHAR
             print(f"  {c['name']:<24} {kind}{'' if c['nullable'] else ' not null'}")
     return 0
 
 
+def _source_text(table: dict[str, Any]) -> str:
+    """What ``squall tables`` says of a table besides rows: its format when not plain Parquet, its partitioning
+    and snapshot (``  iceberg, partitioned by month(o_orderdate), snapshot 123``)."""
+    fmt = table.get("format")
+    if fmt in (None, "parquet") and not table.get("partitioning") and table.get("snapshot") is None:
+        return ""
+    parts = [str(fmt or "parquet")]
+    if table.get("partitioning"):
+        parts.append("partitioned by " + ", ".join(table["partitioning"]))
+    if table.get("snapshot") is not None:
+        parts.append(f"snapshot {table['snapshot']}")
+    return "  " + ", ".join(parts)
+
+
 def _serve(args: argparse.Namespace) -> int:
-    if not args.data:
-        raise OptionError("squall serve needs --data DIR|s3://… (or SQUALL_DATA)")
+    if not args.data and not args.catalogs:
+        raise OptionError("squall serve needs --data DIR|s3://… (or SQUALL_DATA) or --catalog NAME=…")
     _check_workers(args.workers)
     if not 0 <= args.port <= 65535:
         raise OptionError(f"--port must be between 0 and 65535, got {args.port}")
@@ -583,6 +625,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise OptionError("--inline-limit must be >= 0")
     serve(
         data=args.data,
+        catalogs=args.catalogs,
         host=args.host,
         port=args.port,
         token=args.token or os.environ.get("SQUALL_TOKEN") or None,
@@ -625,6 +668,10 @@ def _apply_defaults(args: argparse.Namespace) -> None:
         return
     config, path = _config()
     if getattr(args, "endpoint", None):
+        if getattr(args, "catalog", None):
+            raise OptionError(
+                "--catalog is for embedded connections (--data); a service has its own catalogs"
+            )
         return
     if not args.data:
         args.data = os.environ.get("SQUALL_DATA") or config.get("data") or None
@@ -636,6 +683,24 @@ def _apply_defaults(args: argparse.Namespace) -> None:
         args.workers = config["workers"]
     if hasattr(args, "platform") and args.platform is None and "platform" in config:
         args.platform = str(config["platform"])
+    if hasattr(args, "catalog"):
+        args.catalogs = _catalogs(args.catalog or [], config.get("catalogs", {}), path)
+
+
+def _catalogs(flags: list[str], configured: Any, path: str | None) -> dict[str, dict[str, str]] | None:
+    """The named catalogs: the config file's ``[catalogs.NAME]`` tables, each ``--catalog NAME=…`` replacing its
+    name's."""
+    from squall.driver.catalog.catalogs import parse_catalog_flag
+
+    if not isinstance(configured, dict) or not all(isinstance(v, dict) for v in configured.values()):
+        raise OptionError(
+            f"config file {path}: catalogs must be tables [catalogs.NAME] of catalog properties"
+        )
+    out = {str(name): {str(k): str(v) for k, v in props.items()} for name, props in configured.items()}
+    for flag in flags:
+        name, props = parse_catalog_flag(flag)
+        out[name] = props
+    return out or None
 
 
 def _log() -> Any:

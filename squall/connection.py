@@ -58,6 +58,7 @@ class Connection:
         platform_options: dict[str, Any] | None = None,
         timeout: float | None = None,
         predicate_cache: PredicateCache | None = None,
+        catalogs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.timeout = _check_timeout(timeout)
         self._auto_cap: int | None = None  # workers="auto" with W per query: the largest W to consider
@@ -68,6 +69,11 @@ class Connection:
         #: row groups known to match no row of a scan predicate (shared when given, e.g. by `squall serve`)
         self.predicate_cache = predicate_cache if predicate_cache is not None else PredicateCache()
         self.catalog.predicate_cache = self.predicate_cache
+        # named Iceberg catalogs: their tables are lake.<namespace>.<table> in SQL, opened on first use
+        if catalogs:
+            from squall.driver.catalog.catalogs import NamedCatalogs
+
+            self.catalog.catalogs = NamedCatalogs(catalogs)
         if data is not None:
             self.catalog.register_folder(str(data))
         if isinstance(platform, Platform):
@@ -123,7 +129,9 @@ class Connection:
         self.catalog.register(name, str(location), format=format, scan=scan, options=options)
 
     def tables(self) -> list[str]:
-        return self.catalog.names()
+        """The names of the registered tables (a named catalog's tables are ``catalog.namespace.table`` in SQL and
+        listed by ``squall tables``, not here)."""
+        return [name for name in self.catalog.names() if not self.catalog.is_internal(name)]
 
     def plan(self, sql: str) -> Plan:
         """The distributed plan of ``sql`` (nothing runs); with ``workers="auto"`` on a lambda platform, at
@@ -511,7 +519,10 @@ def connect(
     ``s3://bucket/prefix``; ``exchange_options={"levels": 1|2|"auto"}`` for S3),
     ``exchange_options``, ``storage_options``, ``planner_options``, ``scan``
     (``"s3select"``: scan S3 tables with S3 Select), ``timeout`` (seconds, every query's default;
-    ``sql(..., timeout=S)`` overrides it; raises :class:`~squall.errors.QueryTimeout`). ``platform_options``: extra
+    ``sql(..., timeout=S)`` overrides it; raises :class:`~squall.errors.QueryTimeout`). ``catalogs``: named Iceberg
+    catalogs, ``{"lake": {"type": "sql", "uri": "sqlite:///…", "warehouse": "file:///…"}}`` (pyiceberg's catalog
+    properties as they are: sql, rest, glue, hive, …), their tables named ``lake.<namespace>.<table>`` in SQL
+    and opened on first use. ``platform_options``: extra
     keyword arguments of the platform (``{"fanout": 4, "function": NAME}`` for the lambda platforms). ``data`` may be
     ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS settings).
 

@@ -1,5 +1,6 @@
-"""Iceberg and Delta table folders are never read as plain Parquet files: refused with one line, locally and
-on S3, while the plain tables beside them still answer.
+"""Iceberg and Delta table folders are never read as plain Parquet files: Iceberg folders are read through their
+metadata (the right rows), Delta folders refused with one line, locally and on S3, while the plain tables beside
+them still answer.
 
 The tables are written by pyiceberg and deltalake themselves (appends and a delete, which leave the replaced
 files in the folder: reading every Parquet file there would count deleted rows — the wrong answer this guards
@@ -74,14 +75,15 @@ def test_a_lake_folder_is_refused_and_the_rest_answers(lake, workers):
         assert con.sql("SELECT count(*) AS n FROM plain").arrow().column("n").to_pylist() == [100]
 
 
-def test_an_iceberg_table_folder_given_as_data_is_one_refused_table(lake):
+def test_an_iceberg_table_folder_given_as_data_is_one_table_read_through_its_metadata(lake):
     import squall
 
     for data in (lake / "warehouse" / "ns" / "events", lake / "warehouse" / "ns"):
-        with squall.connect(str(data), workers=2) as con:
-            assert con.tables() == ["events"]  # not its data/ and metadata/ folders
-            with pytest.raises(NotSupportedError, match="is an Iceberg table"):
-                con.sql("SELECT count(*) FROM events")
+        for workers in (1, 2):
+            with squall.connect(str(data), workers=workers) as con:
+                assert con.tables() == ["events"]  # not its data/ and metadata/ folders
+                got = con.sql("SELECT count(*) AS n, sum(k) AS s FROM events").arrow().to_pylist()
+                assert got == [{"n": 100, "s": 2 * sum(range(50, 100))}]  # not the deleted or rewritten rows
 
 
 def test_explicit_registration_is_refused_too(lake):
@@ -135,5 +137,5 @@ def test_on_s3_too(lake):
         with pytest.raises(NotSupportedError, match="Delta table"):
             catalog.table("sales")
         catalog.register_folder(f"{base}/warehouse/ns/")
-        with pytest.raises(NotSupportedError, match="Iceberg table"):
-            catalog.table("events")
+        # the newest metadata file, read from S3 (its manifests and data files are where the metadata says)
+        assert catalog.table("events").num_rows == 100

@@ -7,7 +7,9 @@ source's business (:mod:`squall.driver.catalog.source`). Kinds: ``parquet`` (the
 by DuckDB in the workers, the default for those formats). Each kind has two halves
 found by name in a :class:`~squall.registry.Registry`: here, the table loader the
 catalog calls; in :mod:`squall.operators.scan_kinds`, the reader a worker calls.
-A new kind registers both halves under the same name.
+A new kind registers both halves under the same name; a kind whose tables are registered by their
+source and never loaded by location (``arrow``: a small table carried in the plan, e.g. an Iceberg
+metadata table, :class:`squall.driver.catalog.catalogs.MetadataSource`) has only its worker half.
 
 A loader is an object with
 

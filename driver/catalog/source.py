@@ -131,6 +131,7 @@ SOURCES: Registry[type[TableSource]] = Registry(
         "parquet": "squall.driver.catalog.parquet:ParquetSource",
         "csv": "squall.driver.catalog.text:CsvSource",
         "json": "squall.driver.catalog.text:JsonSource",
+        "iceberg": "squall.driver.catalog.iceberg:IcebergSource",
     },
     OptionError,
 )

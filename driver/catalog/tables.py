@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +34,9 @@ __all__ = ["FORMATS", "SCANS", "Catalog", "ColumnChunkStats", "RowGroup", "Table
 FORMATS = ("parquet", "csv", "json", "iceberg", "delta")
 #: the kinds registered at import; checks use scan_kinds() (see squall.driver.catalog.scan_kinds)
 SCANS = scan_kinds()
+#: formats whose source's stamp is asked on every storage, not only for local files (one listing of the
+#: table's log or one catalog call: cheap), so a new commit is seen by the next query
+_STAMPED = ("iceberg", "delta")
 
 
 def _span(bounds: tuple[Any, Any] | None) -> float | None:
@@ -60,6 +63,11 @@ class Catalog:
         self._locations: dict[str, tuple[str, str, str, str]] = {}
         self._tables: dict[str, TableInfo] = {}
         self._sources: dict[str, TableSource] = {}  # lower name -> its source, kept for scan_table
+        #: lower name -> how to open its source, for tables that are not a location of a format (a named
+        #: catalog's tables, metadata tables): see register_source
+        self._openers: dict[str, Callable[[], TableSource]] = {}
+        #: the named catalogs (squall.driver.catalog.catalogs.NamedCatalogs) tables are resolved in, if any
+        self.catalogs: Any = None
         self._options: dict[str, dict[str, Any]] = {}  # lower name -> its scan kind's reading options
         self._storages: dict[str, Storage] = {}
         self._storage_options = dict(storage_options or {})
@@ -135,10 +143,32 @@ class Catalog:
         checked = kind.check_options(format, options) if options else {}
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
+            self._openers.pop(name.lower(), None)
             self._options[name.lower()] = checked
             self._forget(name.lower())
             self._stamps.pop(name.lower(), None)
             self._version += 1
+
+    def register_source(
+        self, name: str, opener: Callable[[], TableSource], *, format: str, location: str
+    ) -> None:
+        """Register (or replace) table ``name`` whose source ``opener`` makes (no I/O until asked): a table
+        of a named catalog, a metadata table. ``format`` and ``location`` are what listings say of it."""
+        with self._lock:
+            self._locations[name.lower()] = (name, location, format, "parquet")
+            self._openers[name.lower()] = opener
+            self._options.pop(name.lower(), None)
+            self._forget(name.lower())
+            self._stamps.pop(name.lower(), None)
+            self._version += 1
+
+    def _open(self, key: str, entry: tuple[str, str, str, str]) -> TableSource:
+        """A fresh source of table ``key`` (registered as ``entry``)."""
+        opener = self._openers.get(key)
+        if opener is not None:
+            return opener()
+        real_name, location, fmt, _scan = entry
+        return open_source(fmt, real_name, location, self.storage(location))
 
     def _forget(self, key: str) -> None:
         """Drop what was read of table ``key`` (footers, distinct-value estimates); the lock is held."""
@@ -152,21 +182,25 @@ class Catalog:
         (appears, goes, or changes size or mtime): plans cached under an older version are stale.
 
         A changed file also drops the footers and statistics read from it. Object-store tables
-        (``s3://``) change the version only when registered again.
+        (``s3://``) change the version only when registered again, except lake tables (Iceberg: a new
+        metadata file or catalog commit; their sources stamp them cheaply anywhere) and tables registered
+        by source (:meth:`register_source`).
         """
         with self._lock:
             entries = list(self._locations.items())
-        for key, (name, location, fmt, _scan) in entries:
-            if scheme_of(location) != "file" or fmt not in SOURCES:
+        for key, entry in entries:
+            _name, location, fmt, _scan = entry
+            own = key in self._openers
+            if not own and (fmt not in SOURCES or (scheme_of(location) != "file" and fmt not in _STAMPED)):
                 continue
-            stamp = open_source(fmt, name, location, self.storage(location)).stamp()
+            stamp = self._open(key, entry).stamp()
             if stamp is None:
                 continue
             with self._lock:
                 if self._stamps.get(key) == stamp or key not in self._locations:
                     continue
-                if key in self._stamps:
-                    self._forget(key)
+                if key in self._stamps or key in self._tables or key in self._sources:
+                    self._forget(key)  # (read before its first stamp: a table registered while planning)
                 self._stamps[key] = stamp
                 self._version += 1
         with self._lock:
@@ -200,12 +234,21 @@ class Catalog:
         entry = self._locations.get(name.lower())
         if entry is None:
             raise DataError(f"unknown table {name}")
-        real_name, location, fmt, _scan = entry
-        return open_source(fmt, real_name, location, self.storage(location))
+        return self._open(name.lower(), entry)
 
     def names(self) -> list[str]:
         with self._lock:
             return sorted(entry[0] for entry in self._locations.values())
+
+    def is_internal(self, name: str) -> bool:
+        """Whether table ``name`` was registered by source (a named catalog's table under its internal name,
+        a metadata table), not by location: listings name those their own way."""
+        return name.lower() in self._openers
+
+    def format_of(self, name: str) -> str | None:
+        """The format table ``name`` was registered with (``parquet``, ``iceberg``, …); None when unknown."""
+        entry = self._locations.get(name.lower())
+        return entry[2] if entry else None
 
     def location(self, name: str) -> str | None:
         entry = self._locations.get(name.lower())
@@ -283,8 +326,7 @@ class Catalog:
             return source
         if entry is None:
             raise DataError(f"unknown table {key}")
-        real_name, location, fmt, _scan = entry
-        source = open_source(fmt, real_name, location, self.storage(location))
+        source = self._open(key, entry)
         with self._lock:
             return self._sources.setdefault(key, source)
 
@@ -298,9 +340,12 @@ class Catalog:
         if entry is None:
             raise DataError(f"unknown table {name}")
         real_name, location, fmt, scan = entry
-        options = self._options.get(key)
-        extra = {"options": options} if options else {}
-        info = loader(scan).load(real_name, location, self.storage(location), fmt, **extra)
+        if key in self._openers or (scan == "parquet" and fmt in _STAMPED and fmt in SOURCES):
+            info = self._source(key).table_info()  # the kept source: its snapshot is the scans' snapshot
+        else:
+            options = self._options.get(key)
+            extra = {"options": options} if options else {}
+            info = loader(scan).load(real_name, location, self.storage(location), fmt, **extra)
         with self._lock:
             self._tables[key] = info
         return info

@@ -1,5 +1,7 @@
 """The frontend: SQL text → a bound query, or one clear error line.
 
+- :mod:`.names`: ``catalog.namespace.table`` and ``"t$snapshots"`` as the internal names the catalog
+  registers them under (before the safety checks);
 - :mod:`.parse`: one statement in DuckDB's dialect (syntax errors with line and column);
 - :mod:`.safety`: only a plain read-only query over named tables passes (no table functions, file paths,
   settings, DDL/DML);

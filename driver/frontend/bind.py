@@ -15,7 +15,8 @@ import duckdb
 from sqlglot import exp
 
 from squall.driver.catalog.tables import Catalog
-from squall.driver.frontend.parse import parse
+from squall.driver.frontend.names import resolve_names
+from squall.driver.frontend.parse import DIALECT, parse
 from squall.driver.frontend.safety import check_safe, referenced_tables
 from squall.driver.frontend.unsupported import refuse_unsupported
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
@@ -68,7 +69,9 @@ class Binder:
         self._lock = threading.Lock()
 
     def bind(self, sql: str) -> BoundQuery:
-        ast = parse(sql)
+        ast, renamed = resolve_names(parse(sql), self.catalog)  # lake.ns.t, "t$snapshots"
+        if renamed:
+            sql = ast.sql(DIALECT)
         check_safe(ast)
         refuse_unsupported(ast)
         tables = referenced_tables(ast)

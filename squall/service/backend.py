@@ -81,8 +81,10 @@ class LocalBackend(Backend):
         storage_options: dict[str, Any] | None = None,
         poll_s: float = 0.5,
         predicate_cache: PredicateCache | None = None,
+        catalogs: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.data = data
+        self.catalogs = catalogs  # named Iceberg catalogs of every Connection
         #: one predicate cache for the whole service, shared by its Connections (one per worker count)
         self.predicate_cache = predicate_cache if predicate_cache is not None else PredicateCache()
         self.default_workers = int(workers or os.cpu_count() or 1)
@@ -113,6 +115,7 @@ class LocalBackend(Backend):
                     platform=self.platform,
                     storage_options=self.storage_options,
                     predicate_cache=self.predicate_cache,
+                    catalogs=self.catalogs,
                 )
                 self._connections[count] = con
             return con

@@ -145,6 +145,11 @@ class TableInfo(BaseModel):
     columns: list[ColumnInfo]
     rows: int | None = None
     error: str | None = None
+    format: str | None = Field(default=None, description="parquet, csv, json, iceberg, delta")
+    partitioning: list[str] | None = Field(
+        default=None, description="e.g. month(o_orderdate) (Iceberg tables)"
+    )
+    snapshot: int | None = Field(default=None, description="the current snapshot (Iceberg tables)")
 
 
 class TablesResponse(BaseModel):

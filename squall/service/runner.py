@@ -225,17 +225,38 @@ def run_query(
 
 
 def describe_tables(connection: Connection) -> list[dict[str, Any]]:
-    """The catalog of ``connection``: name, columns (name, Arrow type, nullable) and row count per table."""
+    """The catalog of ``connection``: name, columns (name, Arrow type, nullable), row count and format per table;
+    for Iceberg tables also their partitioning (``month(o_orderdate)``…) and current snapshot. The tables of
+    named catalogs are listed as ``catalog.namespace.table``."""
+    catalog = connection.catalog
+    names = [(name, name) for name in connection.tables()]
     out: list[dict[str, Any]] = []
-    for name in connection.tables():
+    if catalog.catalogs is not None:
+        from squall.driver.catalog.catalogs import resolve
+
         try:
-            info = connection.catalog.table(name)
+            names += [(".".join(parts), resolve(catalog, parts, None)) for parts in catalog.catalogs.tables()]
+        except (DataError, NotSupportedError) as err:  # said, and the other tables still listed
+            out.append({"name": "(catalogs)", "columns": [], "rows": None, "error": str(err)})
+    for shown, name in names:
+        try:
+            info = catalog.table(name)
+            described = _describe_source(connection, name)
         except (DataError, NotSupportedError) as err:  # listed, with why it cannot be read
-            out.append({"name": name, "columns": [], "rows": None, "error": str(err)})
+            out.append({"name": shown, "columns": [], "rows": None, "error": str(err)})
             continue
         columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in info.schema]
-        out.append({"name": info.name, "columns": columns, "rows": info.num_rows})
+        out.append({"name": shown, "columns": columns, "rows": info.num_rows, **described})
     return out
+
+
+def _describe_source(connection: Connection, name: str) -> dict[str, Any]:
+    """``format`` (and what the source says of itself: ``partitioning``, ``snapshot``) of table ``name``."""
+    fmt = connection.catalog.format_of(name) or "parquet"
+    if fmt != "iceberg":
+        return {"format": fmt}
+    describe = getattr(connection.catalog.source(name), "describe", None)
+    return {"format": fmt, **(describe() if describe is not None else {})}
 
 
 def explain_doc(con: Connection, sql: str, estimate: bool = False) -> dict[str, Any]:

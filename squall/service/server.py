@@ -250,7 +250,8 @@ def _sweep_loop(service: Service, stop: threading.Event, interval_s: float) -> N
 
 def serve(
     *,
-    data: str,
+    data: str | None,
+    catalogs: dict[str, dict[str, str]] | None = None,
     host: str = "127.0.0.1",
     port: int = 8080,
     token: str | None = None,
@@ -263,13 +264,14 @@ def serve(
     result_ttl_s: float | None = DEFAULT_RESULT_TTL_S,
 ) -> None:
     """Run the API until SIGINT/SIGTERM. Prints ``serving on http://HOST:PORT`` on stderr when ready.
-    ``result_ttl_s``: finished queries are deleted this long after they end (None: kept)."""
+    ``result_ttl_s``: finished queries are deleted this long after they end (None: kept). ``catalogs``: named
+    Iceberg catalogs (see :func:`squall.connect`)."""
     temp_state = None
     if state is None:
         temp_state = tempfile.mkdtemp(prefix="squall-state-")
         state = temp_state
     store = state_store(state)
-    backend = LocalBackend(data, workers=workers, platform=platform)
+    backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs)
     service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
         try:
