@@ -56,12 +56,12 @@ class ParquetView:
         for select, paths in whole.items():
             if len(paths) > 1:  # one scan of these whole files: binds once, reads them in parallel
                 listed = ", ".join(_literal(path) for path in paths)
-                text = f"SELECT {select} FROM read_parquet([{listed}])"
+                text = f"SELECT {select} FROM read_parquet([{listed}], hive_partitioning = false, union_by_name = true)"
                 selects.append(text + (f" WHERE ({self.where})" if self.where else ""))
         for path, ranges in self.parts:
             if path in grouped and not ranges:
                 continue
-            text = f"SELECT {select_of.get(path, plain)} FROM read_parquet({_literal(path)})"
+            text = f"SELECT {select_of.get(path, plain)} FROM read_parquet({_literal(path)}, hive_partitioning = false)"
             conditions = [f"({self.where})"] if self.where else []
             if ranges:
                 conditions.append(

@@ -64,7 +64,7 @@ class ProbeView(ParquetView):
             )
             selects.append(
                 f"SELECT {select}, CASE {tag} END AS {TAG} "
-                f"FROM read_parquet({_literal(_local(path))}, file_row_number = true) WHERE {where}"
+                f"FROM read_parquet({_literal(_local(path))}, file_row_number = true, hive_partitioning = false) WHERE {where}"
             )
         return "\nUNION ALL\n".join(selects)
 
