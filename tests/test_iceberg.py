@@ -109,7 +109,7 @@ def test_a_month_reads_its_share_of_bytes(lake):
             " AND o_orderdate < DATE '2023-06-01'"
         )
         match = re.search(
-            r"note: scan s1_lake__ns__orders: format iceberg, snapshot \d+, files (\d+) of (\d+)", said
+            r"source: format iceberg, snapshot \d+, files (\d+) of (\d+)", said
         )
         assert match is not None and int(match.group(1)) <= int(match.group(2)) / 10, said
 

@@ -78,10 +78,6 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
         splits = tuple(split_row_groups(chunk, sources, file_groups) for chunk in balance(groups, ctx.world))
     ctx.scans += 1
     name = f"s{ctx.scans}_{node.table.lower()}"
-    if info.source_notes:  # what the table's source pinned and pruned (format, snapshot, files of total)
-        said = f"scan {name}: " + ", ".join(f"{key} {value}" for key, value in info.source_notes)
-        if said not in ctx.notes:
-            ctx.notes.append(said)
     schema = pa.schema([info.schema.field(source).with_name(internal) for source, internal in node.columns])
     ctx.scan_schemas[name] = schema
     ctx.inputs[name] = ScanInput(
