@@ -246,7 +246,10 @@ class Worker:
         """Whether DuckDB may read ``inp``'s files itself (local Parquet, native scans on)."""
         splits = [s for per in inp.splits for s in per]
         return (
-            self.native_scans and inp.scan == "parquet" and all(scheme_of(s.path) == "file" for s in splits)
+            self.native_scans
+            and inp.scan == "parquet"
+            and not inp.files  # files read through a FileRead (lake tables) go through read_splits
+            and all(scheme_of(s.path) == "file" for s in splits)
         )
 
     def _steal(self, inp: ScanInput, stage: Stage, db: Sandbox, sr: StageReport) -> pa.Table:
@@ -272,6 +275,8 @@ class Worker:
         """A DuckDB-native view for local Parquet splits (fast path), else None."""
         splits = inp.splits_for(self.rank)
         if not self.native_scans or not splits or any(scheme_of(s.path) != "file" for s in splits):
+            return None
+        if any(inp.file_read(s.path) is not None for s in splits):  # renamed columns, constants, deletes
             return None
         parts = [
             (os.path.abspath(s.path.removeprefix("file://")), () if s.whole_file else s.row_ranges)

@@ -17,6 +17,7 @@ from sqlglot import exp
 from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend.parse import parse
 from squall.driver.frontend.safety import check_safe, referenced_tables
+from squall.driver.frontend.time_travel import pin_versions
 from squall.driver.frontend.unsupported import refuse_unsupported
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
 from squall.operators.duck import Sandbox, raise_if_interrupted
@@ -68,6 +69,9 @@ class Binder:
         self._lock = threading.Lock()
 
     def bind(self, sql: str) -> BoundQuery:
+        """Bind ``sql``: time travel pinned to the catalog's names of tables at versions
+        (:mod:`.time_travel`; the bound text is the pinned one), parsed, checked, bound by DuckDB."""
+        sql = pin_versions(sql, self.catalog)
         ast = parse(sql)
         check_safe(ast)
         refuse_unsupported(ast)
