@@ -173,10 +173,17 @@ class DeltaSource(TableSource):
                 return DeltaTable(root, version=self._version, storage_options=options or None)
             table = DeltaTable(root, storage_options=options or None)
             table.load_as_version(self._timestamp)
+            self._check_timestamp(table)
             return table
         except TableNotFoundError:
             raise DataError(f"table {self.name}: no Delta table at {self.location}") from None
         except (DeltaError, OSError, ValueError) as exc:
+            if self._version is not None:
+                latest = DeltaTable(root, storage_options=options or None).version()
+                if not 0 <= self._version <= latest:
+                    raise DataError(
+                        f"table {self.name} has no version {self._version} (versions 0 to {latest})"
+                    ) from None
             what = (
                 f"version {self._version}"
                 if self._version is not None
@@ -186,6 +193,23 @@ class DeltaSource(TableSource):
             )
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DataError(f"table {self.name}: cannot read Delta table {self.location} at {what}: {first}") from None
+
+    def _check_timestamp(self, table: Any) -> None:
+        """DataError when the asked timestamp is before the version deltalake loaded for it (deltalake
+        gives version 0 for a time before the first commit; Delta readers refuse it)."""
+        from deltalake import DeltaTable
+
+        assert self._timestamp is not None
+        version = table.version()
+        latest = DeltaTable(_root(self.location), storage_options=storage_options(self.location, self.storage.options) or None)
+        # the latest table's history: deltalake 1.6.6 numbers a time-travelled table's history wrong
+        commits = [h for h in latest.history() if h.get("version") == version and "timestamp" in h]
+        if commits and commits[0]["timestamp"] > self._timestamp.timestamp() * 1000:
+            first = datetime.fromtimestamp(commits[0]["timestamp"] / 1000, timezone.utc)
+            raise DataError(
+                f"table {self.name} has no version at {self._timestamp.isoformat()} "
+                f"(its first commit is at {first.isoformat()})"
+            )
 
     def pinned(self) -> _Pinned:
         """The table at its pinned version (the log read once per source)."""

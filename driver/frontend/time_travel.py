@@ -32,7 +32,7 @@ from squall.operators.duck import Sandbox
 
 DIALECT = "duckdb"
 #: a cheap test before tokenizing: every time-travel clause holds one of these
-_MAYBE = re.compile(r"\bAS\s+OF\b|\bAT\s*\(", re.IGNORECASE)
+_MAYBE = re.compile(r"\bAS\s+OF\b|\bAT\s*\(|\bBEFORE\s*\(|\bFOR\s+(VERSION|TIMESTAMP|SYSTEM_TIME)\b", re.I)
 _KINDS = {"VERSION": "version", "TIMESTAMP": "timestamp", "SYSTEM_TIME": "timestamp"}
 
 
