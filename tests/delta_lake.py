@@ -114,7 +114,9 @@ def rename_column(path: Path, old: str, new: str) -> None:
     _next_commit(path).write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
-def delta_rows(path: str, version: int | None = None, storage_options: dict[str, str] | None = None) -> pa.Table:
+def delta_rows(
+    path: str, version: int | None = None, storage_options: dict[str, str] | None = None
+) -> pa.Table:
     """The table as deltalake reads it: ``to_pyarrow_table``, or its own query engine (DataFusion) for
     column mapping and deletion vectors, which ``to_pyarrow_table`` reads as NULLs or refuses."""
     table = DeltaTable(path, version=version, storage_options=storage_options)

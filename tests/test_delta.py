@@ -5,6 +5,7 @@ reader (:func:`tests.delta_lake.delta_rows`) run through DuckDB, order-insensiti
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def lake(tmp_path_factory) -> Path:
     deltalake.write_deltalake(sales, _rows(60, 60, pa.string()), partition_by=["y"], mode="append")
     deltalake.DeltaTable(sales).delete("k < 30")
     mapped = str(data / "mapped")
-    deltalake.DeltaTable.create(mapped, _rows(0, 1, pa.string()).schema, configuration={"delta.columnMapping.mode": "name"})
+    deltalake.DeltaTable.create(
+        mapped, _rows(0, 1, pa.string()).schema, configuration={"delta.columnMapping.mode": "name"}
+    )
     deltalake.write_deltalake(mapped, _rows(0, 40, pa.string()), mode="append")
     rename_column(data / "mapped", "v", "label")
     deltalake.write_deltalake(
@@ -71,7 +74,10 @@ QUERIES = {
         "SELECT count(*) FROM sales WHERE x IS NULL",
         "SELECT a.y, count(*) FROM sales a JOIN sales b ON a.k = b.k + 1 GROUP BY a.y",
     ],
-    "mapped": ["SELECT * FROM mapped", "SELECT label, count(*), sum(k) FROM mapped WHERE y = 2020 GROUP BY label"],
+    "mapped": [
+        "SELECT * FROM mapped",
+        "SELECT label, count(*), sum(k) FROM mapped WHERE y = 2020 GROUP BY label",
+    ],
     "dv": ["SELECT count(*) FROM dv", "SELECT * FROM dv", "SELECT y, sum(k) FROM dv WHERE k < 20 GROUP BY y"],
 }
 
@@ -79,10 +85,12 @@ QUERIES = {
 @pytest.mark.parametrize("workers", [1, 2])
 def test_answers_match_deltalake(lake, workers):
     refs = {name: delta_rows(str(lake / name)) for name in QUERIES}
-    assert refs["sales"].num_rows == 90 and refs["dv"].num_rows == 95 and "label" in refs["mapped"].column_names
+    assert (
+        refs["sales"].num_rows == 90 and refs["dv"].num_rows == 95 and "label" in refs["mapped"].column_names
+    )
     with squall.connect(str(lake), workers=workers) as con:
         assert sorted(con.tables()) == ["dv", "mapped", "plain", "sales"]
-        for name, queries in QUERIES.items():
+        for queries in QUERIES.values():
             for sql in queries:
                 assert _squall(con, sql) == answer(refs, sql), sql
 
@@ -90,7 +98,9 @@ def test_answers_match_deltalake(lake, workers):
 def test_schema_types_and_file_reads(lake):
     source = DeltaSource("sales", str(lake / "sales"), storage_for(str(lake)))
     info = source.table_info()
-    assert info.schema == pa.schema([("k", pa.int64()), ("v", pa.string()), ("x", pa.float64()), ("y", pa.int32())])
+    assert info.schema == pa.schema(
+        [("k", pa.int64()), ("v", pa.string()), ("x", pa.float64()), ("y", pa.int32())]
+    )
     assert sorted(info.files) == sorted(deltalake.DeltaTable(str(lake / "sales")).file_uris())
     for path in info.files:  # y comes from the log, typed; the file does not hold it
         assert dict(info.file_reads[path].constants)["y"] in ("2020", "2021", "2022")
@@ -137,7 +147,7 @@ def test_explicit_registration_finds_the_log(lake):
     catalog = Catalog()
     catalog.register("s", str(lake / "sales"))  # format parquet asked, a Delta folder given: read as Delta
     assert catalog.table("s").num_rows == 90  # the active files' rows, not every file's in the folder (150)
-    with pytest.raises(DataError, match="cannot read Delta table .*plain.parquet"):
+    with pytest.raises(DataError, match=r"cannot read Delta table .*plain\.parquet"):
         DeltaSource("nope", str(lake / "plain.parquet"), storage_for(str(lake))).table_info()
 
 
@@ -145,9 +155,19 @@ def test_an_unknown_reader_feature_is_refused(tmp_path):
     path = tmp_path / "t"
     deltalake.write_deltalake(str(path), _rows(0, 5, pa.string()))
     commit = path / "_delta_log" / f"{1:020d}.json"
-    protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["futureFeature"], "writerFeatures": ["futureFeature"]}
-    commit.write_text('{"commitInfo": {"timestamp": 1}}\n' + '{"protocol": %s}\n' % __import__("json").dumps(protocol))
-    with squall.connect(str(tmp_path), workers=1) as con, pytest.raises((NotSupportedError, DataError)) as err:
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["futureFeature"],
+        "writerFeatures": ["futureFeature"],
+    }
+    commit.write_text(
+        json.dumps({"commitInfo": {"timestamp": 1}}) + "\n" + json.dumps({"protocol": protocol}) + "\n"
+    )
+    with (
+        squall.connect(str(tmp_path), workers=1) as con,
+        pytest.raises((NotSupportedError, DataError)) as err,
+    ):
         con.sql("SELECT count(*) FROM t")
     assert "futureFeature" in str(err.value) and len(str(err.value).splitlines()) == 1
 
@@ -165,11 +185,15 @@ def test_on_s3(lake, workers):
         prefix = f"lake-{uuid.uuid4().hex[:6]}"
         for path in sorted(lake.rglob("*")):
             if path.is_file():
-                client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(lake)}", Body=path.read_bytes())
+                client.put_object(
+                    Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(lake)}", Body=path.read_bytes()
+                )
         base = f"s3://{BUCKET}/{prefix}"
         refs = {name: delta_rows(str(lake / name)) for name in QUERIES}
-        with squall.connect(f"{base}/", workers=workers, storage_options={"endpoint_url": server.endpoint_url}) as con:
-            for name, queries in QUERIES.items():
+        with squall.connect(
+            f"{base}/", workers=workers, storage_options={"endpoint_url": server.endpoint_url}
+        ) as con:
+            for queries in QUERIES.values():
                 for sql in queries[:2]:
                     assert _squall(con, sql) == answer(refs, sql), sql
             result = con.sql("SELECT count(*) FROM sales WHERE y = 2021")

@@ -72,7 +72,9 @@ def test_a_delta_folder_answers_through_its_log_and_the_rest_too(lake, workers):
     with squall.connect(str(lake / "data"), workers=workers) as con:
         assert sorted(con.tables()) == ["plain", "sales"]
         got = con.sql("SELECT count(*) AS n, sum(k) AS s, min(v) AS v FROM sales").arrow().to_pylist()
-        assert got == [{"n": 20, "s": sum(want.column("k").to_pylist()), "v": min(want.column("v").to_pylist())}]
+        assert got == [
+            {"n": 20, "s": sum(want.column("k").to_pylist()), "v": min(want.column("v").to_pylist())}
+        ]
         assert con.sql("SELECT count(*) AS n FROM plain").arrow().column("n").to_pylist() == [100]
 
 

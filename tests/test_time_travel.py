@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import deltalake
@@ -59,7 +59,7 @@ def delta_table(root: Path) -> Versioned:
     deltalake.DeltaTable(str(path)).delete("k % 3 = 0")
     history = {h["version"]: h["timestamp"] for h in deltalake.DeltaTable(str(path)).history()}
     versions = [
-        Version(v, datetime.fromtimestamp(history[v] / 1000, timezone.utc), delta_rows(str(path), version=v))
+        Version(v, datetime.fromtimestamp(history[v] / 1000, UTC), delta_rows(str(path), version=v))
         for v in sorted(history)
     ]
 
@@ -95,7 +95,9 @@ def test_by_version_in_both_syntaxes(versioned, workers):
             for clause in (f"FOR VERSION AS OF {v.id}", f"AT (VERSION => {v.id})"):
                 got = _rows_of(con, f"SELECT g, count(*), sum(k) FROM {t} {clause} GROUP BY g")
                 assert got == want, clause
-            assert _rows_of(con, f"SELECT * FROM {t} FOR VERSION AS OF {v.id}") == answer({t: v.rows}, f"SELECT * FROM {t}")
+            assert _rows_of(con, f"SELECT * FROM {t} FOR VERSION AS OF {v.id}") == answer(
+                {t: v.rows}, f"SELECT * FROM {t}"
+            )
         latest = versioned.versions[-1].rows
         assert _rows_of(con, f"SELECT count(*) FROM {t}") == [(latest.num_rows,)]
 
@@ -143,11 +145,15 @@ def test_the_plan_cache_keys_on_the_version(versioned):
         sql = f"SELECT count(*) FROM {t} FOR VERSION AS OF {versioned.versions[0].id}"
         assert con.sql(sql).stats["plan_cache"] == "miss"
         again = con.sql(sql)
-        assert again.stats["plan_cache"] == "hit" and again.arrow().column(0).to_pylist() == [versioned.versions[0].rows.num_rows]
+        assert again.stats["plan_cache"] == "hit" and again.arrow().column(0).to_pylist() == [
+            versioned.versions[0].rows.num_rows
+        ]
         future = f"SELECT count(*) FROM {t} FOR TIMESTAMP AS OF TIMESTAMP '2999-01-01 00:00:00'"
         assert _rows_of(con, future) == [(versioned.versions[-1].rows.num_rows,)]
         versioned.add_version()
-        assert _rows_of(con, future) == [(versioned.versions[-1].rows.num_rows + 5,)]  # the new commit, not the plan
+        assert _rows_of(con, future) == [
+            (versioned.versions[-1].rows.num_rows + 5,)
+        ]  # the new commit, not the plan
         assert _rows_of(con, sql) == [(versioned.versions[0].rows.num_rows,)]
 
 
@@ -158,7 +164,7 @@ def test_refusals(versioned, tmp_path):
         with pytest.raises(NotSupportedError) as err:
             con.sql("SELECT * FROM plain FOR VERSION AS OF 1")
         assert "plain" in str(err.value) and len(str(err.value).splitlines()) == 1
-        with pytest.raises(DataError, match=f"no version 99"):
+        with pytest.raises(DataError, match="no version 99"):
             con.sql(f"SELECT * FROM {t} FOR VERSION AS OF 99")
         with pytest.raises(SqlSyntaxError) as err:
             con.sql(f"SELECT *\nFROM {t} FOR VERSION AS OF 'one'")
@@ -171,7 +177,7 @@ def test_refusals(versioned, tmp_path):
         with pytest.raises(NotSupportedError, match="BEFORE"):
             con.sql(f"SELECT * FROM {t} BEFORE (VERSION => 1)")
         with pytest.raises(SqlSyntaxError, match="WITH query"):
-            con.sql(f"WITH w AS (SELECT 1) SELECT * FROM w FOR VERSION AS OF 1")
+            con.sql("WITH w AS (SELECT 1) SELECT * FROM w FOR VERSION AS OF 1")
 
 
 def test_the_text_keeps_everything_but_the_clause(versioned):
@@ -185,4 +191,7 @@ def test_the_text_keeps_everything_but_the_clause(versioned):
         f"select k from {t}__v{v} x  -- at (version => 9)"
     )
     assert pin_versions(f"SELECT 'AS OF' FROM {t}", catalog) == f"SELECT 'AS OF' FROM {t}"
-    assert pin_versions(f"SELECT * FROM {t} FOR VERSION AS OF {v}", catalog) == f"SELECT * FROM {t}__v{v} AS {t} "
+    assert (
+        pin_versions(f"SELECT * FROM {t} FOR VERSION AS OF {v}", catalog)
+        == f"SELECT * FROM {t}__v{v} AS {t} "
+    )

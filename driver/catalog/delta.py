@@ -30,7 +30,7 @@ import urllib.parse
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -103,7 +103,9 @@ def storage_options(location: str, options: Mapping[str, Any]) -> dict[str, str]
     credentials, region = default_credentials()
     out = {"AWS_REGION": str(options.get("region") or region or "us-east-1")}
     endpoint = (
-        options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        options.get("endpoint_url")
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
     )
     if endpoint:
         out["AWS_ENDPOINT_URL"] = str(endpoint)
@@ -192,7 +194,9 @@ class DeltaSource(TableSource):
                 else "its latest version"
             )
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise DataError(f"table {self.name}: cannot read Delta table {self.location} at {what}: {first}") from None
+            raise DataError(
+                f"table {self.name}: cannot read Delta table {self.location} at {what}: {first}"
+            ) from None
 
     def _check_timestamp(self, table: Any) -> None:
         """DataError when the asked timestamp is before the version deltalake loaded for it (deltalake
@@ -201,11 +205,13 @@ class DeltaSource(TableSource):
 
         assert self._timestamp is not None
         version = table.version()
-        latest = DeltaTable(_root(self.location), storage_options=storage_options(self.location, self.storage.options) or None)
+        latest = DeltaTable(
+            _root(self.location), storage_options=storage_options(self.location, self.storage.options) or None
+        )
         # the latest table's history: deltalake 1.6.6 numbers a time-travelled table's history wrong
         commits = [h for h in latest.history() if h.get("version") == version and "timestamp" in h]
         if commits and commits[0]["timestamp"] > self._timestamp.timestamp() * 1000:
-            first = datetime.fromtimestamp(commits[0]["timestamp"] / 1000, timezone.utc)
+            first = datetime.fromtimestamp(commits[0]["timestamp"] / 1000, UTC)
             raise DataError(
                 f"table {self.name} has no version at {self._timestamp.isoformat()} "
                 f"(its first commit is at {first.isoformat()})"
@@ -223,7 +229,9 @@ class DeltaSource(TableSource):
         unknown = sorted(set(protocol.reader_features or ()) - READER_FEATURES)
         if protocol.min_reader_version > 3 or unknown:
             what = ", ".join(unknown) or f"reader version {protocol.min_reader_version}"
-            raise NotSupportedError(f"table {self.name}: Delta reader features not read yet: {what} ({self.location})")
+            raise NotSupportedError(
+                f"table {self.name}: Delta reader features not read yet: {what} ({self.location})"
+            )
         configuration = table.metadata().configuration or {}
         mapping = str(configuration.get("delta.columnMapping.mode", "none")).lower()
         arrow = pa.schema(table.schema().to_arrow())
@@ -283,7 +291,9 @@ class DeltaSource(TableSource):
                 values[column] = value
                 bounds[column] = ColumnBounds(value, value, action.get("num_records") if value is None else 0)
             rows = action.get("num_records")
-            files.append(_File(self._full_path(action["path"]), int(action["size_bytes"]), rows, values, bounds))
+            files.append(
+                _File(self._full_path(action["path"]), int(action["size_bytes"]), rows, values, bounds)
+            )
         return tuple(sorted(files, key=lambda f: f.path))
 
     def _deletion_vectors(self, table: Any, paths: set[str]) -> dict[str, str]:
@@ -369,7 +379,7 @@ class DeltaSource(TableSource):
         if (version is None) == (timestamp is None):
             raise ValueError("give one of version and timestamp")
         if timestamp is not None and timestamp.tzinfo is None:
-            timestamp = timestamp.replace(tzinfo=timezone.utc)
+            timestamp = timestamp.replace(tzinfo=UTC)
         source = DeltaSource(self.name, self.location, self.storage, version=version, timestamp=timestamp)
         source.pinned()
         return source
@@ -459,7 +469,9 @@ class DeltaSource(TableSource):
         return FileRead(f.path, tuple(columns), constants, (), deleted)
 
 
-def _row_groups(f: _File, footer: pq.FileMetaData, physical: Mapping[str, str], pinned: _Pinned) -> list[RowGroup]:
+def _row_groups(
+    f: _File, footer: pq.FileMetaData, physical: Mapping[str, str], pinned: _Pinned
+) -> list[RowGroup]:
     """The row groups of one file, statistics keyed by table column (a partition column: its value)."""
     table_of = {p: c for c, p in physical.items() if p}
     for column in pinned.schema.names:
@@ -499,4 +511,3 @@ def pinned_version(info: TableInfo) -> int | None:
     """The Delta version a :class:`TableInfo` of this source was read at (from its notes)."""
     notes = dict(info.source_notes)
     return int(notes["version"]) if notes.get("format") == "delta" else None
-

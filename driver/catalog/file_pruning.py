@@ -70,7 +70,11 @@ def may_match(pred: exp.Expression, stats: FileStats) -> bool:
         return may_match(pred.this, stats) or may_match(pred.expression, stats)
     negated = isinstance(pred, exp.Not)
     inner = pred.this if negated else pred
-    if isinstance(inner, exp.Is) and isinstance(inner.this, exp.Column) and isinstance(inner.expression, exp.Null):
+    if (
+        isinstance(inner, exp.Is)
+        and isinstance(inner.this, exp.Column)
+        and isinstance(inner.expression, exp.Null)
+    ):
         bounds = stats.columns.get(inner.this.name)
         if bounds is None or bounds.null_count is None:
             return True

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Hashable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
-from squall.driver.catalog.listing import NAME as _NAME
 from squall.driver.catalog.listing import LAKE_FORMATS, is_glob, list_tables, table_name
+from squall.driver.catalog.listing import NAME as _NAME
 from squall.driver.catalog.scan_kinds import loader, scan_kinds
 from squall.driver.catalog.source import SOURCES, TableSource, open_source
 from squall.errors import DataError, OptionError
@@ -115,7 +115,11 @@ class Catalog:
             )
         if scheme_of(location) == "file" and not is_glob(location) and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
-        if format == "parquet" and scheme_of(location) == "file" and os.path.isdir(os.path.join(location, "_delta_log")):
+        if (
+            format == "parquet"
+            and scheme_of(location) == "file"
+            and os.path.isdir(os.path.join(location, "_delta_log"))
+        ):
             format = "delta"  # a Delta table's folder is never plain Parquet files
         with self._lock:
             self._locations[name.lower()] = (name, location, format, scan)
@@ -222,7 +226,7 @@ class Catalog:
         if entry is None:
             raise DataError(f"unknown table {name}")
         if timestamp is not None and timestamp.tzinfo is None:
-            timestamp = timestamp.replace(tzinfo=timezone.utc)
+            timestamp = timestamp.replace(tzinfo=UTC)
         travel = travel_name(entry[0], version, timestamp)
         if travel.lower() in self._locations:
             raise OptionError(f"table {travel} is registered: it cannot also name {name} at a version")
@@ -342,5 +346,5 @@ def travel_name(name: str, version: int | None, timestamp: datetime | None) -> s
     if version is not None:
         return f"{name}__v{version}" if version >= 0 else f"{name}__vm{-version}"
     assert timestamp is not None
-    utc = timestamp.astimezone(timezone.utc) if timestamp.tzinfo else timestamp
+    utc = timestamp.astimezone(UTC) if timestamp.tzinfo else timestamp
     return f"{name}__ts{utc:%Y%m%dT%H%M%S}" + (f"_{utc.microsecond:06d}" if utc.microsecond else "")

@@ -18,7 +18,7 @@ integer; a timestamp a constant expression (a naive one is UTC). Other forms (``
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, time, timezone
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 import sqlglot
@@ -72,7 +72,9 @@ def _rewrite(
     first = _index(tokens, table.parts[0].meta["start"])
     last = _index(tokens, table.this.meta["start"])
     words = ("FOR", "AT", "BEFORE")
-    at = next((i for i in range(last + 1, min(last + 4, len(tokens))) if tokens[i].text.upper() in words), None)
+    at = next(
+        (i for i in range(last + 1, min(last + 4, len(tokens))) if tokens[i].text.upper() in words), None
+    )
     if at is None:
         raise SqlSyntaxError("time travel: cannot find the clause of the table reference")
     where = tokens[at]
@@ -105,14 +107,19 @@ def _spec(clause: exp.Expression, where: Token) -> tuple[str, Any]:
     if kind == "version":
         number = value.this if isinstance(value, exp.Neg) else value
         if not (isinstance(number, exp.Literal) and number.is_int):
-            raise SqlSyntaxError(f"time travel: a version is an integer, not {value.sql(DIALECT)}", where.line, where.col)
+            raise SqlSyntaxError(
+                f"time travel: a version is an integer, not {value.sql(DIALECT)}", where.line, where.col
+            )
         return kind, int(value.sql(DIALECT))
     return kind, _timestamp(value, where)
 
 
 def _timestamp(value: exp.Expression, where: Token) -> datetime:
     """The UTC timestamp of a constant expression (literals in Python, anything else by DuckDB)."""
-    if any(isinstance(n, (exp.Column, exp.Select, exp.Subquery, exp.Table, exp.Placeholder)) for n in value.walk()):
+    if any(
+        isinstance(n, (exp.Column, exp.Select, exp.Subquery, exp.Table, exp.Placeholder))
+        for n in value.walk()
+    ):
         raise SqlSyntaxError(
             f"time travel: a timestamp is a constant, not {value.sql(DIALECT)}", where.line, where.col
         )
@@ -129,7 +136,9 @@ def _timestamp(value: exp.Expression, where: Token) -> datetime:
                 found = db.relation(f"SELECT ({value.sql(DIALECT)}) AS ts").fetchall()[0][0]
         except Exception as exc:
             first = str(exc).strip().splitlines()[0]
-            raise SqlSyntaxError(f"time travel: bad timestamp {value.sql(DIALECT)}: {first}", where.line, where.col) from None
+            raise SqlSyntaxError(
+                f"time travel: bad timestamp {value.sql(DIALECT)}: {first}", where.line, where.col
+            ) from None
     if isinstance(found, str):
         try:
             found = datetime.fromisoformat(found)
@@ -139,7 +148,7 @@ def _timestamp(value: exp.Expression, where: Token) -> datetime:
         found = datetime.combine(found, time())
     if not isinstance(found, datetime):
         raise SqlSyntaxError(f"time travel: not a timestamp: {value.sql(DIALECT)}", where.line, where.col)
-    return found.astimezone(timezone.utc) if found.tzinfo else found.replace(tzinfo=timezone.utc)
+    return found.astimezone(UTC) if found.tzinfo else found.replace(tzinfo=UTC)
 
 
 def _clause_end(sql: str, tokens: list[Token], at: int, clause: exp.Expression) -> int:
@@ -161,4 +170,6 @@ def _clause_end(sql: str, tokens: list[Token], at: int, clause: exp.Expression) 
                 return end
         except (ParseError, TokenError, IndexError):
             continue
-    raise SqlSyntaxError("time travel: cannot find the end of the AS OF expression", tokens[at].line, tokens[at].col)
+    raise SqlSyntaxError(
+        "time travel: cannot find the end of the AS OF expression", tokens[at].line, tokens[at].col
+    )
