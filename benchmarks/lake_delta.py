@@ -50,7 +50,12 @@ def build(root: Path, sf: float) -> Path:
     )
     table = pq.read_table(raw / "lineitem.parquet")
     table = table.cast(
-        pa.schema([pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type) for f in table.schema])
+        pa.schema(
+            [
+                pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
+                for f in table.schema
+            ]
+        )
     )
     table = table.append_column("l_year", pc.year(table.column("l_shipdate")).cast(pa.int32()))
     path = root / "data" / "lineitem"
@@ -110,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = 0
         with squall.connect(str(root / "data"), workers=args.workers) as con:
             runs = engines(path, con)
-            print(f"Delta lineitem SF{args.sf}, Squall W={args.workers}; best of {args.repeat} (s); ratio = squall / other")
+            print(
+                f"Delta lineitem SF{args.sf}, Squall W={args.workers}; best of {args.repeat} (s); ratio = squall / other"
+            )
             for name, sql in QUERIES.items():
                 expected = runs["duckdb"](sql)
                 times = {}
@@ -119,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                     if problem:
                         print(f"  {name}: {engine} differs: {problem}")
                         failed += 1
-                    times[engine] = _best(lambda r=run: r(sql), args.repeat)
-                ratios = "  ".join(f"{e} {times['squall'] / t:.2f}x" for e, t in times.items() if e != "squall")
+                    times[engine] = _best(lambda r=run, q=sql: r(q), args.repeat)
+                ratios = "  ".join(
+                    f"{e} {times['squall'] / t:.2f}x" for e, t in times.items() if e != "squall"
+                )
                 cells = "  ".join(f"{e} {t:.3f}" for e, t in times.items())
                 print(f"  {name:<11} {cells}  |  {ratios}")
             notes = con.sql(QUERIES["group_1995"]).stats["notes"]

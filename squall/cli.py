@@ -561,7 +561,9 @@ def _tables(args: argparse.Namespace) -> int:
         return 0
     for t in tables:
         rows = "?" if t.get("rows") is None else f"{t['rows']:,}"
-        print(f"{t['name']} ({rows} rows)" + (f"  error: {t['error']}" if t.get("error") else ""))
+        source = ", ".join(f"{k} {v}" for k, v in (t.get("source") or {}).items() if k != "files")
+        said = f", {source}" if source else ""
+        print(f"{t['name']} ({rows} rows{said})" + (f"  error: {t['error']}" if t.get("error") else ""))
         for c in t["columns"]:
             kind = sql_type_of_name(c["type"])  # DuckDB's SQL names: BIGINT, DECIMAL(15,2), DATE, VARCHAR
             print(f"  {c['name']:<24} {kind}{'' if c['nullable'] else ' not null'}")

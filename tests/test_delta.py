@@ -199,3 +199,25 @@ def test_on_s3(lake, workers):
             result = con.sql("SELECT count(*) FROM sales WHERE y = 2021")
             assert "files" in " ".join(result.stats["notes"])
             assert _squall(con, "SELECT count(*) FROM sales FOR VERSION AS OF 0") == [(60,)]
+
+
+def test_a_deletion_vector_deltalake_cannot_read_is_refused(tmp_path):
+    path = tmp_path / "t"
+    rows = _rows(0, 10, pa.string())
+    deltalake.write_deltalake(str(path), rows, configuration={"delta.enableDeletionVectors": "true"})
+    delete_with_vector(path, 0, [1, 2])
+    commit = path / "_delta_log" / f"{1:020d}.json"
+    actions = [json.loads(line) for line in commit.read_text().splitlines()]
+    for action in actions:  # the vector now lives in a file that is not there
+        if "add" in action:
+            action["add"]["deletionVector"] = {
+                "storageType": "u",
+                "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",
+                "offset": 1,
+                "sizeInBytes": 36,
+                "cardinality": 2,
+            }
+    commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    with squall.connect(str(tmp_path), workers=1) as con, pytest.raises(NotSupportedError) as err:
+        con.sql("SELECT count(*) FROM t")  # never the 10 rows, deleted ones included
+    assert "cannot read its deletion vectors" in str(err.value) and len(str(err.value).splitlines()) == 1

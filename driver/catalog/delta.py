@@ -428,6 +428,7 @@ class DeltaSource(TableSource):
         said = (
             ("format", "delta"),
             ("version", str(pinned.version)),
+            *((("partitioned by", ", ".join(pinned.partition_columns)),) if pinned.partition_columns else ()),
             ("files", f"{len(files)} of {len(pinned.files)}"),
             *((("deletion vectors", f"{deleted} files"),) if deleted else ()),
             *notes,

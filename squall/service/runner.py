@@ -225,7 +225,8 @@ def run_query(
 
 
 def describe_tables(connection: Connection) -> list[dict[str, Any]]:
-    """The catalog of ``connection``: name, columns (name, Arrow type, nullable) and row count per table."""
+    """The catalog of ``connection``: name, columns (name, Arrow type, nullable) and row count per table, and
+    for a lake table what its source says (``source``: format, version, partitioning)."""
     out: list[dict[str, Any]] = []
     for name in connection.tables():
         try:
@@ -234,7 +235,10 @@ def describe_tables(connection: Connection) -> list[dict[str, Any]]:
             out.append({"name": name, "columns": [], "rows": None, "error": str(err)})
             continue
         columns = [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in info.schema]
-        out.append({"name": info.name, "columns": columns, "rows": info.num_rows})
+        entry: dict[str, Any] = {"name": info.name, "columns": columns, "rows": info.num_rows}
+        if info.source_notes:  # a lake table: format, version, partitioning
+            entry["source"] = dict(info.source_notes)
+        out.append(entry)
     return out
 
 
