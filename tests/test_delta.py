@@ -175,8 +175,8 @@ def test_an_unknown_reader_feature_is_refused(tmp_path):
 BUCKET = "squall-delta"
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_on_s3(lake, workers):
+@pytest.mark.parametrize(("platform", "workers"), [("local", 1), ("local", 2), ("lambda-local", 2)])
+def test_on_s3(lake, platform, workers, monkeypatch):
     reason = moto_available()
     if reason is not None:
         pytest.skip(reason)
@@ -190,8 +190,14 @@ def test_on_s3(lake, workers):
                 )
         base = f"s3://{BUCKET}/{prefix}"
         refs = {name: delta_rows(str(lake / name)) for name in QUERIES}
+        monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
+        where = {"exchange": f"s3://{BUCKET}/exchange"} if platform == "lambda-local" else {}
         with squall.connect(
-            f"{base}/", workers=workers, storage_options={"endpoint_url": server.endpoint_url}
+            f"{base}/",
+            workers=workers,
+            platform=platform,
+            storage_options={"endpoint_url": server.endpoint_url},
+            **where,
         ) as con:
             for queries in QUERIES.values():
                 for sql in queries[:2]:

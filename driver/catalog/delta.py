@@ -23,10 +23,12 @@ A reader feature the source does not know (``delta.minReaderVersion`` > 3) is re
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import re
 import threading
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -68,6 +70,31 @@ _COMMIT = re.compile(r"^(\d{20})\.(json|checkpoint(\.\d+\.\d+)?\.parquet)$")
 _FOOTER_THREADS = 8
 
 
+class _FooterCache:
+    """Footers of Delta data files by (path, size), least recently used dropped beyond ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._footers: OrderedDict[tuple[str, int], pq.FileMetaData] = OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> pq.FileMetaData | None:
+        with self._lock:
+            footer = self._footers.get(key)
+            if footer is not None:
+                self._footers.move_to_end(key)
+            return footer
+
+    def put(self, key: tuple[str, int], footer: pq.FileMetaData) -> None:
+        with self._lock:
+            self._footers[key] = footer
+            while len(self._footers) > self.limit:
+                self._footers.popitem(last=False)
+
+
+_FOOTERS = _FooterCache(20_000)
+
+
 @dataclass(frozen=True)
 class _File:
     """One active file of the pinned version."""
@@ -91,6 +118,11 @@ class _Pinned:
     mapping: str  # "none", "name" or "id"
     files: tuple[_File, ...]
     deleted: Mapping[str, str]  # path -> deleted positions (base64 int64 LE)
+
+    @functools.cached_property
+    def sizes(self) -> dict[str, int]:
+        """path -> size of the active files."""
+        return {f.path: f.size for f in self.files}
 
 
 def storage_options(location: str, options: Mapping[str, Any]) -> dict[str, str]:
@@ -323,6 +355,7 @@ class DeltaSource(TableSource):
         return tuple(SourceFile(f.path, f.size, dict(f.partition)) for f in self.pinned().files)
 
     def file_schema(self, path: str) -> pa.Schema:
+        self.pinned()
         return self._footer(path).schema.to_arrow_schema().remove_metadata()
 
     def schema(self) -> pa.Schema:
@@ -399,10 +432,18 @@ class DeltaSource(TableSource):
     # -- footers and the TableInfo
 
     def _footer(self, path: str) -> pq.FileMetaData:
+        """A data file's footer: read once per source, and kept across sources by (path, size) — a Delta
+        data file is never rewritten in place, so the next version of the table reads only new files'."""
         with self._footer_lock:
             footer = self._footers.get(path)
         if footer is None:
-            footer = self.storage.read_metadata(path)
+            pinned = self._pinned  # set before any footer is read (no lock: the pool reads footers under it)
+            size = pinned.sizes.get(path) if pinned is not None else None
+            footer = _FOOTERS.get((path, size)) if size is not None else None
+            if footer is None:
+                footer = self.storage.read_metadata(path)
+                if size is not None:
+                    _FOOTERS.put((path, size), footer)
             with self._footer_lock:
                 self._footers[path] = footer
         return footer
