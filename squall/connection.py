@@ -15,7 +15,9 @@ import pyarrow as pa
 
 from squall.driver.catalog.tables import Catalog
 from squall.driver.compile import compile_sql
+from squall.driver.frontend.names import resolve_catalog_names
 from squall.driver.frontend.pivot_values import resolve_pivots
+from squall.driver.frontend.time_travel import pin_versions
 from squall.driver.options import PlannerOptions
 from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
 from squall.driver.report.explain import explain_plan
@@ -151,6 +153,10 @@ class Connection:
         sql, pivot_s = pivots.sql, time.perf_counter() - start
         start = time.perf_counter()
         version = self.catalog.version()
+        sql = resolve_catalog_names(
+            sql, self.catalog
+        )  # lake.ns.t: registered, and named as the plan names it
+        sql = pin_versions(sql, self.catalog)  # the plan is cached under the versions the text travels to
         options = self._planner_options_at(world_size)
         key = (sql, version, world_size, options, self.predicate_cache.generation)
         checked = time.perf_counter()

@@ -108,9 +108,7 @@ def test_a_month_reads_its_share_of_bytes(lake):
             "SELECT sum(o_totalprice) AS s FROM lake.ns.orders WHERE o_orderdate >= DATE '2023-05-01'"
             " AND o_orderdate < DATE '2023-06-01'"
         )
-        match = re.search(
-            r"source: format iceberg, snapshot \d+, files (\d+) of (\d+)", said
-        )
+        match = re.search(r"source: format iceberg, snapshot \d+, files (\d+) of (\d+)", said)
         assert match is not None and int(match.group(1)) <= int(match.group(2)) / 10, said
 
 

@@ -1,10 +1,10 @@
-"""Iceberg and Delta table folders are never read as plain Parquet files: Iceberg folders are read through their
-metadata (the right rows), Delta folders refused with one line, locally and on S3, while the plain tables beside
-them still answer.
+"""Iceberg and Delta table folders are never read as plain Parquet files, locally and on S3, while the plain
+tables beside them still answer: each is read through its own metadata or log (the right rows, checked against
+pyiceberg and deltalake).
 
 The tables are written by pyiceberg and deltalake themselves (appends and a delete, which leave the replaced
 files in the folder: reading every Parquet file there would count deleted rows — the wrong answer this guards
-against). Reading them through their own logs is the lake table sources' job (not built yet).
+against).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pyiceberg.catalog import sql as sql_catalog
 
 from squall.driver.catalog.listing import lake_format, list_tables
 from squall.driver.catalog.tables import Catalog
-from squall.errors import NotSupportedError
 from squall.operators.storage import storage_for
 from tests.s3server import moto_available, moto_s3
 
@@ -65,13 +64,16 @@ def test_the_folders_are_recognised(lake):
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_lake_folder_is_refused_and_the_rest_answers(lake, workers):
+def test_a_delta_folder_answers_through_its_log_and_the_rest_too(lake, workers):
     import squall
 
+    want = deltalake.DeltaTable(str(lake / "data" / "sales")).to_pyarrow_table()
     with squall.connect(str(lake / "data"), workers=workers) as con:
         assert sorted(con.tables()) == ["plain", "sales"]
-        with pytest.raises(NotSupportedError, match=r"data/sales is a Delta table \(_delta_log/\)"):
-            con.sql("SELECT count(*) FROM sales")
+        got = con.sql("SELECT count(*) AS n, sum(k) AS s, min(v) AS v FROM sales").arrow().to_pylist()
+        assert got == [
+            {"n": 20, "s": sum(want.column("k").to_pylist()), "v": min(want.column("v").to_pylist())}
+        ]
         assert con.sql("SELECT count(*) AS n FROM plain").arrow().column("n").to_pylist() == [100]
 
 
@@ -86,25 +88,28 @@ def test_an_iceberg_table_folder_given_as_data_is_one_table_read_through_its_met
                 assert got == [{"n": 100, "s": 2 * sum(range(50, 100))}]  # not the deleted or rewritten rows
 
 
-def test_explicit_registration_is_refused_too(lake):
+def test_explicit_registration_reads_the_log_too(lake):
     catalog = Catalog()
     catalog.register("s", str(lake / "data" / "sales"))
-    with pytest.raises(NotSupportedError, match="Delta table"):
-        catalog.table("s")
+    assert catalog.table("s").num_rows == 20
     assert catalog.version() >= 0  # the plan cache's version check does not fail on it
+    catalog.register("p", str(lake / "data" / "sales"), format="delta")
+    assert catalog.table("p").num_rows == 20
 
 
-def test_cli_lists_it_with_the_reason_and_refuses_a_query_in_one_line(lake):
+def test_cli_lists_it_and_travels_in_time_and_refuses_in_one_line(lake):
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "squall.cli", *args, "--data", str(lake / "data")]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
     listed = cli("tables")
     assert listed.returncode == 0 and "plain (100 rows)" in listed.stdout
-    assert "sales (? rows)  error: not supported:" in listed.stdout
-    done = cli("query", "SELECT count(*) FROM sales")
+    assert "sales (20 rows, format delta, version 2)" in listed.stdout
+    done = cli("query", "SELECT count(*) AS n FROM sales FOR VERSION AS OF 1")
+    assert done.returncode == 0 and "200" in done.stdout
+    done = cli("query", "SELECT count(*) FROM plain FOR VERSION AS OF 1")
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and "Delta table" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "no versions" in done.stderr
 
 
 BUCKET = "squall-lake-folders"
@@ -134,8 +139,7 @@ def test_on_s3_too(lake):
         catalog = Catalog({"endpoint_url": server.endpoint_url})
         catalog.register_folder(f"{base}/data/")
         assert catalog.table("plain").num_rows == 100
-        with pytest.raises(NotSupportedError, match="Delta table"):
-            catalog.table("sales")
+        assert catalog.table("sales").num_rows == 20
         catalog.register_folder(f"{base}/warehouse/ns/")
         # the newest metadata file, read from S3 (its manifests and data files are where the metadata says)
         assert catalog.table("events").num_rows == 100

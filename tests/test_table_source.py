@@ -237,7 +237,7 @@ def test_stamp_follows_the_files_and_counts_no_request(root):
 
 
 def test_registry_and_catalog(root):
-    assert {"parquet", "csv", "json", "iceberg"} <= set(source_kinds())
+    assert {"parquet", "csv", "json", "iceberg", "delta"} <= set(source_kinds())
     with pytest.raises(OptionError, match=r"unknown table source 'orc' \(choose one of: .*parquet"):
         open_source("orc", "t", "x", storage_for("x"))
     catalog = Catalog()

@@ -16,7 +16,8 @@ A :class:`TableSource` answers for one registered table, before any row is read
 
 A source owns *where the data is*; how workers read a file is the table's scan
 kind (:mod:`squall.driver.catalog.scan_kinds`). Sources are found by name in
-:data:`SOURCES`: ``parquet`` (:mod:`squall.driver.catalog.parquet`) today; the
+:data:`SOURCES`: ``parquet`` (:mod:`squall.driver.catalog.parquet`), ``delta``
+(:mod:`squall.driver.catalog.delta`); the
 catalog picks the one named like the table's format. A source is a cheap handle:
 making one does no I/O, and what it reads it keeps for its own lifetime only
 (the catalog keeps the :class:`TableInfo`).
@@ -132,6 +133,7 @@ SOURCES: Registry[type[TableSource]] = Registry(
         "csv": "squall.driver.catalog.text:CsvSource",
         "json": "squall.driver.catalog.text:JsonSource",
         "iceberg": "squall.driver.catalog.iceberg:IcebergSource",
+        "delta": "squall.driver.catalog.delta:DeltaSource",
     },
     OptionError,
 )

@@ -12,9 +12,11 @@ process while the files are unchanged); the files' schemas are united by name
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -75,6 +77,8 @@ class Catalog:
         self._lock = threading.Lock()
         self._version = 0  # bumped by register() and by version() when a local file changed
         self._stamps: dict[str, Hashable] = {}  # lower name -> its source's stamp (files' size/mtime)
+        #: time-travel names (lower, see table_at) -> (lower name of the table, version, timestamp)
+        self._travels: dict[str, tuple[str, int | None, datetime | None]] = {}
         #: the squall.driver.skipping.predicate_cache.PredicateCache of the connection (None: off); typed loosely
         #: because that module builds on this one
         self.predicate_cache: object | None = None
@@ -138,6 +142,12 @@ class Catalog:
             )
         if scheme_of(location) == "file" and not is_glob(location) and not os.path.exists(location):
             raise DataError(f"table {name}: location not found: {location}")
+        if (
+            format == "parquet"
+            and scheme_of(location) == "file"
+            and os.path.isdir(os.path.join(location, "_delta_log"))
+        ):
+            format = "delta"  # a Delta table's folder is never plain Parquet files
         if options and not hasattr(kind, "check_options"):
             raise OptionError(f"table {name}: scan={scan!r} takes no options")
         checked = kind.check_options(format, options) if options else {}
@@ -171,7 +181,11 @@ class Catalog:
         return open_source(fmt, real_name, location, self.storage(location))
 
     def _forget(self, key: str) -> None:
-        """Drop what was read of table ``key`` (footers, distinct-value estimates); the lock is held."""
+        """Drop what was read of table ``key`` (footers, distinct-value estimates, its versions met by time
+        travel); the lock is held."""
+        for travel in [k for k, (base, _v, _t) in self._travels.items() if base == key]:
+            del self._travels[travel]
+            self._forget(travel)
         self._tables.pop(key, None)
         self._sources.pop(key, None)
         for ndv_key in [k for k in self._ndv if k[0] == key]:
@@ -179,12 +193,13 @@ class Catalog:
 
     def version(self) -> int:
         """A number that changes when a table is registered or one of a local table's files changes
-        (appears, goes, or changes size or mtime): plans cached under an older version are stale.
+        (appears, goes, or changes size or mtime), or a lake table (Delta) has a new commit, local or
+        on an object store (one listing of its log): plans cached under an older version are stale.
 
-        A changed file also drops the footers and statistics read from it. Object-store tables
-        (``s3://``) change the version only when registered again, except lake tables (Iceberg: a new
-        metadata file or catalog commit; their sources stamp them cheaply anywhere) and tables registered
-        by source (:meth:`register_source`).
+        A changed file also drops the footers and statistics read from it. Object-store tables of plain
+        files (``s3://``) change the version only when registered again; lake tables (Iceberg: a new
+        metadata file or catalog commit; Delta: a new log entry) are stamped anywhere by their sources, and
+        so are tables registered by source (:meth:`register_source`).
         """
         with self._lock:
             entries = list(self._locations.items())
@@ -237,6 +252,7 @@ class Catalog:
         return self._open(name.lower(), entry)
 
     def names(self) -> list[str]:
+        """The registered tables' names (not the time-travel names of :meth:`table_at`)."""
         with self._lock:
             return sorted(entry[0] for entry in self._locations.values())
 
@@ -251,11 +267,44 @@ class Catalog:
         return entry[2] if entry else None
 
     def location(self, name: str) -> str | None:
-        entry = self._locations.get(name.lower())
+        entry = self._entry(name.lower())
         return entry[1] if entry else None
 
     def __contains__(self, name: str) -> bool:
-        return name.lower() in self._locations
+        return name.lower() in self._locations or name.lower() in self._travels
+
+    def _entry(self, key: str) -> tuple[str, str, str, str] | None:
+        """(name, location, format, scan) of table ``key`` (of its table for a time-travel name)."""
+        travel = self._travels.get(key)
+        entry = self._locations.get(travel[0] if travel else key)
+        if entry is None or travel is None:
+            return entry
+        return (travel_name(entry[0], travel[1], travel[2]), *entry[1:])
+
+    def table_at(self, name: str, version: int | None = None, timestamp: datetime | None = None) -> str:
+        """The name under which table ``name`` as it was at ``version`` or ``timestamp`` (time travel, one
+        of them given; a naive timestamp is UTC) is read by this catalog's ``table``/``scan_table``, like
+        a table: the table's source's :meth:`~squall.driver.catalog.source.TableSource.at` (checked now:
+        NotSupportedError for a table without versions, DataError for a version it does not have).
+        The same version of the same table gets the same name (and its files are read once)."""
+        key = name.lower()
+        entry = self._locations.get(key)
+        if entry is None:
+            raise DataError(f"unknown table {name}")
+        if timestamp is not None and timestamp.tzinfo is None:
+            timestamp = timestamp.replace(tzinfo=UTC)
+        travel = travel_name(entry[0], version, timestamp)
+        if travel.lower() in self._locations:
+            raise OptionError(f"table {travel} is registered: it cannot also name {name} at a version")
+        with self._lock:
+            if travel.lower() in self._travels:
+                return travel
+        source = self._source(key).at(version, timestamp)
+        with self._lock:
+            if travel.lower() not in self._travels:
+                self._travels[travel.lower()] = (key, version, timestamp)
+                self._sources[travel.lower()] = source
+        return travel
 
     def ndv(self, table: str, column: str) -> int:
         """Estimated number of distinct values of a column, from a sample row group (cached).
@@ -315,15 +364,20 @@ class Catalog:
         info = self.table(name)
         if info.scan != "parquet" or not filters:
             return info
-        return self._source(name.lower()).scan_info(filters)
+        scanned = self._source(name.lower()).scan_info(filters)
+        return scanned if scanned.name == info.name else dataclasses.replace(scanned, name=info.name)
 
     def _source(self, key: str) -> TableSource:
-        """The kept source of table ``key`` (made once per registration, so it keeps what it read)."""
+        """The kept source of table ``key`` (made once per registration, so it keeps what it read: one
+        version of a lake table per query)."""
         with self._lock:
             source = self._sources.get(key)
             entry = self._locations.get(key)
+            travel = self._travels.get(key)
         if source is not None:
             return source
+        if travel is not None:  # forgotten meanwhile (its table changed): travel again
+            return self._sources.setdefault(key, self._source(travel[0]).at(travel[1], travel[2]))
         if entry is None:
             raise DataError(f"unknown table {key}")
         source = self._open(key, entry)
@@ -334,14 +388,16 @@ class Catalog:
         key = name.lower()
         with self._lock:
             cached = self._tables.get(key)
-            entry = self._locations.get(key)
+            entry = self._entry(key)
         if cached is not None:
             return cached
         if entry is None:
             raise DataError(f"unknown table {name}")
         real_name, location, fmt, scan = entry
-        if key in self._openers or (scan == "parquet" and fmt in _STAMPED and fmt in SOURCES):
-            info = self._source(key).table_info()  # the kept source: its snapshot is the scans' snapshot
+        if key in self._openers or (scan == "parquet" and fmt in SOURCES):
+            # the kept source: its snapshot is the scans' snapshot (scan_table reads the same version)
+            info = self._source(key).table_info()
+            info = info if info.name == real_name else dataclasses.replace(info, name=real_name)
         else:
             options = self._options.get(key)
             extra = {"options": options} if options else {}
@@ -349,3 +405,14 @@ class Catalog:
         with self._lock:
             self._tables[key] = info
         return info
+
+
+def travel_name(name: str, version: int | None, timestamp: datetime | None) -> str:
+    """The name of table ``name`` at ``version`` (``orders__v3``) or at ``timestamp`` (UTC:
+    ``orders__ts20260101T000000`` or, with microseconds, ``orders__ts20260101T000000_250000``): a plain
+    identifier, so it flows through SQL, plans and DuckDB like any table name."""
+    if version is not None:
+        return f"{name}__v{version}" if version >= 0 else f"{name}__vm{-version}"
+    assert timestamp is not None
+    utc = timestamp.astimezone(UTC) if timestamp.tzinfo else timestamp
+    return f"{name}__ts{utc:%Y%m%dT%H%M%S}" + (f"_{utc.microsecond:06d}" if utc.microsecond else "")

@@ -18,6 +18,7 @@ from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend.names import resolve_names
 from squall.driver.frontend.parse import DIALECT, parse
 from squall.driver.frontend.safety import check_safe, referenced_tables
+from squall.driver.frontend.time_travel import pin_versions
 from squall.driver.frontend.unsupported import refuse_unsupported
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
 from squall.operators.duck import Sandbox, raise_if_interrupted
@@ -69,9 +70,15 @@ class Binder:
         self._lock = threading.Lock()
 
     def bind(self, sql: str) -> BoundQuery:
-        ast, renamed = resolve_names(parse(sql), self.catalog)  # lake.ns.t, "t$snapshots"
+        """Bind ``sql``: named catalogs' tables resolved (:mod:`.names`: ``lake.ns.t``, ``"t$snapshots"``), time
+        travel pinned to the catalog's names of tables at versions (:mod:`.time_travel`; the bound text is the
+        pinned one), parsed, checked, bound by DuckDB."""
+        ast, renamed = resolve_names(parse(sql), self.catalog)
         if renamed:
             sql = ast.sql(DIALECT)
+        pinned = pin_versions(sql, self.catalog)
+        if pinned != sql:
+            sql, ast = pinned, parse(pinned)
         check_safe(ast)
         refuse_unsupported(ast)
         tables = referenced_tables(ast)

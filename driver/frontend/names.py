@@ -13,7 +13,8 @@ from sqlglot import exp
 
 from squall.driver.catalog.catalogs import resolve
 from squall.driver.catalog.tables import Catalog
-from squall.errors import BindError, DataError
+from squall.driver.frontend.parse import DIALECT, parse
+from squall.errors import BindError, DataError, SqlSyntaxError
 
 
 def _parts(table: exp.Table) -> tuple[str, ...]:
@@ -52,3 +53,16 @@ def resolve_names(ast: exp.Expression, catalog: Catalog) -> tuple[exp.Expression
         table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
         changed = True
     return ast, changed
+
+
+def resolve_catalog_names(sql: str, catalog: Catalog) -> str:
+    """``sql`` with named catalogs' tables and metadata tables under their internal names (as
+    :func:`resolve_names`); ``sql`` itself when it names none or does not parse (binding says why)."""
+    if "." not in sql and "$" not in sql:
+        return sql
+    try:
+        ast = parse(sql)
+    except SqlSyntaxError:
+        return sql
+    ast, renamed = resolve_names(ast, catalog)
+    return ast.sql(DIALECT) if renamed else sql

@@ -251,9 +251,10 @@ def describe_tables(connection: Connection) -> list[dict[str, Any]]:
 
 
 def _describe_source(connection: Connection, name: str) -> dict[str, Any]:
-    """``format`` (and what the source says of itself: ``partitioning``, ``snapshot``) of table ``name``."""
+    """``format`` (and what a lake table's source says of itself: ``partitioning``, ``snapshot`` (Delta: the
+    version)) of table ``name``."""
     fmt = connection.catalog.format_of(name) or "parquet"
-    if fmt != "iceberg":
+    if fmt not in ("iceberg", "delta"):
         return {"format": fmt}
     describe = getattr(connection.catalog.source(name), "describe", None)
     return {"format": fmt, **(describe() if describe is not None else {})}
