@@ -606,7 +606,7 @@ def _source_text(table: dict[str, Any]) -> str:
     if table.get("partitioning"):
         parts.append("partitioned by " + ", ".join(table["partitioning"]))
     if table.get("snapshot") is not None:
-        parts.append(f"snapshot {table['snapshot']}")
+        parts.append(f"{'version' if fmt == 'delta' else 'snapshot'} {table['snapshot']}")
     return "  " + ", ".join(parts)
 
 

@@ -121,10 +121,10 @@ def test_partition_and_stats_filters_prune_files(lake):
     in_2021 = pa.table(table.get_add_actions(flatten=True)).column("partition.y").to_pylist().count(2021)
     with squall.connect(str(lake), workers=2) as con:
         result = con.sql("SELECT count(*) FROM sales WHERE y = 2021")
-        assert f"files {in_2021} of {total}" in " ".join(result.stats["notes"])
+        assert result.stats["sources"][0]["files"] == f"{in_2021} of {total}"
         result = con.sql("SELECT count(*) FROM sales WHERE k >= 1000")  # log statistics rule every file out
         assert result.arrow().column(0).to_pylist() == [0]
-        assert f"files 0 of {total}" in " ".join(result.stats["notes"])
+        assert result.stats["sources"][0]["files"] == f"0 of {total}"
         result = con.sql("SELECT count(*) FROM sales WHERE y = 2021 OR x IS NULL")  # OR: x IS NULL keeps some
         assert result.arrow().column(0).to_pylist() == [answer({"sales": delta_rows(str(lake / "sales"))},
                                                                "SELECT count(*) FROM sales WHERE y = 2021 OR x IS NULL")[0][0]]  # fmt: skip
@@ -203,7 +203,7 @@ def test_on_s3(lake, platform, workers, monkeypatch):
                 for sql in queries[:2]:
                     assert _squall(con, sql) == answer(refs, sql), sql
             result = con.sql("SELECT count(*) FROM sales WHERE y = 2021")
-            assert "files" in " ".join(result.stats["notes"])
+            assert "files" in result.stats["sources"][0]
             assert _squall(con, "SELECT count(*) FROM sales FOR VERSION AS OF 0") == [(60,)]
 
 

@@ -104,7 +104,7 @@ def test_cli_lists_it_and_travels_in_time_and_refuses_in_one_line(lake):
 
     listed = cli("tables")
     assert listed.returncode == 0 and "plain (100 rows)" in listed.stdout
-    assert "sales (20 rows, format delta, version 2)" in listed.stdout
+    assert "sales (20 rows)  delta, version 2" in listed.stdout
     done = cli("query", "SELECT count(*) AS n FROM sales FOR VERSION AS OF 1")
     assert done.returncode == 0 and "200" in done.stdout
     done = cli("query", "SELECT count(*) FROM plain FOR VERSION AS OF 1")

@@ -60,10 +60,6 @@ def broadcast_built(ctx: Context, node: L.Node, dist: Dist) -> L.Node:
 def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
     source_of = {internal: source for source, internal in node.columns}
     info = ctx.catalog.scan_table(node.table, _table_filters(node.filters, source_of))
-    if info.source_notes:  # a lake table: its version, files kept of total (explain and stats)
-        said = f"scan of {info.name}: " + ", ".join(f"{k} {v}" for k, v in info.source_notes)
-        if said not in ctx.notes:
-            ctx.notes.append(said)
     groups, skipped = skipping.for_scan(
         ctx, info, node, source_of, prune_row_groups(info, source_of, node.filters)
     )
