@@ -121,3 +121,28 @@ def test_a_partition_filter_reads_its_share(site: Site, lake: _Lake):
     year = con.sql("SELECT sum(o_totalprice) AS s FROM orders_by_year WHERE o_year = 1995")
     assert _bytes_read(year.stats) <= 0.45 * _bytes_read(full.stats), (year.stats, full.stats)
     assert "1 of 7" in con.explain("SELECT sum(o_totalprice) AS s FROM orders_by_year WHERE o_year = 1995")
+
+
+def test_time_travel_against_the_readers(site: Site, lake: _Lake):
+    """The first Iceberg snapshot and Delta version 0, in both syntaxes, as pyiceberg and deltalake read them."""
+    import deltalake
+
+    from tests.lake_data import ICEBERG_TABLE, NAMESPACE, iceberg_catalog
+
+    con = lake.connect(site, 2)
+    table = iceberg_catalog(lake.properties).load_table(f"{NAMESPACE}.{ICEBERG_TABLE}")
+    first = min(table.snapshots(), key=lambda s: s.timestamp_ms).snapshot_id
+    rows = table.scan(snapshot_id=first).to_arrow()
+    got = con.sql(f"SELECT count(*) AS n, sum(o_totalprice) AS s FROM {ICEBERG} FOR VERSION AS OF {first}")
+    assert got.to_arrow().to_pylist() == [
+        {"n": rows.num_rows, "s": sum(rows.column("o_totalprice").to_pylist())}
+    ]
+    options = {}
+    if lake.data.startswith("s3://"):
+        endpoint = lake.properties["s3.endpoint"]
+        options = {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1"}
+    v0 = deltalake.DeltaTable(
+        f"{lake.data.rstrip('/')}/sales", version=0, storage_options=options
+    ).to_pyarrow_table()
+    got = con.sql("SELECT count(*) AS n, sum(o_totalprice) AS s FROM sales AT (VERSION => 0)")
+    assert got.to_arrow().to_pylist() == [{"n": v0.num_rows, "s": sum(v0.column("o_totalprice").to_pylist())}]
