@@ -144,7 +144,7 @@ def test_by_timestamp_in_both_syntaxes(versioned, workers):
             ):
                 assert _rows_of(con, f"SELECT count(*) FROM {t} {clause}") == [(v.rows.num_rows,)], clause
         first = versioned.versions[0].committed - timedelta(seconds=5)
-        with pytest.raises(DataError, match="no (version|snapshot) at"):
+        with pytest.raises(DataError, match=r"no (version|snapshot) at"):
             con.sql(f"SELECT count(*) FROM {t} FOR TIMESTAMP AS OF TIMESTAMP '{_ts(first)}'")
 
 
@@ -193,7 +193,7 @@ def test_refusals(versioned, tmp_path):
         with pytest.raises(NotSupportedError) as err:
             con.sql("SELECT * FROM plain FOR VERSION AS OF 1")
         assert "plain" in str(err.value) and len(str(err.value).splitlines()) == 1
-        with pytest.raises(DataError, match="no (version|snapshot) 99"):
+        with pytest.raises(DataError, match=r"no (version|snapshot) 99"):
             con.sql(f"SELECT * FROM {t} FOR VERSION AS OF 99")
         with pytest.raises(SqlSyntaxError) as err:
             con.sql(f"SELECT *\nFROM {t} FOR VERSION AS OF 'one'")
