@@ -301,7 +301,7 @@ def test_partitioned_folder_and_single_file_as_data(capsys, tmp_path):
         (table / f"year={year}").mkdir(parents=True)
         pq.write_table(pa_table({"a": rows}), table / f"year={year}" / "part.parquet")
     assert main(["tables", "--data", str(table)]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == "events (3 rows)"
+    assert capsys.readouterr().out.splitlines()[0] == "events (3 rows)  parquet, partitioned by year"
     assert main(["query", "SELECT sum(a) AS s FROM events", "--data", str(table), "--workers", "2",
                  "--format", "csv"]) == 0  # fmt: skip
     assert capsys.readouterr().out.splitlines() == ['"s"', "6"]

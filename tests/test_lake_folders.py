@@ -22,6 +22,7 @@ from pyiceberg.catalog import sql as sql_catalog
 
 from squall.driver.catalog.listing import lake_format, list_tables
 from squall.driver.catalog.tables import Catalog
+from squall.errors import NotSupportedError
 from squall.operators.storage import storage_for
 from tests.s3server import moto_available, moto_s3
 
@@ -143,3 +144,14 @@ def test_on_s3_too(lake):
         catalog.register_folder(f"{base}/warehouse/ns/")
         # the newest metadata file, read from S3 (its manifests and data files are where the metadata says)
         assert catalog.table("events").num_rows == 100
+
+
+def test_a_folder_around_a_lake_table_is_refused_naming_it(lake):
+    """``warehouse/`` holds the Iceberg table at ``ns/events/``: as plain Parquet files it would read every version."""
+    catalog = Catalog()
+    assert catalog.register_folder(str(lake / "warehouse")) == ["ns"]
+    with pytest.raises(NotSupportedError, match=r"holds an Iceberg table .* at events/"):
+        catalog.table("ns")
+    catalog.register("w", str(lake / "warehouse"))
+    with pytest.raises(NotSupportedError, match=r"at ns/events/"):
+        catalog.table("w")

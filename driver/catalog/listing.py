@@ -105,13 +105,37 @@ def lake_format(paths: Sequence[str]) -> str | None:
     return None
 
 
+def nested_lake_table(paths: Sequence[str]) -> tuple[str, str] | None:
+    """(its folder, relative, and format) of the first Iceberg or Delta table *below* a folder whose files'
+    ``paths`` (relative to it) are given; None when there is none (the folder itself: :func:`lake_format`)."""
+    for path in paths:
+        parts = path.split("/")
+        if len(parts) < 3:  # <table>/_delta_log/<file> or <table>/metadata/<file> at least
+            continue
+        marker, name = parts[-2], parts[-1]
+        if marker == "_delta_log":
+            return "/".join(parts[:-2]), "delta"
+        if marker == "metadata" and name.endswith(".metadata.json"):
+            return "/".join(parts[:-2]), "iceberg"
+    return None
+
+
 def refuse_lake_table(location: str, paths: Sequence[str]) -> None:
-    """NotSupportedError when the folder at ``location`` (its files' ``paths`` relative to it) is a lake table."""
+    """NotSupportedError when the folder at ``location`` (its files' ``paths`` relative to it) is a lake table
+    registered as plain files, or holds one below it: read as plain Parquet files, its folder would give the
+    rows of every version, deleted and rewritten ones included."""
     fmt = lake_format(paths)
     if fmt is not None:
         raise NotSupportedError(
-            f"{location} is {LAKE_FORMATS[fmt]}: {fmt.title()} tables are not read yet (as plain Parquet files its "
-            "folder would give the rows of every version, deleted and rewritten ones included)"
+            f"{location} is {LAKE_FORMATS[fmt]}, never read as plain Parquet files (they hold every version's rows): "
+            f"register it with format={fmt!r} or name its folder in --data"
+        )
+    nested = nested_lake_table(paths)
+    if nested is not None:
+        folder, fmt = nested
+        raise NotSupportedError(
+            f"{location} holds {LAKE_FORMATS[fmt]} at {folder}/: query that table (its folder or its catalog), "
+            "not the folder around it (as plain Parquet files it would give the rows of every version)"
         )
 
 

@@ -34,7 +34,7 @@ from sqlglot import exp
 from squall.driver.catalog import footers, hive
 from squall.driver.catalog.evolution import unite
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
-from squall.driver.catalog.listing import LAKE_FORMATS, is_glob, list_entries, refuse_lake_table
+from squall.driver.catalog.listing import is_glob, list_entries
 from squall.driver.catalog.literals import column_constraint
 from squall.driver.catalog.source import SOURCES, FilterSupport, SourceFile, TableSource, open_source
 from squall.errors import DataError, NotSupportedError
@@ -358,10 +358,6 @@ class ParquetTables:
 
     @staticmethod
     def load(name: str, location: str, storage: Storage, fmt: str) -> TableInfo:
-        if fmt in LAKE_FORMATS and fmt not in SOURCES:
-            refuse_lake_table(
-                location, [{"iceberg": "metadata/v1.metadata.json", "delta": "_delta_log/0.json"}[fmt]]
-            )
         if fmt not in SOURCES:
             raise NotSupportedError(f"table {name}: {fmt} tables are not read yet ({location})")
         return open_source(fmt, name, location, storage).table_info()

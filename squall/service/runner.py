@@ -254,6 +254,9 @@ def _describe_source(connection: Connection, name: str) -> dict[str, Any]:
     """``format`` (and what a lake table's source says of itself: ``partitioning``, ``snapshot`` (Delta: the
     version)) of table ``name``."""
     fmt = connection.catalog.format_of(name) or "parquet"
+    if fmt == "parquet":  # hive partitions: the key=value columns
+        partitioning = list(connection.catalog.source(name).partition_columns())
+        return {"format": fmt, **({"partitioning": partitioning} if partitioning else {})}
     if fmt not in ("iceberg", "delta"):
         return {"format": fmt}
     describe = getattr(connection.catalog.source(name), "describe", None)
