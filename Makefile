@@ -12,7 +12,7 @@ CDK_ARGS ?=
 CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
 CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test check-arch bench bench-peers bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
+.PHONY: run test check-arch bench bench-peers bench-lake bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
 # `make run` needs only the engine: .stamp installs the core dependencies. Everything else (test tools,
 # pandas, the CDK and Powertools) goes on top in .stamp-dev, for test/lint/fmt and the deploy targets.
@@ -64,6 +64,11 @@ $(VENV)/.stamp-peers: $(VENV)/.stamp
 
 bench-peers: data $(VENV)/.stamp-peers
 	$(PY) benchmarks/peers.py --sf $(SF) --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),)
+
+# lake scans (benchmarks/lake.py, LAKE_SF=0.1): small files, Iceberg and Delta vs DuckDB, deltalake and Polars (installed here)
+bench-lake: venv
+	$(PY) -m pip install -q -e '.[lake]' 'polars>=2.1'
+	$(PY) benchmarks/lake.py --sf $(or $(LAKE_SF),0.1) $(if $(WORKERS),--workers $(WORKERS),)
 
 # TPC-DS: data/tpcds-sf$(SF) is generated on first use (its own venv build/tpcds-venv, from PyPI)
 bench-tpcds: venv

@@ -14,6 +14,7 @@ ratios Squall/DuckDB and Squall/Polars, and the bytes Squall read (partition pru
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
+    os.environ.setdefault(
+        "POLARS_ICEBERG_PLANNER", "pyiceberg"
+    )  # Polars plans with pyiceberg, as Squall does
     try:
         import polars as pl
     except ImportError:
@@ -119,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'query':8} {'squall_s':>9} {'duckdb_s':>9} {'sq/duck':>8} {'polars_s':>9} {'sq/polars':>9} {'bytes':>12}"
         )
+        failed = 0
         for name, text in QUERIES.items():
-            print(_row(name, text, con, duck, polars_ctx, args.repeat))
+            line = _row(name, text, con, duck, polars_ctx, args.repeat)
+            failed |= "DIFFERS" in line
+            print(line)
     return 0
 
 
