@@ -235,3 +235,21 @@ def test_cli_query_on_a_hive_folder(data):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ['"o_year","n"', "1997,1000", "1998,1000"]
+
+
+def test_a_file_column_named_like_the_key_does_not_steer_page_index_skipping(tmp_path):
+    """``k=1/`` holds a file whose own ``k`` column says 2 (with a page index): the path's value wins, so
+    ``k = 1`` keeps every row, and the file's page index (k = 2 everywhere) must not rule its pages out."""
+    import squall
+
+    folder = tmp_path / "t" / "k=1"
+    folder.mkdir(parents=True)
+    rows = pa.table({"k": pa.array([2] * 1000, pa.int64()), "v": pa.array(range(1000), pa.int64())})
+    pq.write_table(rows, folder / "part-0.parquet", write_page_index=True, data_page_size=512)
+    with squall.connect(str(tmp_path), workers=1) as con:
+        got = con.sql("SELECT count(*) AS n, sum(v) AS s FROM t WHERE k = 1").arrow().to_pylist()
+    ref = duckdb.sql(
+        f"SELECT count(*) AS n, sum(v) AS s FROM read_parquet('{tmp_path}/t/**/*.parquet', hive_partitioning = true) "
+        "WHERE k = 1"
+    ).fetchall()
+    assert got == [{"n": ref[0][0], "s": ref[0][1]}] and ref[0][0] == 1000

@@ -90,8 +90,13 @@ def skip(
         return stamps[path]
 
     source = index_source or local_indexes(info.footers)
-    after_pages = _page_index_kept(kept, key, info.schema, stamp, source) if page_index and kept else kept
-    excluded = _bloom_excluded(after_pages, key, info.schema, stamp, source) if bloom else set()
+    # a file read through a FileRead names its columns its own way (renamed, dropped and re-added, a partition
+    # value over a file column): its indexes, looked up by table column, could rule out rows that are there
+    plain = [rg for rg in kept if rg.path not in info.file_reads]
+    paged = _page_index_kept(plain, key, info.schema, stamp, source) if page_index and plain else plain
+    excluded = _bloom_excluded(paged, key, info.schema, stamp, source) if bloom else set()
+    paged_keys = {(rg.path, rg.index) for rg in paged}
+    after_pages = [rg for rg in kept if rg.path in info.file_reads or (rg.path, rg.index) in paged_keys]
     after_bloom = [rg for rg in after_pages if (rg.path, rg.index) not in excluded]
     n_bloom, n_pages = len(after_pages) - len(after_bloom), len(kept) - len(after_pages)
     if cache is None:
