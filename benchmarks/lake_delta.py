@@ -74,6 +74,28 @@ def build(root: Path, sf: float) -> Path:
     return path
 
 
+def _differs(engine: str, got: pa.Table, expected: pa.Table, sql: str) -> str | None:
+    """How ``got`` differs from DuckDB's answer (None: the same); a peer's columns are taken by position and
+    its types cast where Arrow can do so safely, Squall's answer as it is."""
+    if engine != "squall":
+        got = got.rename_columns(expected.column_names)
+        try:
+            got = got.cast(expected.schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return compare_results(got, expected, sql)
+
+
+def _recording(run: Callable[[str], pa.Table], sql: str, answers: list[pa.Table]) -> Callable[[], pa.Table]:
+    """``run(sql)`` that also keeps each answer in ``answers`` (every timed run is checked)."""
+
+    def timed() -> pa.Table:
+        answers.append(run(sql))
+        return answers[-1]
+
+    return timed
+
+
 def _best(run: Callable[[], pa.Table], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -129,20 +151,21 @@ def main(argv: list[str] | None = None) -> int:
                 expected = runs["duckdb"](sql)
                 times = {}
                 for engine, run in runs.items():
-                    got = run(sql)
-                    if engine != "squall":  # a peer's columns by position, its types cast where safe
-                        got = got.rename_columns(expected.column_names)
-                        try:
-                            got = got.cast(expected.schema)
-                        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                            pass
-                    problem = compare_results(got, expected, sql)
-                    if problem:
-                        print(f"  {name}: {engine} differs: {problem}")
+                    answers: list[pa.Table] = []
+                    times[engine] = _best(
+                        lambda r=run, q=sql, out=answers: out.append(r(q)) or out[-1], args.repeat
+                    )
+                    problem = next(
+                        (p for got in answers if (p := _differs(engine, got, expected, sql))), None
+                    )
+                    if problem:  # every timed run's answer is checked; a differing engine leaves the ratios
+                        print(f"  {name}: {engine} DIFFERS: {problem}")
                         failed += 1
-                    times[engine] = _best(lambda r=run, q=sql: r(q), args.repeat)
+                        times.pop(engine)
                 ratios = "  ".join(
-                    f"{e} {times['squall'] / t:.2f}x" for e, t in times.items() if e != "squall"
+                    f"{e} {times['squall'] / t:.2f}x"
+                    for e, t in times.items()
+                    if e != "squall" and "squall" in times
                 )
                 cells = "  ".join(f"{e} {t:.3f}" for e, t in times.items())
                 print(f"  {name:<11} {cells}  |  {ratios}")
