@@ -30,6 +30,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 import squall
+from squall.testing import compare_results
 
 QUERIES = {
     "sum": "SELECT sum(l_quantity) AS q FROM lineitem",
@@ -74,7 +75,7 @@ def _one_query(con: Any, duck: duckdb.DuckDBPyConnection, sql: str, glob: str, r
     cold.to_arrow()
     first = time.perf_counter() - t0
     duck_sql = sql.replace("FROM lineitem", f"FROM read_parquet('{glob}')")
-    expected = duck.execute(duck_sql).fetchall()  # warm
+    duck.sql(duck_sql).to_arrow_table()  # warm
     ours = theirs = float("inf")
     stats: dict[str, Any] = {}
     for _ in range(repeat):
@@ -85,11 +86,11 @@ def _one_query(con: Any, duck: duckdb.DuckDBPyConnection, sql: str, glob: str, r
         if mine < ours:
             ours, stats = mine, result.stats
         t0 = time.perf_counter()
-        expected = duck.execute(duck_sql).fetchall()
+        expected = duck.sql(duck_sql).to_arrow_table()
         theirs = min(theirs, time.perf_counter() - t0)
-        value = next(iter(answer.to_pylist()[0].values()))
-        if abs(float(value) - float(expected[0][0])) > 1e-6 * max(1.0, abs(float(expected[0][0]))):
-            raise AssertionError(f"{sql}: squall {value} != duckdb {expected[0][0]}")
+        problem = compare_results(answer, expected, sql)  # every timed run's answer
+        if problem:
+            raise AssertionError(problem)
     return {
         "squall_first_s": first,
         "first_planning_s": cold.stats["planning_s"],
