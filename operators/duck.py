@@ -56,7 +56,10 @@ class ParquetView:
         for select, paths in whole.items():
             if len(paths) > 1:  # one scan of these whole files: binds once, reads them in parallel
                 listed = ", ".join(_literal(path) for path in paths)
-                text = f"SELECT {select} FROM read_parquet([{listed}], hive_partitioning = false, union_by_name = true)"
+                # files read through FileReads may differ in physical types (float32 and float64 under one
+                # select list): united by name, not read as the first file's types; files of one schema need not
+                united = ", union_by_name = true" if paths[0] in select_of else ""
+                text = f"SELECT {select} FROM read_parquet([{listed}], hive_partitioning = false{united})"
                 selects.append(text + (f" WHERE ({self.where})" if self.where else ""))
         for path, ranges in self.parts:
             if path in grouped and not ranges:
