@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 from sqlglot import exp
 
 from squall.driver.catalog.file_pruning import ColumnBounds, FileStats, may_match
-from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
+from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo, chunk_stats
 from squall.driver.catalog.literals import column_constraint
 from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource
 from squall.errors import DataError, NotSupportedError
@@ -532,26 +532,13 @@ def _row_groups(
             chunk = rg.column(c)
             column = table_of.get(chunk.path_in_schema)
             if column is not None:
-                cols[column] = _chunk_stats(chunk)
+                cols[column] = chunk_stats(chunk)
         for column, value in f.partition.items():
             nulls = rg.num_rows if value is None else 0
             cols[column] = ColumnChunkStats(value, value, nulls, 0, 0)
         out.append(RowGroup(f.path, i, rg.num_rows, cols, first))
         first += rg.num_rows
     return out
-
-
-def _chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:
-    lo = hi = nulls = None
-    stats = chunk.statistics
-    if stats is not None:
-        if stats.has_min_max:
-            try:
-                lo, hi = stats.min, stats.max
-            except Exception:  # undecodable logical type: no pruning for this chunk
-                lo = hi = None
-        nulls = stats.null_count if stats.has_null_count else None
-    return ColumnChunkStats(lo, hi, nulls, chunk.total_compressed_size, chunk.total_uncompressed_size)
 
 
 def pinned_version(info: TableInfo) -> int | None:

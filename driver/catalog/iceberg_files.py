@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from squall.driver.catalog.info import ColumnChunkStats, RowGroup
+from squall.driver.catalog.info import ColumnChunkStats, RowGroup, chunk_stats
 from squall.errors import NotSupportedError
 from squall.plan import FileRead
 
@@ -169,7 +169,6 @@ def _row_groups(
     constants: Mapping[str, str | None],
     values: Mapping[str, Any],
 ) -> list[RowGroup]:
-    from squall.driver.catalog.parquet import _chunk_stats
 
     groups = []
     first_row = 0
@@ -179,7 +178,7 @@ def _row_groups(
         stats: dict[str, ColumnChunkStats] = {}
         for column, name in rename.items():
             if name in chunks:
-                stats[column] = _chunk_stats(chunks[name])
+                stats[column] = chunk_stats(chunks[name])
         for column, text in constants.items():
             value = values.get(column)
             stats[column] = ColumnChunkStats(value, value, rg.num_rows if text is None else 0, 0, 0)

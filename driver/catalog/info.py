@@ -27,6 +27,20 @@ class ColumnChunkStats:
     uncompressed_bytes: int
 
 
+def chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:
+    """The statistics of one column chunk as its footer gives them (None where absent or undecodable)."""
+    lo = hi = nulls = None
+    stats = chunk.statistics
+    if stats is not None:
+        if stats.has_min_max:
+            try:
+                lo, hi = stats.min, stats.max
+            except Exception:  # undecodable logical type: no pruning for this chunk
+                lo = hi = None
+        nulls = stats.null_count if stats.has_null_count else None
+    return ColumnChunkStats(lo, hi, nulls, chunk.total_compressed_size, chunk.total_uncompressed_size)
+
+
 @dataclass(frozen=True)
 class RowGroup:
     """One row group of one file: the unit a scan is split into."""

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from squall.driver.catalog import footers, hive
 from squall.driver.catalog.evolution import unite
-from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo
+from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo, chunk_stats
 from squall.driver.catalog.listing import is_glob, list_entries
 from squall.driver.catalog.literals import column_constraint
 from squall.driver.catalog.source import SOURCES, FilterSupport, SourceFile, TableSource, open_source
@@ -317,7 +317,7 @@ class _Chunks(Mapping[str, ColumnChunkStats]):
     def __getitem__(self, column: str) -> ColumnChunkStats:
         found = self._extra.get(column) or self._decoded.get(column)
         if found is None:
-            found = self._decoded[column] = _chunk_stats(self._group.column(self._index[column]))
+            found = self._decoded[column] = chunk_stats(self._group.column(self._index[column]))
         return found
 
     def __contains__(self, column: object) -> bool:
@@ -329,19 +329,6 @@ class _Chunks(Mapping[str, ColumnChunkStats]):
 
     def __len__(self) -> int:
         return len(self._index) + len(self._extra)
-
-
-def _chunk_stats(chunk: pq.ColumnChunkMetaData) -> ColumnChunkStats:
-    lo = hi = nulls = None
-    stats = chunk.statistics
-    if stats is not None:
-        if stats.has_min_max:
-            try:
-                lo, hi = stats.min, stats.max
-            except Exception:  # undecodable logical type: no pruning for this chunk
-                lo = hi = None
-        nulls = stats.null_count if stats.has_null_count else None
-    return ColumnChunkStats(lo, hi, nulls, chunk.total_compressed_size, chunk.total_uncompressed_size)
 
 
 def load_table(name: str, location: str, storage: Storage) -> TableInfo:
