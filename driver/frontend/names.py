@@ -58,7 +58,7 @@ def resolve_names(ast: exp.Expression, catalog: Catalog) -> tuple[exp.Expression
 def resolve_catalog_names(sql: str, catalog: Catalog) -> str:
     """``sql`` with named catalogs' tables and metadata tables under their internal names (as
     :func:`resolve_names`); ``sql`` itself when it names none or does not parse (binding says why)."""
-    if "." not in sql and "$" not in sql:
+    if "$" not in sql and (catalog.catalogs is None or "." not in sql):  # nothing to resolve: no parse
         return sql
     try:
         ast = parse(sql)
