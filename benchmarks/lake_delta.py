@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from timing import best_of
 
 import squall
 from squall.testing import compare_results
@@ -86,25 +86,6 @@ def _differs(engine: str, got: pa.Table, expected: pa.Table, sql: str) -> str | 
     return compare_results(got, expected, sql)
 
 
-def _recording(run: Callable[[str], pa.Table], sql: str, answers: list[pa.Table]) -> Callable[[], pa.Table]:
-    """``run(sql)`` that also keeps each answer in ``answers`` (every timed run is checked)."""
-
-    def timed() -> pa.Table:
-        answers.append(run(sql))
-        return answers[-1]
-
-    return timed
-
-
-def _best(run: Callable[[], pa.Table], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def engines(path: Path, con: squall.Connection) -> dict[str, Callable[[str], pa.Table]]:
     """Each engine's ``sql -> Arrow table`` over the table (opened once here)."""
     from deltalake import DeltaTable, QueryBuilder
@@ -151,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 expected = runs["duckdb"](sql)
                 times = {}
                 for engine, run in runs.items():
-                    answers: list[pa.Table] = []
-                    times[engine] = _best(
-                        lambda r=run, q=sql, out=answers: out.append(r(q)) or out[-1], args.repeat
-                    )
+                    times[engine], answers = best_of(lambda r=run, q=sql: r(q), args.repeat)
                     problem = next(
                         (p for got in answers if (p := _differs(engine, got, expected, sql))), None
                     )

@@ -28,6 +28,7 @@ from typing import Any
 
 import duckdb
 import pyarrow.parquet as pq
+from timing import best_of
 
 import squall
 from squall.testing import compare_results
@@ -56,15 +57,6 @@ def make_files(folder: Path, files: int, sf: float) -> Path:
     for i in range(files):
         pq.write_table(table.slice(i * per, per), table_dir / f"part-{i:05d}.parquet")
     return table_dir
-
-
-def _best(run: Any, repeat: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = run()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def _one_query(con: Any, duck: duckdb.DuckDBPyConnection, sql: str, glob: str, repeat: int) -> dict[str, Any]:
@@ -124,8 +116,8 @@ def bench_planning(data: Path, repeat: int) -> dict[str, float]:
         forget_tables()
         return load_table("lineitem", location, storage_for(location))
 
-    cold_s, _ = _best(cold, repeat)
-    warm_s, _ = _best(lambda: load_table("lineitem", location, storage_for(location)), repeat)  # listing
+    cold_s, _ = best_of(cold, repeat)
+    warm_s, _ = best_of(lambda: load_table("lineitem", location, storage_for(location)), repeat)  # listing
     return {"files": n, "cold_s_per_1000": cold_s / n * 1000, "warm_s_per_1000": warm_s / n * 1000}
 
 

@@ -17,13 +17,12 @@ import argparse
 import os
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+from timing import best_of
 
 import squall
 from squall.testing import compare_results
@@ -62,16 +61,6 @@ def build(root: Path, sf: float) -> dict[str, str]:
     return props
 
 
-def _best(run: Callable[[], Any], repeat: int) -> tuple[float, list[Any]]:
-    """Best seconds of ``repeat`` runs, and every run's output."""
-    best, outs = float("inf"), []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        outs.append(run())
-        best = min(best, time.perf_counter() - t0)
-    return best, outs
-
-
 def _squall(con: squall.Connection, sql: str) -> tuple[pa.Table, dict[str, Any]]:
     result = con.sql(sql)
     return result.to_arrow(), result.stats
@@ -82,11 +71,11 @@ def _row(name: str, text: str, con: squall.Connection, duck: Any, polars_ctx: An
     expected = duck.sql(text.format(t="lineitem")).to_arrow_table()
     sql = text.format(t="lake.ns.lineitem")
     con.sql(sql).to_arrow()  # warm-up
-    squall_s, runs = _best(lambda: _squall(con, sql), repeat)
-    duck_s, _ = _best(lambda: duck.sql(text.format(t="lineitem")).to_arrow_table(), repeat)
+    squall_s, runs = best_of(lambda: _squall(con, sql), repeat)
+    duck_s, _ = best_of(lambda: duck.sql(text.format(t="lineitem")).to_arrow_table(), repeat)
     polars_s = None
     if polars_ctx is not None:
-        polars_s, _ = _best(lambda: polars_ctx.execute(text.format(t="lineitem")).collect(), repeat)
+        polars_s, _ = best_of(lambda: polars_ctx.execute(text.format(t="lineitem")).collect(), repeat)
     wrong = next((err for table, _stats in runs if (err := compare_results(table, expected, sql))), None)
     if wrong:
         return f"{name:8} DIFFERS: {wrong.splitlines()[0]}"
