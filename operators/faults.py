@@ -3,6 +3,8 @@
 Comma-separated rules, each ``kind:key=value:…``:
 
 - ``crash:rank=R:stage=S`` — the worker process of rank R exits abruptly when stage S starts;
+- ``crash_after_write:rank=R`` — rank R exits abruptly right after it staged its part of a write (files
+  written, nothing reported: what the commit must never pick up);
 - ``delay:rank=R:seconds=X[:stage=S]`` — rank R sleeps X seconds before stage S (or every stage), waking
   early when the query is aborted or finished (the losing copy of a straggler's duplicate stops then);
 - ``hang:rank=R:seconds=X[:stage=S]`` — like delay, but deaf to aborts: a rank stuck in work it cannot leave,
@@ -46,7 +48,7 @@ def parse_faults(text: str | None) -> tuple[Fault, ...]:
         if not rule:
             continue
         kind, *pairs = rule.split(":")
-        if kind not in ("crash", "delay", "hang", "slow_scan", "s3_error"):
+        if kind not in ("crash", "crash_after_write", "delay", "hang", "slow_scan", "s3_error"):
             raise OptionError(f"SQUALL_FAULTS: unknown fault kind {kind!r} in {rule!r}")
         fields: dict[str, str] = {}
         for pair in pairs:
@@ -92,6 +94,12 @@ def before_stage(
             time.sleep(f.seconds)
         elif f.kind == "crash":
             os._exit(17)
+
+
+def after_write(faults: tuple[Fault, ...], rank: int) -> None:
+    """Apply ``crash_after_write`` rules matching ``rank``."""
+    if any(f.kind == "crash_after_write" and f.rank in (None, rank) for f in faults):
+        os._exit(17)
 
 
 def scan_delay(faults: tuple[Fault, ...], rank: int, stage: int) -> float:

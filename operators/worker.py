@@ -20,11 +20,12 @@ from typing import Any, cast
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute
 
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox, duck_type, file_read_select, ident
-from squall.operators.faults import before_stage, faults_from_env, scan_delay
+from squall.operators.faults import after_write, before_stage, faults_from_env, scan_delay
 from squall.operators.partition import (
     NULL_COLUMN,
     PART_COLUMN,
@@ -35,10 +36,12 @@ from squall.operators.partition import (
 from squall.operators.rangepart import range_parts
 from squall.operators.runtime_join import RuntimeJoins
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
+from squall.operators.sinks import Sink, sink_for
 from squall.operators.skew import SkewExchanges, remote_bytes
 from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
 from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
+from squall.operators.write import write_part
 from squall.plan import ExchangeInput, Plan, ScanInput, Stage
 
 # DuckDB errors caused by the data or the query's own logic: the user's to fix.
@@ -91,10 +94,13 @@ class WorkerReport:
     steals: list[dict[str, Any]] = field(default_factory=list)  # one per stealing scan (operators/steal.py)
     #: scan name -> the predicate cache probe's outcome (squall.operators.skip_record)
     skipping: dict[str, Any] = field(default_factory=dict)
+    #: a write plan's part on this rank: files, rows, bytes written and seconds spent (operators/write.py)
+    written: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
+            "written": self.written,
             "elapsed_s": self.elapsed_s,
             "storage_requests": self.storage_requests,
             "exchange": self.exchange,
@@ -128,9 +134,11 @@ class Worker:
         storage_options: dict[str, Any] | None = None,
         on_stage: Callable[[int], None] | None = None,
         sandbox_options: dict[str, Any] | None = None,
+        attempt: int = 0,
     ) -> None:
         self.plan = plan
         self.rank = rank
+        self.attempt = attempt  # this rank's attempt (a re-invoked Lambda rank): in a write's file names
         self.exchange = exchange
         self.query_id = query_id
         self.threads = threads or max(1, (os.cpu_count() or 1) // max(plan.world_size, 1))
@@ -143,6 +151,7 @@ class Worker:
         self.native_scans = bool(self.storage_options.get("native_scans", True))
         self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
+        self._sink: Sink | None = None
         self._probes: dict[str, ProbeView] = {}  # predicate cache probes of native scans, by scan name
         self._skipping: dict[str, Any] = {}
         self._skew = SkewExchanges(plan, rank, exchange, query_id)
@@ -222,7 +231,7 @@ class Worker:
             if self.rank in stage.ranks:
                 table = self._run_stage(stage, db, views, received, sr)
                 if stage.output.kind == "result":
-                    self._result = table
+                    self._result = table if self.plan.write is None else self._write(stage, table, report)
             if stage.output.kind != "result" and self.rank in stage.output.receivers:
                 # a skew-aware group's exchanges are received together, after its last member was sent;
                 # a run-time join's after its decision (a side kept in place is not received at all)
@@ -241,6 +250,29 @@ class Worker:
                     received[ready.id] = got
             if self.on_stage is not None:
                 self.on_stage(stage.id)
+
+    def _write(self, stage: Stage, table: pa.Table | None, report: WorkerReport) -> pa.Table:
+        """A write plan's result stage: this rank's rows as staged files; its result is their manifest."""
+        assert self.plan.write is not None and table is not None
+        spec, t0 = self.plan.write, time.perf_counter()
+        table = table.rename_columns(list(self.plan.result_names))  # the files carry the result's names
+        if self._sink is None:
+            self._sink = sink_for(spec.staging, self.storage_options)
+        manifest = write_part(
+            table, spec, self._sink, self.query_id, self.rank, self.attempt,
+            first_rank=self.rank == min(stage.ranks), threads=self.threads,
+            temp_dir=self.sandbox_options.get("temp_directory"),
+        )  # fmt: skip
+        report.written = {
+            "files": manifest.num_rows,
+            "rows": table.num_rows,
+            "bytes": int(pa.compute.sum(manifest.column("bytes")).as_py() or 0),
+            "write_s": time.perf_counter() - t0,
+            "requests": self._sink.requests(),
+        }
+        if self.faults:
+            after_write(self.faults, self.rank)
+        return manifest
 
     def _native_ok(self, inp: ScanInput) -> bool:
         """Whether DuckDB may read ``inp``'s files itself (local Parquet, native scans on)."""

@@ -22,7 +22,10 @@ from squall.driver.options import PlannerOptions
 from squall.driver.platforms.base import Execution, Platform, Progress, platform_class
 from squall.driver.report.explain import explain_plan
 from squall.driver.report.stats import QueryFacts, assemble
+from squall.driver.report.written import written_stats
 from squall.driver.skipping.predicate_cache import PredicateCache
+from squall.driver.write.locations import Writable, writable_list
+from squall.driver.write.statements import WriteStatement, parse_write
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, QueryTimeout
 from squall.operators.duck import Sandbox
 from squall.operators.worker import USER_RUNTIME, StageReport, WorkerReport
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from squall.client import RemoteConnection
     from squall.driver.forecast.predict import AutoChoice, Estimator
     from squall.driver.forecast.scale import Estimate
+    from squall.driver.write.jobs import WriteJob
 
 #: compiled plans kept per connection (least recently used dropped first)
 PLAN_CACHE_SIZE = 128
@@ -61,8 +65,12 @@ class Connection:
         timeout: float | None = None,
         predicate_cache: PredicateCache | None = None,
         catalogs: Mapping[str, Mapping[str, Any]] | None = None,
+        writable: str | Sequence[str] | None = None,
     ) -> None:
         self.timeout = _check_timeout(timeout)
+        #: where COPY, CREATE TABLE AS and INSERT may write (nothing when empty: every write is refused)
+        self.writable = Writable(writable_list(writable))
+        self.storage_options = dict(storage_options or {})
         self._auto_cap: int | None = None  # workers="auto" with W per query: the largest W to consider
         self._auto_note = ""  # workers="auto" with a fixed W: why that W
         self._fanout_given = bool((platform_options or {}).get("fanout"))
@@ -138,9 +146,36 @@ class Connection:
     def plan(self, sql: str) -> Plan:
         """The distributed plan of ``sql`` (nothing runs); with ``workers="auto"`` on a lambda platform, at
         the W the scale model chose for it."""
+        if (statement := parse_write(sql)) is not None:
+            return self._write_job(statement)[1]
         if self._auto_cap is not None:
             return self._plan_with_choice(sql)[0]
         return self._compile(sql, self.platform.world_size)[0]
+
+    def _write_job(self, statement: WriteStatement) -> tuple[WriteJob, Plan | None]:
+        """The job of a write statement and its write plan (None when the job plans no query); UserError
+        when it may not run (nothing is written)."""
+        from squall.driver.write.jobs import prepare
+        from squall.driver.write.planning import write_plan
+
+        job = prepare(statement, self.catalog, self.writable, self.storage_options, self._describe)
+        if not job.query or job.spec is None:
+            return job, None
+        if self._auto_cap is not None:
+            plan = self._plan_with_choice(job.query)[0]
+        else:
+            plan = self._compile(job.query, self.platform.world_size)[0]
+        return job, write_plan(plan, job.spec)
+
+    def _describe(self, sql: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The result column names and DuckDB types of ``sql`` (bound, not planned)."""
+        from squall.driver.frontend.bind import Binder
+
+        with self._plan_lock:
+            if self._db is None:
+                self._db = Sandbox(threads=1)
+            bound = Binder(self.catalog, self._db).bind(resolve_catalog_names(sql, self.catalog))
+        return bound.names, bound.types
 
     def _compile(self, sql: str, world_size: int) -> tuple[Plan, dict[str, Any]]:
         """The plan of ``sql`` at ``world_size``, from this connection's plan cache when the same text was
@@ -205,7 +240,10 @@ class Connection:
 
         ``estimate=True`` adds the scale model's predicted time, cost and S3 requests (see :meth:`estimate`).
         """
-        plan, choice = self._plan_with_choice(sql)
+        if parse_write(sql) is not None:
+            plan, choice = self.plan(sql), None
+        else:
+            plan, choice = self._plan_with_choice(sql)
         text = explain_plan(plan)
         if not estimate and choice is None:
             return text
@@ -334,6 +372,8 @@ class Connection:
 
     def _run(self, sql: str, query: _Query, progress: Callable[[Progress], None] | None) -> Result:
         start = time.perf_counter()
+        if (statement := parse_write(sql)) is not None:
+            return self._run_write(statement, query, progress, start)
         prestart = getattr(self.platform, "prestart", None)
         if prestart is not None and self._auto_cap is None and _mentions_table(sql, self.catalog.names()):
             prestart()  # the worker pool starts while the query is planned
@@ -372,6 +412,54 @@ class Connection:
             estimate=predicted(),
         )
         return Result(table, assemble(plan, execution.reports, table, facts), plan)
+
+    def _run_write(
+        self,
+        statement: WriteStatement,
+        query: _Query,
+        progress: Callable[[Progress], None] | None,
+        start: float,
+    ) -> Result:
+        """Run a write statement: plan its query as a write plan, run it, commit once every rank succeeded
+        (see :mod:`squall.driver.write`); a failure leaves nothing at the target."""
+        driver_before = self.catalog.requests()
+        job, plan = self._write_job(statement)
+        planned = time.perf_counter()
+        query_id = f"q{uuid.uuid4().hex[:16]}"
+        reports: list[dict[str, Any]] = []
+        details: dict[str, Any] = {}
+        manifest: pa.Table | None = None
+        rows = 0
+        try:
+            if plan is not None:
+                query.check()
+                self._fit_platform(plan)
+                execution = self.platform.execute(plan, query_id, progress)
+                reports, details, manifest = execution.reports, execution.details, execution.table
+                rows = sum(int((r.get("written") or {}).get("rows", 0)) for r in reports)
+                query.check()
+            committed = job.commit(manifest, rows, query_id)
+        except BaseException:
+            _quietly(job.abort, query_id)
+            raise
+        done = time.perf_counter()
+        table = pa.table({
+            "status": [job.summary], "rows": pa.array([committed.rows], pa.int64()),
+            "files": pa.array([len(committed.files)], pa.int64()),
+            "bytes": pa.array([committed.bytes], pa.int64()), "target": [committed.target],
+        })  # fmt: skip
+        if plan is None:
+            return Result(table, {"query_id": query_id, "elapsed_s": done - start, "written": committed.to_dict(),
+                                  "notes": [], "rows": 1})  # fmt: skip
+        facts = QueryFacts(
+            query_id=query_id, platform=self.platform.name, elapsed_s=done - start, planning_s=planned - start,
+            execution_s=done - planned, ran_on="workers", plan_cache="n/a", planning_breakdown={},
+            driver_storage_requests=_delta(self.catalog.requests(), driver_before),
+            cache_learned=self.predicate_cache.learn(plan, reports), details=details, estimate=None,
+        )  # fmt: skip
+        stats = assemble(plan, reports, table, facts)
+        stats["written"] = written_stats(committed.to_dict(), reports)
+        return Result(table, stats, plan)
 
     def _run_on_driver(self, plan: Plan) -> Execution:
         """Run a plan that reads no table (one stage, no input) in the driver's sandboxed DuckDB (external
@@ -476,6 +564,14 @@ class _Query:
             self._timer.cancel()
         with self._lock:  # no platform.cancel() runs after this: the next query is safe
             self._finished.set()
+
+
+def _quietly(call: Callable[[str], None], arg: str) -> None:
+    """Clean-up after a failure: its own errors must not hide the failure."""
+    try:
+        call(arg)
+    except Exception:
+        pass
 
 
 def _mentions_table(sql: str, tables: Sequence[str]) -> bool:

@@ -247,8 +247,53 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class WriteSpec:
+    """Where a write plan's last stage puts its rows (``COPY … TO``, ``CREATE TABLE AS``, ``INSERT``).
+
+    Every rank of the result stage writes its own part files with DuckDB's ``COPY`` into
+    ``<staging>/<query id>/r<rank>-a<attempt>/`` and returns, instead of rows, a manifest of what it wrote
+    (one row per file: ``path``, ``relative``, ``rows``, ``bytes``); the driver commits once every rank
+    succeeded (``squall.driver.write.commit``). Nothing is visible at ``target`` before the commit.
+
+    - ``target``: the final location, a folder (``single_file`` false) or one file;
+    - ``format``: ``parquet``, ``csv`` or ``json`` (JSON lines);
+    - ``options``: DuckDB ``COPY`` options as (NAME, SQL literal), checked by the driver;
+    - ``partition_by``: hive ``key=value`` folders by these columns of the result (left out of the files);
+    - ``partition_exprs``: computed partition keys (name, SQL over the result's columns) whose folders
+      split the files (Iceberg transforms); they are not columns of the files either;
+    - ``extension``: the part files' suffix (``parquet``, ``csv.gz``, …);
+    - ``table_format``: what the commit makes of the files (``files``: plain files; ``iceberg``).
+    """
+
+    target: str
+    staging: str
+    format: str = "parquet"
+    options: tuple[tuple[str, str], ...] = ()
+    partition_by: tuple[str, ...] = ()
+    partition_exprs: tuple[tuple[str, str], ...] = ()
+    single_file: bool = False
+    extension: str = "parquet"
+    table_format: str = "files"
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> WriteSpec:
+        return WriteSpec(
+            d["target"],
+            d["staging"],
+            d.get("format", "parquet"),
+            tuple((k, v) for k, v in d.get("options", ())),
+            tuple(d.get("partition_by", ())),
+            tuple((k, v) for k, v in d.get("partition_exprs", ())),
+            bool(d.get("single_file", False)),
+            d.get("extension", "parquet"),
+            d.get("table_format", "files"),
+        )
+
+
+@dataclass(frozen=True)
 class Plan:
-    """A whole distributed plan for ``world_size`` workers."""
+    """A whole distributed plan for ``world_size`` workers; ``write``: the result is written, not
+    returned (see :class:`WriteSpec`)."""
 
     sql: str
     world_size: int
@@ -257,6 +302,7 @@ class Plan:
     result_types: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     format: int = PLAN_FORMAT
+    write: WriteSpec | None = None
 
     def stage(self, stage_id: int) -> Stage:
         for s in self.stages:
@@ -359,6 +405,7 @@ class Plan:
             result_types=tuple(d["result_types"]),
             notes=tuple(d["notes"]),
             format=d["format"],
+            write=WriteSpec.from_dict(d["write"]) if d.get("write") else None,
         )
 
     @staticmethod

@@ -172,6 +172,18 @@ class Catalog:
             self._stamps.pop(name.lower(), None)
             self._version += 1
 
+    def unregister(self, name: str) -> None:
+        """Forget table ``name`` (DROP TABLE of a table Squall made); nothing happens when it is unknown."""
+        key = name.lower()
+        with self._lock:
+            if self._locations.pop(key, None) is None:
+                return
+            self._openers.pop(key, None)
+            self._options.pop(key, None)
+            self._forget(key)
+            self._stamps.pop(key, None)
+            self._version += 1
+
     def _open(self, key: str, entry: tuple[str, str, str, str]) -> TableSource:
         """A fresh source of table ``key`` (registered as ``entry``)."""
         opener = self._openers.get(key)

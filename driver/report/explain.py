@@ -16,8 +16,14 @@ def _ranks(ranks: tuple[int, ...]) -> str:
     return "ranks " + ",".join(map(str, ranks))
 
 
-def _output(stage: Stage) -> str:
+def _output(stage: Stage, plan: Plan | None = None) -> str:
     out = stage.output
+    if out.kind == "result" and plan is not None and plan.write is not None:
+        w = plan.write
+        parts = " (hive folders by " + ", ".join(w.partition_by or [n for n, _ in w.partition_exprs]) + ")" if (
+            w.partition_by or w.partition_exprs) else ""  # fmt: skip
+        who = "rank writes" if len(stage.ranks) <= 1 else "each rank writes its part of"
+        return f"write: {who} {w.format} {'file' if w.single_file else 'files'}{parts} → {w.target}"
     if out.kind == "result":
         return "result" if len(stage.ranks) <= 1 else "result parts in rank order"
     if out.kind == "range":
@@ -90,7 +96,7 @@ def explain_plan(plan: Plan) -> str:
     lines += [f"note: {n}" for n in plan.notes]
     for stage in plan.stages:
         lines.append("")
-        header = f"Stage {stage.id} on {_ranks(stage.ranks)} → {_output(stage)}"
+        header = f"Stage {stage.id} on {_ranks(stage.ranks)} → {_output(stage, plan)}"
         if stage.note:
             header += f"   -- {stage.note}"
         lines.append(header)

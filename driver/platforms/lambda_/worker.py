@@ -213,7 +213,8 @@ def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         try:
             worker = Worker(plan, rank, exchange, query_id, threads=threads,
                             storage_options=settings.get("storage_options"),
-                            on_stage=lambda sid: status.put(f"stage-{sid}"), sandbox_options=sandbox)  # fmt: skip
+                            on_stage=lambda sid: status.put(f"stage-{sid}"), sandbox_options=sandbox,
+                            attempt=attempt)  # fmt: skip
             worker.faults = faults
             result, report = worker.run()
         finally:

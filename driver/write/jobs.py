@@ -1,0 +1,128 @@
+"""What a write statement becomes: a :class:`WriteJob` the connection runs.
+
+A job says which query to plan (:attr:`WriteJob.query`), how its rows are written
+(:attr:`WriteJob.spec`, attached to the plan by :func:`~squall.driver.write.planning.write_plan`), and what
+to do once every rank succeeded (:meth:`WriteJob.commit`) or when one failed (:meth:`WriteJob.abort`).
+A job without a query (DROP TABLE) does all its work in ``commit``. Everything a job refuses, it refuses
+in :func:`prepare` — before any worker starts and before anything is written.
+
+Targets: a COPY's path (:class:`FilesJob`), a folder table under a writable location
+(:mod:`~squall.driver.write.folder_tables`), an Iceberg table of a named catalog
+(:mod:`~squall.driver.write.iceberg`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from squall.driver.write.commit import Committed, check_target, cleanup, commit_files
+from squall.driver.write.locations import Writable
+from squall.driver.write.options import write_options
+from squall.driver.write.statements import WriteStatement
+from squall.errors import NotSupportedError
+from squall.operators.sinks import Sink, sink_for
+from squall.plan import WriteSpec
+
+if TYPE_CHECKING:
+    from squall.driver.catalog.tables import Catalog
+
+#: (SQL) -> (column names, DuckDB types) of that query's result, bound against the catalog
+Describe = Callable[[str], tuple[tuple[str, ...], tuple[str, ...]]]
+
+
+class WriteJob(ABC):
+    """One write statement, ready to run (see module doc)."""
+
+    #: the SQL of the rows to write; "" when nothing is planned (DROP TABLE, CREATE … IF NOT EXISTS of a table
+    #: that exists)
+    query: str = ""
+    spec: WriteSpec | None = None
+
+    @abstractmethod
+    def commit(self, manifest: pa.Table | None, rows: int, query_id: str) -> Committed:
+        """Make the written files visible (or do the statement's work); ``manifest``: every rank's files."""
+
+    def abort(self, query_id: str) -> None:  # noqa: B027 - nothing to undo by default
+        """The query failed: remove what its ranks staged."""
+
+    @property
+    def summary(self) -> str:
+        """What the statement did, for the result's ``status`` column (``COPY``, ``CREATE TABLE``, …)."""
+        return "WRITE"
+
+
+class FilesJob(WriteJob):
+    """``COPY … TO`` / ``UNLOAD``: files at a path (see :mod:`~squall.driver.write.commit`)."""
+
+    def __init__(self, query: str, spec: WriteSpec, sink: Sink, mode: str, status: str = "COPY") -> None:
+        self.query, self.spec, self.sink, self.mode, self._status = query, spec, sink, mode, status
+
+    def commit(self, manifest: pa.Table | None, rows: int, query_id: str) -> Committed:
+        assert manifest is not None and self.spec is not None
+        check_target(self.sink, self.spec.target, self.mode, self.spec.single_file)  # (still) free to write?
+        return commit_files(self.spec, manifest, self.sink, query_id, self.mode, rows)
+
+    def abort(self, query_id: str) -> None:
+        assert self.spec is not None
+        cleanup(self.spec, self.sink, query_id)
+
+    @property
+    def summary(self) -> str:
+        return self._status
+
+
+def prepare(
+    statement: WriteStatement,
+    catalog: Catalog,
+    writable: Writable,
+    storage_options: Mapping[str, Any] | None,
+    describe: Describe,
+) -> WriteJob:
+    """The job of ``statement``; UserError (nothing written) when it may not or cannot run."""
+    if statement.kind == "copy":
+        return files_job(statement, writable, storage_options)
+    parts = statement.table_parts
+    if len(parts) == 3 or (
+        catalog.catalogs is not None and len(parts) > 1 and parts[0] in _catalog_names(catalog)
+    ):
+        from squall.driver.write.iceberg import iceberg_job  # pyiceberg: only for catalog tables
+
+        return iceberg_job(statement, catalog, describe)
+    if len(parts) != 1:
+        raise NotSupportedError(
+            f"table name {statement.target}: name a table of this connection (t) or of a catalog (catalog.namespace.t)"
+        )
+    from squall.driver.write.folder_tables import folder_job
+
+    return folder_job(statement, catalog, writable, storage_options, describe)
+
+
+def _catalog_names(catalog: Catalog) -> set[str]:
+    names = getattr(catalog.catalogs, "names", None)
+    return {n.lower() for n in names()} if callable(names) else set()
+
+
+def files_job(
+    statement: WriteStatement, writable: Writable, storage_options: Mapping[str, Any] | None
+) -> FilesJob:
+    """A COPY's job: target resolved inside the writable locations, options checked, target checked."""
+    target = writable.resolve(statement.target)
+    opts = write_options(statement.options, target)
+    if not opts.single_file and not target.endswith("/"):
+        target += "/"
+    sink = sink_for(target, storage_options)
+    check_target(sink, target, opts.mode, opts.single_file)
+    spec = WriteSpec(
+        target=target,
+        staging=writable.staging(target),
+        format=opts.format,
+        options=opts.passed,
+        partition_by=opts.partition_by,
+        single_file=opts.single_file,
+        extension=opts.extension,
+    )
+    return FilesJob(statement.query, spec, sink, opts.mode)

@@ -1,0 +1,162 @@
+"""A rank's part of a write: its rows as files in the query's staging folder (see ``squall.plan.WriteSpec``).
+
+DuckDB's own ``COPY`` writes the files (Parquet, CSV, JSON lines; hive partition folders; compression;
+file size limits), in a connection of its own that sees nothing but this rank's rows: the statement is
+Squall's, built from options the driver checked, never the user's SQL. Local targets are written in place
+in the staging folder; other schemes (S3) are written to a local temporary folder first and uploaded with
+multipart uploads. The rank's result is a manifest, one row per file (:data:`MANIFEST`), which the driver
+commits (``squall.driver.write.commit``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from squall.errors import QueryRuntimeError
+from squall.operators.sinks import Sink
+from squall.plan import WriteSpec
+
+#: a write rank's result: one row per file it staged
+MANIFEST = pa.schema(
+    [
+        ("path", pa.string()),  # where the file is staged (full path or URL)
+        ("relative", pa.string()),  # its path under the target (partition folders and name)
+        ("rows", pa.int64()),  # rows in the file; -1 when only the rank's total is known (CSV/JSON parts)
+        ("bytes", pa.int64()),
+        ("rank", pa.int32()),
+    ]
+)
+
+
+def part_folder(spec: WriteSpec, query_id: str, rank: int, attempt: int) -> str:
+    """Where rank ``rank``'s attempt ``attempt`` stages its files (ends with ``/``)."""
+    return f"{query_folder(spec, query_id)}r{rank}-a{attempt}/"
+
+
+def query_folder(spec: WriteSpec, query_id: str) -> str:
+    """The staging folder of one query: every rank's every attempt (ends with ``/``)."""
+    return f"{spec.staging.rstrip('/')}/{query_id}/"
+
+
+def file_prefix(query_id: str, rank: int, attempt: int) -> str:
+    """The name every part file of this attempt starts with: query, rank and attempt (unique per write)."""
+    return f"part-{query_id}-r{rank}-a{attempt}-"
+
+
+def write_part(
+    table: pa.Table,
+    spec: WriteSpec,
+    sink: Sink,
+    query_id: str,
+    rank: int,
+    attempt: int = 0,
+    *,
+    first_rank: bool = True,
+    threads: int = 1,
+    temp_dir: str | None = None,
+) -> pa.Table:
+    """Write ``table`` (this rank's rows) as ``spec`` says into the staging folder; returns the manifest.
+
+    A rank without rows writes nothing, unless it is the result's ``first_rank`` and the write is not
+    partitioned: that rank writes one empty file, so the target always holds the result's schema.
+    """
+    folder = part_folder(spec, query_id, rank, attempt)
+    if table.num_rows == 0 and not (first_rank and not spec.partition_by and not spec.partition_exprs):
+        return MANIFEST.empty_table()
+    local = sink.scheme == "file"
+    out = folder.removeprefix("file://") if local else tempfile.mkdtemp(prefix="squall-write-", dir=temp_dir)
+    try:
+        os.makedirs(out, exist_ok=True)
+        files = _copy(table, spec, out, file_prefix(query_id, rank, attempt), threads)
+        rows = [
+            (
+                f"{folder}{rel}",
+                rel if not spec.single_file else _basename(spec.target),
+                n,
+                os.path.getsize(os.path.join(out, rel)),
+            )
+            for rel, n in files
+        ]
+        if not local:
+            for path, _rel, _n, _b in rows:
+                sink.put(os.path.join(out, path[len(folder) :]), path)
+    finally:
+        if not local:
+            shutil.rmtree(out, ignore_errors=True)
+    if len(rows) == 1 and rows[0][2] < 0:
+        rows = [(rows[0][0], rows[0][1], table.num_rows, rows[0][3])]
+    return pa.table(
+        {
+            "path": [r[0] for r in rows],
+            "relative": [r[1] for r in rows],
+            "rows": pa.array([r[2] for r in rows], pa.int64()),
+            "bytes": pa.array([r[3] for r in rows], pa.int64()),
+            "rank": pa.array([rank] * len(rows), pa.int32()),
+        },
+        schema=MANIFEST,
+    )
+
+
+def _basename(target: str) -> str:
+    return target.rstrip("/").rpartition("/")[2]
+
+
+def copy_sql(spec: WriteSpec, out: str, prefix: str) -> str:
+    """The ``COPY`` statement that writes the registered ``rows`` into the local folder ``out``."""
+    computed = "".join(f", ({sql}) AS {_ident(name)}" for name, sql in spec.partition_exprs)
+    keys = [*spec.partition_by, *(name for name, _sql in spec.partition_exprs)]
+    opts = [f"FORMAT {spec.format}"]
+    opts += [f"{name} {value}" for name, value in spec.options]
+    if spec.single_file:
+        dest = os.path.join(out, _basename(spec.target))
+    else:
+        dest = out
+        opts += [f"FILENAME_PATTERN '{prefix}{{i}}'", f"FILE_EXTENSION '{spec.extension}'"]
+        if keys:
+            opts.append(f"PARTITION_BY ({', '.join(_ident(k) for k in keys)})")
+        elif not any(name == "FILE_SIZE_BYTES" for name, _v in spec.options):
+            opts.append("PER_THREAD_OUTPUT")
+        opts.append("OVERWRITE_OR_IGNORE")  # the rank's own fresh folder
+    opts.append("RETURN_STATS" if spec.format == "parquet" else "RETURN_FILES")
+    return f"COPY (SELECT *{computed} FROM rows) TO {_literal(dest)} ({', '.join(opts)})"
+
+
+def _copy(table: pa.Table, spec: WriteSpec, out: str, prefix: str, threads: int) -> list[tuple[str, int]]:
+    """Run the COPY; (path relative to ``out``, rows or -1) per file written."""
+    config: dict[str, Any] = {"threads": max(1, threads), "autoinstall_known_extensions": False,
+                              "autoload_known_extensions": False}  # fmt: skip
+    con = duckdb.connect(config=config)
+    try:
+        con.register("rows", table)
+        try:
+            got = con.sql(copy_sql(spec, out, prefix)).fetchall()
+        except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.NotImplementedException,
+                duckdb.BinderException, duckdb.OutOfRangeException) as err:  # fmt: skip
+            raise QueryRuntimeError(f"cannot write {spec.target}: {str(err).splitlines()[0]}") from None
+    finally:
+        con.close()
+    root = out.rstrip("/") + "/"
+    if spec.format == "parquet":  # (filename, count, …)
+        return [(_relative(str(r[0]), root), int(r[1])) for r in got]
+    (count, names), = got  # fmt: skip
+    names = [_relative(str(n), root) for n in names]
+    return [(n, int(count) if len(names) == 1 else -1) for n in names]
+
+
+def _relative(path: str, root: str) -> str:
+    path = os.path.abspath(path) if not path.startswith(root) else path
+    return path[len(root) :] if path.startswith(root) else os.path.relpath(path, root)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
