@@ -115,13 +115,13 @@ def copy_sql(spec: WriteSpec, out: str, prefix: str) -> str:
     opts += [f"{name} {value}" for name, value in spec.options]
     if spec.single_file:
         dest = os.path.join(out, _basename(spec.target))
+    elif not keys and not any(name == "FILE_SIZE_BYTES" for name, _v in spec.options):
+        dest = os.path.join(out, f"{prefix}0.{spec.extension}")  # one file per rank: the rank's order kept
     else:
         dest = out
         opts += [f"FILENAME_PATTERN '{prefix}{{i}}'", f"FILE_EXTENSION '{spec.extension}'"]
         if keys:
             opts.append(f"PARTITION_BY ({', '.join(_ident(k) for k in keys)})")
-        elif not any(name == "FILE_SIZE_BYTES" for name, _v in spec.options):
-            opts.append("PER_THREAD_OUTPUT")
         opts.append("OVERWRITE_OR_IGNORE")  # the rank's own fresh folder
     opts.append("RETURN_STATS" if spec.format == "parquet" else "RETURN_FILES")
     return f"COPY (SELECT *{computed} FROM rows) TO {_literal(dest)} ({', '.join(opts)})"
