@@ -112,7 +112,7 @@ class LocalSink(Sink):
 
     def list_under(self, prefix: str) -> list[str]:
         root = _local(prefix)
-        found = []
+        found: list[str] = []
         for folder, _dirs, names in os.walk(root):
             found.extend(os.path.join(folder, n) for n in names)
         self.count("list")

@@ -147,7 +147,10 @@ class Connection:
         """The distributed plan of ``sql`` (nothing runs); with ``workers="auto"`` on a lambda platform, at
         the W the scale model chose for it."""
         if (statement := parse_write(sql)) is not None:
-            return self._write_job(statement)[1]
+            job, planned = self._write_job(statement)
+            if planned is None:
+                raise OptionError(f"{job.summary} runs no query: there is no plan to show")
+            return planned
         if self._auto_cap is not None:
             return self._plan_with_choice(sql)[0]
         return self._compile(sql, self.platform.world_size)[0]
@@ -240,8 +243,11 @@ class Connection:
 
         ``estimate=True`` adds the scale model's predicted time, cost and S3 requests (see :meth:`estimate`).
         """
-        if parse_write(sql) is not None:
-            plan, choice = self.plan(sql), None
+        if (statement := parse_write(sql)) is not None:
+            job, planned = self._write_job(statement)
+            if planned is None:
+                return f"{job.summary}: runs no query (nothing to plan)\n"
+            plan, choice = planned, None
         else:
             plan, choice = self._plan_with_choice(sql)
         text = explain_plan(plan)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from squall.driver.write.base import Describe, DoneJob, WriteJob
 from squall.driver.write.commit import Committed, check_target, cleanup, commit_files
-from squall.driver.write.jobs import Describe, WriteJob
 from squall.driver.write.locations import Writable
 from squall.driver.write.options import write_options
 from squall.driver.write.statements import WriteStatement
@@ -86,22 +86,6 @@ class FolderJob(WriteJob):
     def abort(self, query_id: str) -> None:
         assert self.spec is not None
         cleanup(self.spec, self.sink, query_id)
-
-    @property
-    def summary(self) -> str:
-        return self._status
-
-
-class DoneJob(WriteJob):
-    """A statement whose work is done without planning (DROP TABLE, CREATE … IF NOT EXISTS of an existing table)."""
-
-    def __init__(self, status: str, action: Any = None, target: str = "") -> None:
-        self._status, self._action, self._target = status, action, target
-
-    def commit(self, manifest: pa.Table | None, rows: int, query_id: str) -> Committed:
-        if self._action is not None:
-            self._action()
-        return Committed(self._target)
 
     @property
     def summary(self) -> str:

@@ -13,13 +13,14 @@ Targets: a COPY's path (:class:`FilesJob`), a folder table under a writable loca
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from squall.driver.write.base import Describe, WriteJob
 from squall.driver.write.commit import Committed, check_target, cleanup, commit_files
+from squall.driver.write.folder_tables import folder_job
 from squall.driver.write.locations import Writable
 from squall.driver.write.options import write_options
 from squall.driver.write.statements import WriteStatement
@@ -29,30 +30,6 @@ from squall.plan import WriteSpec
 
 if TYPE_CHECKING:
     from squall.driver.catalog.tables import Catalog
-
-#: (SQL) -> (column names, DuckDB types) of that query's result, bound against the catalog
-Describe = Callable[[str], tuple[tuple[str, ...], tuple[str, ...]]]
-
-
-class WriteJob(ABC):
-    """One write statement, ready to run (see module doc)."""
-
-    #: the SQL of the rows to write; "" when nothing is planned (DROP TABLE, CREATE … IF NOT EXISTS of a table
-    #: that exists)
-    query: str = ""
-    spec: WriteSpec | None = None
-
-    @abstractmethod
-    def commit(self, manifest: pa.Table | None, rows: int, query_id: str) -> Committed:
-        """Make the written files visible (or do the statement's work); ``manifest``: every rank's files."""
-
-    def abort(self, query_id: str) -> None:  # noqa: B027 - nothing to undo by default
-        """The query failed: remove what its ranks staged."""
-
-    @property
-    def summary(self) -> str:
-        """What the statement did, for the result's ``status`` column (``COPY``, ``CREATE TABLE``, …)."""
-        return "WRITE"
 
 
 class FilesJob(WriteJob):
@@ -96,8 +73,6 @@ def prepare(
         raise NotSupportedError(
             f"table name {statement.target}: name a table of this connection (t) or of a catalog (catalog.namespace.t)"
         )
-    from squall.driver.write.folder_tables import folder_job
-
     return folder_job(statement, catalog, writable, storage_options, describe)
 
 
