@@ -334,7 +334,7 @@
     const written = doc.written || (stats && stats.written);
     if (doc.status === "succeeded" && stats) {
       const parts = written
-        ? [fmtWritten(written), "to " + written.target, fmtSeconds(stats.elapsed_s)]
+        ? [fmtWritten(written) + " to " + written.target, fmtSeconds(stats.elapsed_s)]
         : [fmtInt(stats.rows) + " rows", fmtSeconds(stats.elapsed_s)];
       if (cost) parts.push(cost);
       $("summary").textContent = parts.join(" · ");
