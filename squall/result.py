@@ -228,14 +228,15 @@ def output_target(path: str) -> tuple[str, str]:
 def write_table(
     table: pa.Table,
     path: str,
-    fmt: str,
+    fmt: str | None,
     *,
     options: Mapping[str, Any] | None = None,
     partition_by: Sequence[str] | None = None,
     mode: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write ``table`` (rows already in this process) to ``path`` as ``fmt`` with the write path's own parts:
+    """Write ``table`` (rows already in this process) to ``path`` as ``fmt`` (None: from the extension, else
+    Parquet) with the write path's own parts:
     the options checked as a COPY's (:mod:`squall.driver.write.options`), the rows written by DuckDB's COPY into
     a staging folder as one rank would (:func:`squall.operators.write.write_part`), then committed
     (:mod:`squall.driver.write.commit`: a file renamed or copied into place, a folder's parts made visible
@@ -256,7 +257,7 @@ def write_table(
     names = [n.lower() for n in table.column_names]
     if len(set(names)) != len(names):
         raise OptionError("the result has two columns of one name: name them apart (… AS other) to write it")
-    opts: dict[str, Any] = {"FORMAT": fmt, **(options or {})}
+    opts: dict[str, Any] = {**({"FORMAT": fmt} if fmt else {}), **(options or {})}
     if partition_by:
         opts["PARTITION_BY"] = tuple(partition_by)
     if WRITE_MODES[chosen]:
