@@ -1,24 +1,32 @@
 """The ``squall`` command line.
 
     squall query SQL | -f FILE --data DIR|s3://… [--workers W] [--format table|csv|json|parquet]
-                 [--output FILE] [--stats-json FILE] [--exchange local|s3://bucket/prefix]
+                 [--output FILE|DIR/|s3://…] [--writable LOC …] [--stats-json FILE] [--exchange local|s3://bucket/prefix]
                  [--exchange-levels 1|2|auto] [--scan parquet|s3select]
                  [--platform local|lambda-local|lambda|fabric] [--fanout F] [--function NAME]
                  [--provider tcp|shm|efa] [--catalog NAME=PROPS …]
-    squall explain SQL | -f FILE --data DIR [--workers W] [--analyze]
+    squall explain SQL | -f FILE --data DIR [--workers W] [--analyze] [--writable LOC …]
     squall gen-tpch --sf SF --out DIR [--parts N] [--skew jcch [--hot-share H] [--hot-keys K] [--zipf Z]
                  [--hot-orders K] [--order-zipf Z] [--seed N] [--correlate-dates]]
     squall gen-tpcds --sf SF --out DIR
     squall tables --data DIR [--catalog NAME=PROPS …] | --endpoint URL
     squall serve --data DIR|s3://… [--catalog NAME=PROPS …] [--port P] [--token T] [--workers W] [--state DIR|s3://…]
+                 [--writable LOC …]
 
 ``query``, ``explain`` and ``tables`` run embedded with ``--data`` or against a service with
 ``--endpoint URL [--token T | --auth iam]`` (the token defaults to ``$SQUALL_TOKEN``).
 
 Defaults: ``--data`` from ``$SQUALL_DATA``, else from a config file (the first of ``./squall.toml``
 and ``~/.config/squall/config.toml``, ``$XDG_CONFIG_HOME`` honoured) with keys ``data``, ``workers``,
-``platform``, and ``[catalogs.NAME]`` tables of pyiceberg catalog properties (``--catalog NAME=…`` wins
-for its name); flags win over both. ``squall --version``; ``-v``/``-vv`` or ``--log-level LEVEL``
+``platform``, ``writable`` (a list of folders or ``s3://`` prefixes; ``--writable`` replaces it) and
+``[catalogs.NAME]`` tables of pyiceberg catalog properties (``--catalog NAME=…`` wins for its name); flags win
+over both.
+
+Writes: ``COPY``, ``UNLOAD``, ``CREATE TABLE AS``, ``INSERT INTO`` and ``DROP TABLE`` run where ``--writable``
+(or the config's ``writable``) allows, and print a one-row summary (status, rows, files, bytes, target).
+``query --output TARGET`` runs ``COPY (SQL) TO TARGET`` — every worker writes its part, the driver never holds
+the rows — with TARGET's folder writable for that run: a file (``.gz`` compressed), a folder ``out/`` of part
+files, or ``s3://bucket/key``; the format from ``--format``, else from the extension (Parquet by default). ``squall --version``; ``-v``/``-vv`` or ``--log-level LEVEL``
 log on stderr; ``SQUALL_DEBUG=1`` logs at debug level and shows the traceback of internal errors.
 
 A user error prints one line ``error: …`` on stderr and exits 1; never a traceback.
@@ -42,7 +50,7 @@ if TYPE_CHECKING:
 
 TABLE_ROWS = 40
 #: config files for defaults (``data``, ``workers``, ``platform``), the first that exists wins
-CONFIG_KEYS = ("data", "workers", "platform", "catalogs")
+CONFIG_KEYS = ("data", "workers", "platform", "catalogs", "writable")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -99,6 +107,13 @@ def _parser() -> argparse.ArgumentParser:
             "(lake=type=sql,uri=sqlite:///c.db); repeatable; also [catalogs.NAME] in squall.toml",
         )  # fmt: skip
 
+    def writable_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--writable", action="append", default=None, metavar="LOC",
+            help="a folder or s3://bucket/prefix/ that COPY, CREATE TABLE AS and INSERT may write to (repeatable "
+            "or comma-separated; also writable = [...] in squall.toml); nothing writable: every write is refused",
+        )  # fmt: skip
+
     def endpoint_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument(
             "--endpoint", help="URL of a Squall service (squall serve, API Gateway) instead of --data"
@@ -110,8 +125,17 @@ def _parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("query", help="run a query and print or write its result")
     sql_args(q)
-    q.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
-    q.add_argument("--output", help="write the result to FILE instead of stdout")
+    writable_args(q)
+    q.add_argument(
+        "--format", choices=["table", "csv", "json", "parquet"], default=None,
+        help="table (default), csv or json on stdout; with --output: parquet, csv or json (default: from the "
+        "extension, else parquet)",
+    )  # fmt: skip
+    q.add_argument(
+        "--output", metavar="TARGET",
+        help="write the result to a file, a folder (out/: one part file per worker) or s3://bucket/key instead of "
+        "stdout, written by the workers (COPY); .gz: gzip",
+    )  # fmt: skip
     q.add_argument("--stats-json", help="write the query statistics as JSON to FILE")
     q.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     q.add_argument(
@@ -151,6 +175,7 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="print the distributed plan")
     sql_args(e)
+    writable_args(e)
     e.add_argument(
         "--estimate", action="store_true",
         help="add the scale model's predicted time, cost and S3 requests on the platform (local: on Lambda)",
@@ -217,6 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the REST API locally (same API as the deployed service)")
     s.add_argument("--data", help="folder or s3://bucket/prefix with the tables (default: $SQUALL_DATA)")
     catalog_args(s)
+    writable_args(s)
     s.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
@@ -322,54 +348,118 @@ def _format_table(table: pa.Table, out: IO[str], max_rows: int = TABLE_ROWS) -> 
     out.write(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''}{suffix})\n")
 
 
-def _write_result(table: pa.Table, fmt: str, output: str | None, max_rows: int = TABLE_ROWS) -> None:
+def _write_result(table: pa.Table, fmt: str, max_rows: int = TABLE_ROWS) -> None:
+    """Print ``table`` on stdout as ``fmt`` (table, csv or json)."""
     import pyarrow as pa
 
     from squall.formats import json_value, printable
 
     if fmt in ("csv", "json"):
         table = printable(table)  # INTERVAL and BLOB as DuckDB prints them
-    if fmt == "parquet":
-        if not output:
-            raise OptionError("--format parquet needs --output FILE")
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, output)
-        return
     if fmt == "csv":
         import pyarrow.csv as pcsv
 
-        if output:
-            pcsv.write_csv(table, output)
-        else:
-            sink = pa.BufferOutputStream()
-            pcsv.write_csv(table, sink)
-            sys.stdout.write(sink.getvalue().to_pybytes().decode())
-        return
-    handle = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-    try:
-        if fmt == "json":
-            rows = [{k: json_value(v) for k, v in row.items()} for row in table.to_pylist()]
-            json.dump(rows, handle, indent=None)
-            handle.write("\n")
-        else:
-            _format_table(table, handle, max_rows)
-    finally:
-        if output:
-            handle.close()
+        sink = pa.BufferOutputStream()
+        pcsv.write_csv(table, sink)
+        sys.stdout.write(sink.getvalue().to_pybytes().decode())
+    elif fmt == "json":
+        rows = [{k: json_value(v) for k, v in row.items()} for row in table.to_pylist()]
+        json.dump(rows, sys.stdout, indent=None)
+        sys.stdout.write("\n")
+    else:
+        _format_table(table, sys.stdout, max_rows)
 
 
 def _check_output(path: str | None, flag: str) -> None:
-    """Fail before the query runs when ``path`` cannot be written."""
+    """Fail before the query runs when the file ``path`` cannot be written."""
     if not path:
         return
     if os.path.isdir(path):
         raise OptionError(f"{flag} {path} is a folder")
-    parent = os.path.dirname(os.path.abspath(path))
+    _check_parent(path, flag)
+
+
+def _check_parent(path: str, flag: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path.rstrip("/")))
     if not os.path.isdir(parent):
         raise OptionError(f"cannot write {flag} {path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise OptionError(f"cannot write {flag} {path}: permission denied")
+
+
+class _Output:
+    """``query --output``: where the result goes and how (checked before the query runs)."""
+
+    def __init__(self, output: str, fmt: str | None) -> None:
+        from squall.operators.sinks import sink_for
+        from squall.result import output_target
+
+        if fmt == "table":
+            raise OptionError(
+                "--format table prints on the terminal: with --output give --format parquet, csv or json "
+                "(or leave it out: the extension decides, Parquet by default)"
+            )
+        self.given, self.format = output, fmt
+        self.target, self.root = output_target(output)
+        self.folder = self.target.endswith("/")
+        if not self.target.startswith("s3://"):
+            _check_parent(self.target, "--output")
+        if self.folder and any(
+            ".squall-staging" not in p for p in sink_for(self.target).list_under(self.target)
+        ):
+            raise OptionError(f"--output {output} already holds files: give a new or empty folder")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The COPY options: FORMAT when given; a file is replaced (as a file written by the CLI always was);
+        JSON in one file is an array of rows, as on stdout (JSON lines in a folder's parts)."""
+        options: dict[str, Any] = {} if self.format is None else {"FORMAT": self.format}
+        if not self.folder:
+            options["OVERWRITE"] = True
+            if self.format == "json" or (self.format is None and _extension_format(self.target) == "json"):
+                options["ARRAY"] = True
+        return options
+
+    def copy_sql(self, sql: str) -> str:
+        """``COPY (sql) TO 'target' (…)``; OptionError when ``sql`` is a write statement itself."""
+        from squall.driver.frontend.parse import parse
+        from squall.driver.write.statements import parse_write
+
+        if parse_write(sql) is not None:
+            raise OptionError("--output writes the result of a query: a write statement names its own target")
+        parse(sql)  # a syntax error where the user's text has it
+        body = sql.strip().rstrip(";").rstrip()
+        rendered = ", ".join(f"{k} {'true' if v is True else v}" for k, v in self.options.items())
+        target = self.target.replace("'", "''")
+        return f"COPY (\n{body}\n) TO '{target}'" + (f" ({rendered})" if rendered else "")
+
+    def write_here(self, table: pa.Table) -> dict[str, Any]:
+        """A remote result, already here: written by this process (the same writer and commit)."""
+        from squall.result import write_table
+
+        options = {k: v for k, v in self.options.items() if k not in ("FORMAT", "OVERWRITE")}
+        return write_table(table, self.target, self.format, options=options)
+
+
+def _extension_format(target: str) -> str:
+    from squall.driver.write.options import write_options
+
+    return write_options({}, target).format
+
+
+def _summary_line(written: dict[str, Any]) -> str:
+    files, size = int(written.get("files", 0)), int(written.get("bytes", 0))
+    rows = int(written.get("rows", 0))
+    return (f"wrote {rows:,} row{'s' if rows != 1 else ''} to {written.get('target')} "
+            f"({files} file{'s' if files != 1 else ''}, {_human_bytes(size)})")  # fmt: skip
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -381,8 +471,11 @@ def _query(args: argparse.Namespace) -> int:
         raise OptionError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     if args.format == "parquet" and not args.output:
         raise OptionError("--format parquet needs --output FILE")
-    _check_output(args.output, "--output")
+    output = _Output(args.output, args.format) if args.output else None
     _check_output(args.stats_json, "--stats-json")
+    if output is not None and not args.endpoint:
+        sql = output.copy_sql(sql)  # the workers write it: the driver never holds the rows
+        args.output_root = output.root
     show = not args.no_progress and sys.stderr.isatty()
     _log().debug("query: data=%s endpoint=%s workers=%s platform=%s", args.data, args.endpoint, args.workers,
                  args.platform)  # fmt: skip
@@ -396,7 +489,12 @@ def _query(args: argparse.Namespace) -> int:
     stats = result.stats
     _log().info("query %s: %s rows in %.3f s (planning %.3f s)", stats.get("query_id"), stats.get("rows"),
                 stats.get("elapsed_s", 0.0), stats.get("planning_s", 0.0))  # fmt: skip
-    _write_result(result.to_arrow(), args.format, args.output, args.max_rows)
+    if output is None:
+        _write_result(result.to_arrow(), args.format or "table", args.max_rows)
+    else:
+        written = stats.get("written") if not args.endpoint else output.write_here(result.to_arrow())
+        stats["rows"] = int((written or {}).get("rows", 0))  # the query's rows, not the COPY's summary row
+        print(_summary_line(written or {}), file=sys.stderr)
     if args.stats_json:
         try:
             with open(args.stats_json, "w", encoding="utf-8") as fh:
@@ -428,7 +526,9 @@ def _explain(args: argparse.Namespace) -> int:
         options["platform"] = args.platform
     if args.exchange:
         options["exchange"] = args.exchange
-    con = squall.Connection(data=args.data, workers=args.workers, **options, **_catalog_options(args))
+    con = squall.Connection(
+        data=args.data, workers=args.workers, **options, **_catalog_options(args), **_writable_options(args)
+    )
     try:
         print(con.explain(sql, estimate=args.estimate))
         if args.analyze:
@@ -508,6 +608,7 @@ def _connect(args: argparse.Namespace) -> Any:
         **_s3_options(args),
         **_platform_options(args),
         **_catalog_options(args),
+        **_writable_options(args),
     )
 
 
@@ -515,6 +616,14 @@ def _catalog_options(args: argparse.Namespace) -> dict[str, Any]:
     """connect() keywords for ``--catalog`` and the config file's ``[catalogs.NAME]``: ``{"catalogs": …}``."""
     catalogs = getattr(args, "catalogs", None)
     return {"catalogs": catalogs} if catalogs else {}
+
+
+def _writable_options(args: argparse.Namespace) -> dict[str, Any]:
+    """connect() keywords for ``--writable`` (or the config's ``writable``), plus the folder of ``--output``."""
+    writable = list(getattr(args, "writables", None) or [])
+    if getattr(args, "output_root", None):
+        writable.append(args.output_root)
+    return {"writable": writable} if writable else {}
 
 
 #: platform options the query command takes as flags: constructor keyword -> flag
@@ -626,6 +735,7 @@ def _serve(args: argparse.Namespace) -> int:
     serve(
         data=args.data,
         catalogs=args.catalogs,
+        writable=args.writables,
         host=args.host,
         port=args.port,
         token=args.token or os.environ.get("SQUALL_TOKEN") or None,
@@ -672,6 +782,11 @@ def _apply_defaults(args: argparse.Namespace) -> None:
             raise OptionError(
                 "--catalog is for embedded connections (--data); a service has its own catalogs"
             )
+        if getattr(args, "writable", None):
+            raise OptionError(
+                "--writable is for embedded connections (--data); a service has its own writable locations "
+                "(squall serve --writable)"
+            )
         return
     if not args.data:
         args.data = os.environ.get("SQUALL_DATA") or config.get("data") or None
@@ -685,6 +800,24 @@ def _apply_defaults(args: argparse.Namespace) -> None:
         args.platform = str(config["platform"])
     if hasattr(args, "catalog"):
         args.catalogs = _catalogs(args.catalog or [], config.get("catalogs", {}), path)
+    if hasattr(args, "writable"):
+        args.writables = _writables(args.writable, config.get("writable"), path)
+
+
+def _writables(flags: list[str] | None, configured: Any, path: str | None) -> list[str]:
+    """The writable locations: ``--writable`` flags (each may list several, comma-separated), else the config
+    file's ``writable`` (a list, or one comma-separated text)."""
+    from squall.driver.write.locations import writable_list
+
+    if flags:
+        return [loc for flag in flags for loc in writable_list(flag)]
+    if configured is None:
+        return []
+    if isinstance(configured, str) or (
+        isinstance(configured, list) and all(isinstance(v, str) for v in configured)
+    ):
+        return writable_list(configured)
+    raise OptionError(f"config file {path}: writable must be a list of folders or s3:// prefixes")
 
 
 def _catalogs(flags: list[str], configured: Any, path: str | None) -> dict[str, dict[str, str]] | None:

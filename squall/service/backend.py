@@ -8,7 +8,9 @@
 - :class:`LambdaBackend` — the deployed API: every query is an asynchronous invocation of the driver
   function (``SQUALL_DRIVER_FUNCTION``), which runs :func:`squall.service.runner.handle_driver_event`;
   ``tables`` and ``explain`` are synchronous invocations. Submitting only checks the SQL's syntax and
-  safety (the API function does not read the data), so catalog errors show up as a failed query.
+  safety (the API function does not read the data), so catalog errors show up as a failed query; a write
+  statement's query is checked the same way, and a COPY's target against ``SQUALL_WRITABLE`` (the locations the
+  driver function may write), so a refused target is a 400 before anything runs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from squall import aws
 from squall.connection import Connection
 from squall.driver.skipping.predicate_cache import PredicateCache
+from squall.driver.write.locations import Writable, writable_list
 from squall.errors import OptionError, SquallError, squall_error
 from squall.service import records
 from squall.service.errors import Busy
@@ -82,9 +85,12 @@ class LocalBackend(Backend):
         poll_s: float = 0.5,
         predicate_cache: PredicateCache | None = None,
         catalogs: dict[str, dict[str, str]] | None = None,
+        writable: list[str] | None = None,
     ) -> None:
         self.data = data
         self.catalogs = catalogs  # named Iceberg catalogs of every Connection
+        #: where every Connection's write statements may write (none: writes are refused)
+        self.writable = list(writable or [])
         #: one predicate cache for the whole service, shared by its Connections (one per worker count)
         self.predicate_cache = predicate_cache if predicate_cache is not None else PredicateCache()
         self.default_workers = int(workers or os.cpu_count() or 1)
@@ -116,6 +122,7 @@ class LocalBackend(Backend):
                     storage_options=self.storage_options,
                     predicate_cache=self.predicate_cache,
                     catalogs=self.catalogs,
+                    writable=self.writable,
                 )
                 self._connections[count] = con
             return con
@@ -196,6 +203,11 @@ class LocalBackend(Backend):
             con.close()
 
 
+def writable_here() -> Writable:
+    """The deployed functions' writable locations: ``SQUALL_WRITABLE`` (comma-separated; unset: none)."""
+    return Writable(writable_list(os.environ.get("SQUALL_WRITABLE")))
+
+
 class LambdaBackend(Backend):
     """Queries run in the driver Lambda function; see :func:`squall.service.runner.handle_driver_event`."""
 
@@ -212,9 +224,17 @@ class LambdaBackend(Backend):
 
     def check(self, sql: str, workers: int | None) -> None:
         from squall.driver.frontend.bind import check_safe, parse
+        from squall.driver.write.statements import parse_write
 
         self.check_workers(workers)
-        check_safe(parse(sql))
+        statement = parse_write(sql)
+        if statement is None:
+            check_safe(parse(sql))
+            return
+        if statement.query:
+            check_safe(parse(statement.query))
+        if statement.kind == "copy":
+            writable_here().resolve(statement.target)
 
     def _invoke(self, payload: dict[str, Any], asynchronous: bool = False) -> dict[str, Any]:
         response = self.client.invoke(

@@ -18,7 +18,12 @@ class QueryRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sql: str = Field(min_length=1, max_length=MAX_SQL, description="one read-only SELECT/WITH query")
+    sql: str = Field(
+        min_length=1,
+        max_length=MAX_SQL,
+        description="one SELECT/WITH query, or a write statement (COPY, UNLOAD, CREATE TABLE AS, INSERT INTO, "
+        "DROP TABLE) to a location the server declares writable",
+    )
     workers: int | None = Field(
         default=None, ge=1, le=1024, description="workers to run on (default: server's)"
     )
@@ -71,6 +76,15 @@ class ResultInfo(BaseModel):
     bytes: dict[str, int] = Field(description="size of the result in each format written so far")
 
 
+class WrittenInfo(BaseModel):
+    """What a write statement made visible (its ``stats["written"]`` has the files and the per-rank split)."""
+
+    target: str = Field(description="the file, folder or table written")
+    rows: int
+    files: int
+    bytes: int
+
+
 class QueryStatus(BaseModel):
     """``GET /v1/queries/{id}``."""
 
@@ -88,6 +102,7 @@ class QueryStatus(BaseModel):
     error: ErrorBody | None = None
     stats: dict[str, Any] | None = Field(default=None, description="Result.stats of the finished query")
     result: ResultInfo | None = None
+    written: WrittenInfo | None = Field(default=None, description="a write statement: what it wrote")
 
 
 class ResultLink(BaseModel):
@@ -117,6 +132,7 @@ class QuerySummary(BaseModel):
     elapsed_s: float | None = None
     cost_usd: float | None = Field(default=None, description="what the query cost (Lambda platforms)")
     error: ErrorBody | None = None
+    written: WrittenInfo | None = Field(default=None, description="a write statement: what it wrote")
 
 
 class QueryList(BaseModel):

@@ -215,13 +215,23 @@ def run_query(
             store.put(records.result_key(query_id, fmt), data)
             sizes[fmt] = len(data)
         info = {"rows": table.num_rows, "columns": table.column_names, "bytes": sizes}
-        status.write(status="succeeded", finished_at=time.time(), stats=stats, result=info)
+        status.write(status="succeeded", finished_at=time.time(), stats=stats, result=info,
+                     **written_doc(stats))  # fmt: skip
         return "succeeded"
     except Exception as err:
         if not isinstance(err, UserError):
             log.exception("query %s failed", query_id)
         status.write(status="failed", finished_at=time.time(), error=error_doc(err))
         return "failed"
+
+
+def written_doc(stats: dict[str, Any]) -> dict[str, Any]:
+    """``{"written": {target, rows, files, bytes}}`` for a write statement's status (``{}`` for a query)."""
+    written = stats.get("written")
+    if not isinstance(written, dict):
+        return {}
+    return {"written": {"target": str(written.get("target", "")), "rows": int(written.get("rows", 0)),
+                        "files": int(written.get("files", 0)), "bytes": int(written.get("bytes", 0))}}  # fmt: skip
 
 
 def describe_tables(connection: Connection) -> list[dict[str, Any]]:

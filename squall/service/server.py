@@ -252,6 +252,7 @@ def serve(
     *,
     data: str | None,
     catalogs: dict[str, dict[str, str]] | None = None,
+    writable: list[str] | None = None,
     host: str = "127.0.0.1",
     port: int = 8080,
     token: str | None = None,
@@ -265,13 +266,14 @@ def serve(
 ) -> None:
     """Run the API until SIGINT/SIGTERM. Prints ``serving on http://HOST:PORT`` on stderr when ready.
     ``result_ttl_s``: finished queries are deleted this long after they end (None: kept). ``catalogs``: named
-    Iceberg catalogs (see :func:`squall.connect`)."""
+    Iceberg catalogs (see :func:`squall.connect`); ``writable``: where write statements (COPY, CREATE TABLE AS, …)
+    may write (none: every write is refused)."""
     temp_state = None
     if state is None:
         temp_state = tempfile.mkdtemp(prefix="squall-state-")
         state = temp_state
     store = state_store(state)
-    backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs)
+    backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs, writable=writable)
     service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
         try:
@@ -302,7 +304,8 @@ def serve(
                 flush=True,
             )
         print(
-            f"serving on {server.url} (web console: {server.url}/; data {data}, state {store.url}, {auth})",
+            f"serving on {server.url} (web console: {server.url}/; data {data}, state {store.url}, {auth}"
+            f"{', writable ' + ', '.join(backend.writable) if backend.writable else ''})",
             file=sys.stderr,
             flush=True,
         )

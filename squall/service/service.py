@@ -465,4 +465,5 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
         "elapsed_s": stats.get("elapsed_s"),
         "cost_usd": stats.get("cost_usd"),
         "error": error if isinstance(error, dict) else None,
+        "written": doc.get("written"),
     }

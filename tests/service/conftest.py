@@ -5,6 +5,8 @@
 - ``slow_server``: the same with ``SQUALL_FAULTS=delay:rank=0:seconds=5:stage=1`` (rank 0 sleeps 5 s before
   stage 1),
   for cancellation, timeouts and progress;
+- ``write_server``: TPC-H SF0.01 in 3 files a table, 2 workers, bearer token, ``--writable`` a temporary
+  folder (``write_server.out``): write statements run;
 - ``s3_server``: state in moto's S3 server (``--state s3://…``), inline limit 1 KiB: large results are 303
   redirects to presigned URLs.
 """
@@ -81,6 +83,18 @@ def server(sf001, tmp_path_factory) -> Iterator[Server]:
     srv = _start(tmp_path_factory, "serve", ["--data", str(sf001), "--workers", "2", "--token", TOKEN,
                                              "--state", str(state), "--inline-limit", "4096"])  # fmt: skip
     srv.state = state  # type: ignore[attr-defined]
+    yield srv
+    code = srv.stop()
+    assert "Traceback" not in srv.output(), srv.output()
+    assert code == 0, srv.output()
+
+
+@pytest.fixture(scope="session")
+def write_server(sf001_parts, tmp_path_factory) -> Iterator[Server]:
+    out = tmp_path_factory.mktemp("writable")
+    srv = _start(tmp_path_factory, "serve-writes",
+                 ["--data", str(sf001_parts), "--workers", "2", "--token", TOKEN, "--writable", f"{out}/"])  # fmt: skip
+    srv.out = out  # type: ignore[attr-defined]
     yield srv
     code = srv.stop()
     assert "Traceback" not in srv.output(), srv.output()

@@ -209,6 +209,28 @@ def test_console_runs_pages_explains_and_lists_history(server, browser, referenc
     assert "BindError" in error.text or "nope" in error.text, error.text
 
 
+def test_console_shows_what_a_write_wrote(write_server, browser, tmp_path):
+    driver = browser
+    open_console(driver, write_server)  # another origin: the token again
+    run_sql(driver, "COPY (SELECT * FROM nation) TO 'console/nation/' (PARTITION_BY (n_regionkey))")
+    summary = driver.find_element(By.ID, "summary")
+    until(driver, lambda d: "wrote 25 rows in 5 files" in summary.text, 20, "the write's summary")
+    assert f"to {write_server.out}/console/nation/" in summary.text
+    columns = ["status", "rows", "files", "bytes", "target"]
+    until(driver, lambda d: table_rows(d)[0] == columns, 20, "the one-row summary")
+    assert table_rows(driver)[1][0][:3] == ["COPY", "25", "5"]
+    driver.find_element(By.ID, "tab-stats").click()
+    cards = driver.find_element(By.ID, "stat-cards").text.upper()
+    assert "ROWS WRITTEN" in cards and "FILES WRITTEN" in cards
+
+    def newest(d):
+        items = d.find_elements(By.CSS_SELECTOR, "#history li[data-query-id]")
+        return items[0].text if items else ""
+
+    until(driver, lambda d: "wrote 25 rows in 5 files" in newest(d), 20, "the write in the history")
+    print("screenshot:", shot(driver, tmp_path, "write"))
+
+
 def test_console_shows_progress_and_cancels(slow_server, browser, tmp_path):
     driver = browser
     open_console(driver, slow_server)  # another origin: a fresh sessionStorage, so the token again

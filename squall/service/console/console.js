@@ -79,6 +79,9 @@
     }
     return (i === 0 ? n : n.toFixed(n < 10 ? 2 : 1)) + " " + units[i];
   }
+  // a write statement: "wrote 25 rows in 5 files (6.0 KB)"
+  const fmtWritten = (w) =>
+    `wrote ${fmtInt(w.rows)} rows in ${fmtInt(w.files)} file${w.files === 1 ? "" : "s"} (${fmtBytes(w.bytes)})`;
   function fmtCost(usd) {
     if (usd === null || usd === undefined) return null;
     return "$" + (usd < 0.01 ? usd.toPrecision(3) : usd.toFixed(4));
@@ -328,8 +331,11 @@
   function renderStats(doc) {
     const stats = doc.stats;
     const cost = fmtCost(stats && stats.cost_usd);
+    const written = doc.written || (stats && stats.written);
     if (doc.status === "succeeded" && stats) {
-      const parts = [fmtInt(stats.rows) + " rows", fmtSeconds(stats.elapsed_s)];
+      const parts = written
+        ? [fmtWritten(written) + " to " + written.target, fmtSeconds(stats.elapsed_s)]
+        : [fmtInt(stats.rows) + " rows", fmtSeconds(stats.elapsed_s)];
       if (cost) parts.push(cost);
       $("summary").textContent = parts.join(" · ");
     }
@@ -340,7 +346,9 @@
     }
     const cards = [
       ["Elapsed", fmtSeconds(stats.elapsed_s)],
-      ["Rows", fmtInt(stats.rows)],
+      ...(written
+        ? [["Rows written", fmtInt(written.rows)], ["Files written", fmtInt(written.files)], ["Bytes written", fmtBytes(written.bytes)]]
+        : [["Rows", fmtInt(stats.rows)]]),
       ["Scanned", fmtBytes(stats.bytes_scanned)],
       ["Rows scanned", fmtInt(stats.rows_scanned)],
       ["Workers", fmtInt(stats.workers)],
@@ -438,7 +446,8 @@
     $("history-more").hidden = !doc.next_page_token;
     const items = state.historyItems.map((q) => {
       const meta = [LABELS[q.status] || q.status];
-      if (q.rows !== null && q.rows !== undefined) meta.push(fmtInt(q.rows) + " rows");
+      if (q.written) meta.push(fmtWritten(q.written));
+      else if (q.rows !== null && q.rows !== undefined) meta.push(fmtInt(q.rows) + " rows");
       if (q.elapsed_s !== null && q.elapsed_s !== undefined) meta.push(fmtSeconds(q.elapsed_s));
       if (fmtCost(q.cost_usd)) meta.push(fmtCost(q.cost_usd));
       meta.push(fmtAgo(q.created_at));
