@@ -8,14 +8,16 @@ partitioned by the year of ``l_shipdate`` (a computed column ``y``, ``PARTITION_
 the small ``nation`` (the driver's memory must not depend on the result's size). For every case and W:
 
 - **DuckDB**: one process (this one), ``threads`` = the threads Squall's W workers use together
-  (W x cores // W), ``COPY (same query over read_parquet) TO …``; best of ``--repeat`` wall seconds, and
-  the CPU seconds of that process (every thread) for the same runs;
-- **Squall**: a child process (``--child``) that connects with W workers (``writable=[out]``) and runs the
-  ``COPY`` ``--repeat`` times: wall and CPU seconds per run (driver + workers, from ``/proc``), the phases
-  of the best run (planning, the stage's scan and compute, each rank's ``COPY``, the rest: start, commit),
-  the **driver's peak RSS** (``VmHWM``) — and its RSS once ready (after connecting and one warm-up query),
-  so what a write adds shows apart from the libraries' memory — and **each worker's peak RSS** (``VmHWM``
-  of the worker processes before the connection closes);
+  (W x cores // W), ``COPY (same query over read_parquet) TO …``: wall seconds, and CPU seconds of the
+  process (every thread);
+- **Squall**: a child process (``--child``) that connects with W workers (``writable=[out]``), warms up with
+  one query, then runs the ``COPY`` when told: wall and CPU seconds per run (driver + workers, from
+  ``/proc``), the phases of the best run (planning, the stage's scan and compute, the slowest rank's
+  ``COPY``); at the end the **driver's peak RSS** (``VmHWM``) — next to its peak once ready (connected,
+  warmed up), so what the writes add shows apart from the libraries' memory — and **each worker's peak
+  RSS** (``VmHWM`` of the worker processes before the connection closes);
+- the two engines' runs alternate, ``--repeat`` each (both see the machine's other load alike, as in
+  ``lake_files.py``); best of each is reported;
 - **checked**: every run's output, both engines', is read back with DuckDB and its row count and
   checksums (``sum(hash(column))`` of every column; for partitioned output also the rows whose ``y``
   folder disagrees with their ``l_shipdate``) compared with the source query's. A differing run is
@@ -41,10 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from timing import best_of
-
 
 @dataclass(frozen=True)
 class Case:
@@ -69,6 +67,8 @@ CASES = (
     Case("nation", "nation", "SELECT * FROM {src}"),
 )
 TICK = os.sysconf("SC_CLK_TCK")
+#: starts the child's messages on its stdout (anything else there is ignored)
+MARK = "@@squall-bench-write "
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -102,30 +102,27 @@ def read_back(target: str, partitioned: bool) -> str:
 # -------------------------------------------------------------------------------------------- DuckDB
 
 
-def duckdb_runs(data: Path, case: Case, out: Path, threads: int, repeat: int) -> dict[str, Any]:
-    """DuckDB's COPY of the case in this process, best of ``repeat``; the targets of every run."""
-    import duckdb
+class DuckSide:
+    """DuckDB's COPY of one case, in this process with ``threads`` threads."""
 
-    duck = duckdb.connect(config={"threads": threads})
-    query = case.query.format(src=source_of(data, case.table))
-    targets: list[str] = []
-    cpu: list[float] = []
+    def __init__(self, data: Path, case: Case, out: Path, threads: int) -> None:
+        import duckdb
 
-    def run() -> str:
-        target = str(out / f"duckdb-{case.table}-t{threads}-{len(targets)}")
-        target += "/" if case.partitioned else ".parquet"
-        c0 = time.process_time()
-        duck.execute(f"COPY ({query}) TO '{target.rstrip('/')}' ({case.options})")
-        cpu.append(time.process_time() - c0)
-        targets.append(target)
-        return target
+        self.duck = duckdb.connect(config={"threads": threads})
+        self.query = case.query.format(src=source_of(data, case.table))
+        self.case, self.out, self.runs = case, out, 0
 
-    wall, _ = best_of(run, repeat)
-    duck.close()
-    return {"wall_s": wall, "cpu_s": min(cpu), "targets": targets}
+    def run(self) -> dict[str, Any]:
+        """One COPY: its target, wall and CPU seconds (every thread of this process)."""
+        target = str(self.out / f"duckdb-{self.case.table}-{self.runs}")
+        target += "/" if self.case.partitioned else ".parquet"
+        self.runs += 1
+        c0, t0 = time.process_time(), time.perf_counter()
+        self.duck.execute(f"COPY ({self.query}) TO '{target.rstrip('/')}' ({self.case.options})")
+        return {"target": target, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
-# --------------------------------------------------------------------------------- Squall (child side)
+# ------------------------------------------------------------------------------------- Squall (child)
 
 
 def _status(pid: int | str, key: str) -> int:
@@ -164,72 +161,82 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-def child(spec: dict[str, Any]) -> dict[str, Any]:
-    """The Squall side of one case at one W, in a process of its own (see module doc)."""
+def _send(message: dict[str, Any]) -> None:
+    print(MARK + json.dumps(message), flush=True)
+
+
+def child(spec: dict[str, Any]) -> None:
+    """The Squall side of one case at one W, in a process of its own: connects, warms up, then runs the
+    COPY once per ``run`` line on stdin; at the end (any other line) reports the peaks (see module doc)."""
     import squall
 
     out = Path(spec["out"])
     con = squall.connect(spec["data"], workers=spec["workers"], writable=[str(out)])
     con.sql(f"SELECT count(*) FROM {spec['table']}").to_arrow()  # warm-up: workers started, planner loaded
-    ready = {"rss": _status("self", "VmRSS"), "hwm": _status("self", "VmHWM")}
-    runs: list[dict[str, Any]] = []
-
-    def run() -> dict[str, Any]:
-        target = f"{out}/squall-{spec['table']}-w{spec['workers']}-{len(runs)}/"
+    ready = {"driver_ready_rss": _status("self", "VmRSS"), "driver_ready_hwm": _status("self", "VmHWM")}
+    _send(ready)
+    runs = 0
+    while sys.stdin.readline().strip() == "run":
+        target = f"{out}/squall-{spec['table']}-w{spec['workers']}-{runs}/"
+        runs += 1
         pids = _children()
         c0, t0 = _cpu_s(pids), time.perf_counter()
         result = con.sql(f"COPY ({spec['query']}) TO '{target}' ({spec['options']})")
         answer = result.to_arrow().to_pylist()[0]
         wall = time.perf_counter() - t0
-        pids = sorted(set(pids) | set(_children()))
+        cpu = _cpu_s(sorted(set(pids) | set(_children()))) - c0
         stats = result.stats
-        stage = stats["stages"][-1]
-        per_rank = stats["written"]["per_rank"]
-        runs.append(
+        _send(
             {
                 "target": target,
                 "wall_s": wall,
-                "cpu_s": _cpu_s(pids) - c0,
+                "cpu_s": cpu,
                 "rows": answer["rows"],
                 "files": answer["files"],
                 "planning_s": stats["planning_s"],
-                "stage_s": stage["time_s"],
-                "write_s": [r["write_s"] for r in per_rank],
-                "rank_s": [w["elapsed_s"] for w in stats["per_worker"]],
+                "stage_s": stats["stages"][-1]["time_s"],
+                "write_s": [r["write_s"] for r in stats["written"]["per_rank"]],
             }
         )
-        return runs[-1]
-
-    best_of(run, spec["repeat"])
-    workers = {pid: _status(pid, "VmHWM") for pid in _children()}
+    workers = sorted(_status(pid, "VmHWM") for pid in _children())
     con.close()
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    return {
-        "runs": runs,
-        "driver_ready_rss": ready["rss"],
-        "driver_ready_hwm": ready["hwm"],
-        "driver_peak": _status("self", "VmHWM"),
-        "worker_peaks": sorted(workers.values()),
-        "children_maxrss": children,
-    }
+    _send({**ready, "driver_peak": _status("self", "VmHWM"), "worker_peaks": workers})
 
 
-def squall_runs(data: Path, case: Case, out: Path, workers: int, repeat: int) -> dict[str, Any]:
-    """Run :func:`child` in a new Python process; its JSON answer."""
-    spec = {
-        "data": str(data),
-        "table": case.table,
-        "query": case.query.format(src=case.table),
-        "options": case.options,
-        "workers": workers,
-        "repeat": repeat,
-        "out": str(out),
-    }
-    with tempfile.NamedTemporaryFile("r", suffix=".json") as answer:
-        subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(spec), "--answer", answer.name], check=True
-        )
-        return json.loads(Path(answer.name).read_text())
+class SquallSide:
+    """:func:`child` running in a new Python process, driven line by line."""
+
+    def __init__(self, data: Path, case: Case, out: Path, workers: int) -> None:
+        spec = {"data": str(data), "table": case.table, "query": case.query.format(src=case.table),
+                "options": case.options, "workers": workers, "out": str(out)}  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", json.dumps(spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.ready = self._receive()
+
+    def _receive(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                return dict(json.loads(line[len(MARK) :]))
+        raise RuntimeError(f"the Squall child exited with status {self.proc.wait()}")
+
+    def _ask(self, line: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self._receive()
+
+    def run(self) -> dict[str, Any]:
+        """One COPY (see :func:`child`)."""
+        return self._ask("run")
+
+    def finish(self) -> dict[str, Any]:
+        """The driver's and the workers' peak RSS; the child exits."""
+        peaks = self._ask("end")
+        self.proc.wait(timeout=60)
+        return peaks
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -249,8 +256,29 @@ def check_runs(duck: Any, targets: list[str], case: Case, expected: tuple[Any, .
     return bad
 
 
+def measure(data: Path, case: Case, out: Path, workers: int, threads: int, repeat: int, check: Any,
+            expected: tuple[Any, ...]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:  # fmt: skip
+    """``repeat`` runs of each engine, interleaved (both see the machine's load alike), every output checked:
+    (Squall's runs and peaks, DuckDB's runs, the problems found)."""
+    duck, ours = DuckSide(data, case, out, threads), SquallSide(data, case, out, workers)
+    mine, theirs, failed = [], [], []
+    for _ in range(repeat):
+        theirs.append(duck.run())
+        mine.append(ours.run())
+        failed += check_runs(check, [theirs[-1]["target"], mine[-1]["target"]], case, expected)
+        if mine[-1]["rows"] != expected[0]:
+            failed.append(
+                f"{case.name} W={workers}: {mine[-1]['rows']} rows reported, {expected[0]} expected"
+            )
+    return {"runs": mine, **ours.finish()}, {"runs": theirs}, failed
+
+
 def mb(n: float) -> str:
     return f"{n / 1e6:.0f}"
+
+
+def secs(s: float) -> str:
+    return f"{s:.2f}" if s >= 1 else f"{s:.3f}"
 
 
 def bench(data: Path, workers: list[int], repeat: int, out: Path, cases: tuple[Case, ...]) -> int:
@@ -264,20 +292,11 @@ def bench(data: Path, workers: list[int], repeat: int, out: Path, cases: tuple[C
         expected = checksum(
             check, f"({case.query.format(src=source_of(data, case.table))})", case.partitioned
         )
-        theirs: dict[int, dict[str, Any]] = {}
         for w in workers:
             threads = w * max(1, cores // w)
-            if threads not in theirs:
-                theirs[threads] = duckdb_runs(data, case, out, threads, repeat)
-                failed += check_runs(check, theirs[threads]["targets"], case, expected)
-            ours = squall_runs(data, case, out, w, repeat)
-            failed += check_runs(check, [r["target"] for r in ours["runs"]], case, expected)
-            failed += [
-                f"{case.name} W={w}: {r['rows']} rows reported"
-                for r in ours["runs"]
-                if r["rows"] != expected[0]
-            ]
-            rows.append((case, w, threads, ours, theirs[threads]))
+            ours, theirs, problems = measure(data, case, out, w, threads, repeat, check, expected)
+            failed += problems
+            rows.append((case, w, threads, ours, theirs))
     print_table(rows, repeat)
     for problem in failed:
         print("DIFFERS:", problem)
@@ -294,10 +313,11 @@ def print_table(rows: list[tuple[Case, int, int, dict[str, Any], dict[str, Any]]
     for case, w, threads, ours, theirs in rows:
         best = min(ours["runs"], key=lambda r: r["wall_s"])
         cpu = min(r["cpu_s"] for r in ours["runs"])
-        phases = f"{best['planning_s']:.2f}+{best['stage_s']:.2f}+{max(best['write_s']):.2f}"
+        duck_s, duck_cpu = (min(r[k] for r in theirs["runs"]) for k in ("wall_s", "cpu_s"))
+        phases = "+".join(secs(s) for s in (best["planning_s"], best["stage_s"], max(best["write_s"])))
         cells = (
-            case.name, str(w), str(threads), f"{best['wall_s']:.2f}", f"{theirs['wall_s']:.2f}",
-            f"{best['wall_s'] / theirs['wall_s']:.2f}", f"{cpu / theirs['cpu_s']:.2f}", str(best["files"]), phases,
+            case.name, str(w), str(threads), secs(best["wall_s"]), secs(duck_s),
+            f"{best['wall_s'] / max(duck_s, 1e-6):.2f}", f"{cpu / max(duck_cpu, 1e-6):.2f}", str(best["files"]), phases,
             f"{mb(ours['driver_ready_hwm'])}/{mb(ours['driver_peak'])}",
             "/".join(mb(p) for p in ours["worker_peaks"]),
         )  # fmt: skip
@@ -314,10 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cases", help="only these cases (names, comma-separated)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--answer", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        Path(args.answer).write_text(json.dumps(child(json.loads(args.child))))
+        child(json.loads(args.child))
         return 0
     data = Path(args.data).resolve()
     if not (data / "lineitem.parquet").exists() and not (data / "lineitem").is_dir():
