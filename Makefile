@@ -12,7 +12,7 @@ CDK_ARGS ?=
 CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
 CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test check-arch bench bench-peers bench-lake bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
+.PHONY: run test check-arch bench bench-peers bench-lake bench-write bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
 # `make run` needs only the engine: .stamp installs the core dependencies. Everything else (test tools,
 # pandas, the CDK and Powertools) goes on top in .stamp-dev, for test/lint/fmt and the deploy targets.
@@ -69,6 +69,11 @@ bench-peers: data $(VENV)/.stamp-peers
 bench-lake: venv
 	$(PY) -m pip install -q -e '.[lake]' 'polars>=2.1'
 	$(PY) benchmarks/lake.py --sf $(or $(LAKE_SF),0.1) $(if $(WORKERS),--workers $(WORKERS),)
+
+# writes (benchmarks/write.py): COPY of all of lineitem (plain and partitioned by year) and of nation at SF$(SF),
+# Squall at W=1,2 (WORKERS=1,2,4 for others) vs DuckDB's COPY, outputs read back and checked, driver/worker peak RSS
+bench-write: data
+	$(PY) benchmarks/write.py --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),) $(if $(REPEAT),--repeat $(REPEAT),)
 
 # TPC-DS: data/tpcds-sf$(SF) is generated on first use (its own venv build/tpcds-venv, from PyPI)
 bench-tpcds: venv

@@ -34,6 +34,12 @@ MANIFEST = pa.schema(
 )
 
 
+#: rows DuckDB buffers per partition of a PARTITION_BY write before writing them out: one row group's worth
+#: (DuckDB's default is 524,288). Measured on 3M lineitem rows in 7 partitions, one thread: CPU 2.0 -> 1.7 s,
+#: the COPY's memory +950 MB -> +520 MB; the files' row groups stay at most DuckDB's default size.
+PARTITION_FLUSH_ROWS = 122_880
+
+
 def part_folder(spec: WriteSpec, query_id: str, rank: int, attempt: int) -> str:
     """Where rank ``rank``'s attempt ``attempt`` stages its files (ends with ``/``)."""
     return f"{query_folder(spec, query_id)}r{rank}-a{attempt}/"
@@ -131,6 +137,8 @@ def _copy(table: pa.Table, spec: WriteSpec, out: str, prefix: str, threads: int)
     """Run the COPY; (path relative to ``out``, rows or -1) per file written."""
     config: dict[str, Any] = {"threads": max(1, threads), "autoinstall_known_extensions": False,
                               "autoload_known_extensions": False}  # fmt: skip
+    if spec.partition_by or spec.partition_exprs:
+        config["partitioned_write_flush_threshold"] = PARTITION_FLUSH_ROWS
     con = duckdb.connect(config=config)
     try:
         con.register("rows", table)

@@ -1,4 +1,5 @@
-# One role per function, least privilege (mirrors GRANTS/LISTS/INVOKES in infra/cdk/squall_infra/stack.py).
+# One role per function, least privilege (mirrors GRANTS/LISTS/INVOKES/WRITES in infra/cdk/squall_infra/stack.py;
+# the write locals are in writes.tf).
 
 data "aws_iam_policy_document" "lambda_assume" {
   statement {
@@ -27,6 +28,13 @@ resource "aws_iam_role_policy" "fn" {
     driver = data.aws_iam_policy_document.driver.json
     api    = data.aws_iam_policy_document.api.json
   }[each.key]
+
+  lifecycle {
+    precondition {
+      condition     = length(local.output_conflicts) == 0
+      error_message = "output_prefixes overlap Squall's own areas of its bucket (data_prefix, exchange/, results/, queries/): ${join(", ", local.output_conflicts)}."
+    }
+  }
 }
 
 data "aws_iam_policy_document" "worker" {
@@ -79,6 +87,14 @@ data "aws_iam_policy_document" "worker" {
           values   = [condition.value, "${condition.value}*"]
         }
       }
+    }
+  }
+  dynamic "statement" {
+    for_each = length(local.output_locations) > 0 ? [1] : []
+    content {
+      sid       = "S3WriteStaging"
+      actions   = ["s3:PutObject", "s3:AbortMultipartUpload"]
+      resources = local.staging_object_arns
     }
   }
   statement {
@@ -136,6 +152,30 @@ data "aws_iam_policy_document" "driver" {
     for_each = local.data_locations
     content {
       sid       = "S3ListDataBucket${statement.key}"
+      actions   = ["s3:ListBucket"]
+      resources = ["arn:${local.partition}:s3:::${statement.value.bucket}"]
+      dynamic "condition" {
+        for_each = statement.value.prefix == "" ? [] : [statement.value.prefix]
+        content {
+          test     = "StringLike"
+          variable = "s3:prefix"
+          values   = [condition.value, "${condition.value}*"]
+        }
+      }
+    }
+  }
+  dynamic "statement" {
+    for_each = length(local.output_locations) > 0 ? [1] : []
+    content {
+      sid       = "S3WriteOutputs"
+      actions   = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"]
+      resources = local.output_object_arns
+    }
+  }
+  dynamic "statement" {
+    for_each = local.output_locations
+    content {
+      sid       = "S3ListOutput${statement.key}"
       actions   = ["s3:ListBucket"]
       resources = ["arn:${local.partition}:s3:::${statement.value.bucket}"]
       dynamic "condition" {

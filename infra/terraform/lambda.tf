@@ -77,7 +77,7 @@ resource "aws_lambda_function" "fn" {
   }
 
   environment {
-    variables = merge(local.environment, { SQUALL_ROLE = each.key })
+    variables = merge(local.environment, local.write_environment, { SQUALL_ROLE = each.key })
   }
 
   tracing_config {

@@ -114,6 +114,18 @@ variable "data_buckets" {
   default     = []
 }
 
+variable "output_prefixes" {
+  description = "Where writes may go (COPY, CREATE TABLE AS, INSERT, UNLOAD): s3://bucket/prefix/ locations; [] = every write refused, no write permission."
+  type        = list(string)
+  default     = []
+  validation {
+    condition = alltrue([
+      for p in var.output_prefixes : can(regex("^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(?:[A-Za-z0-9!_'()=+-][A-Za-z0-9!_.'()=+-]*/)*$", p))
+    ]) && length(distinct(var.output_prefixes)) == length(var.output_prefixes)
+    error_message = "output_prefixes: each must look like s3://bucket/prefix/ (ends with /; folders of letters, digits and !_.'()=+-, none starting with '.'), none listed twice."
+  }
+}
+
 variable "exchange_ttl_days" {
   description = "Days before exchange/ objects expire."
   type        = number

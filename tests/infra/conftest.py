@@ -31,7 +31,11 @@ ALT_CONTEXT = {
     "timeoutSeconds": "600",
     "exchangeTtlDays": "2",
     "resultsTtlDays": "3",
+    # another bucket's prefix, a prefix of Squall's own (existing) bucket, a whole bucket
+    "outputPrefixes": "s3://lake-out/squall/,s3://my-squall-data/out/,s3://scratch-bucket/",
 }
+#: Where :data:`ALT_CONTEXT` lets Squall write, as (bucket, key prefix).
+ALT_OUTPUTS = (("lake-out", "squall/"), ("my-squall-data", "out/"), ("scratch-bucket", ""))
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ALT_CONTEXT
+from .conftest import ALT_CONTEXT, ALT_OUTPUTS
 from .helpers import REPO, ROLES, as_list, dump, function_by_handler, render, resources_of, role_statements
 
 HANDLERS = {role: f"squall.functions.{role}.handler" for role in ROLES}
@@ -89,6 +89,9 @@ def test_environment(default, alt):
     assert alt_env["SQUALL_BUCKET"] == "my-squall-data"
     assert alt_env["SQUALL_WORKER_FUNCTION"] == "sq-worker"
     assert alt_env["POWERTOOLS_TRACE_DISABLED"] == "false"
+    # the output prefixes reach every function as SQUALL_WRITABLE (the driver's connections' writable=[...])
+    for props in function_by_handler(alt.template).values():
+        assert props["Environment"]["Variables"]["SQUALL_WRITABLE"] == ALT_CONTEXT["outputPrefixes"]
 
 
 def test_bucket_security_and_lifecycle(default):
@@ -188,6 +191,77 @@ def test_iam_grants_per_function(default):
                 assert (role, st["Sid"]) == ("driver", "S3Exchange")
             if st["Sid"] == "S3Data":
                 assert as_list(st["Action"]) == ["s3:GetObject"]
+
+
+#: Actions that change objects: none of them outside Squall's own areas and the output prefixes.
+WRITE_ACTIONS = {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"}
+
+
+def test_no_output_prefixes_no_write_grant(default):
+    """Without outputPrefixes nothing may be written outside exchange/, results/, queries/."""
+    for role, statements in role_statements(default.template).items():
+        sids = {st["Sid"] for st in statements}
+        assert not {s for s in sids if s.startswith(("S3Write", "S3ListOutput"))}, role
+        for st in statements:
+            if WRITE_ACTIONS & set(as_list(st["Action"])):
+                assert st["Sid"] in ("S3Exchange", "S3Results", "S3Queries"), (role, st)
+                assert all(BUCKET_OBJECT.fullmatch(r) for r in as_list(st["Resource"])), (role, st)
+
+
+def test_writes_only_under_output_prefixes(alt):
+    """The exact write statements of each function with three output prefixes (ALT_CONTEXT)."""
+    arn = "arn:${AWS::Partition}:s3:::"
+    statements = {
+        r: {st.get("Sid", "XRay"): st for st in sts} for r, sts in role_statements(alt.template).items()
+    }
+    # workers put their parts (multipart) into <prefix>.squall-staging/ only: no read, delete or list there
+    assert statements["worker"]["S3WriteStaging"] == {
+        "Sid": "S3WriteStaging",
+        "Effect": "Allow",
+        "Action": ["s3:PutObject", "s3:AbortMultipartUpload"],
+        "Resource": [f"{arn}{b}/{p}.squall-staging/*" for b, p in ALT_OUTPUTS],
+    }
+    # the driver commits: copy staged -> final (read the source, write the target), deletes, HEAD checks
+    assert statements["driver"]["S3WriteOutputs"] == {
+        "Sid": "S3WriteOutputs",
+        "Effect": "Allow",
+        "Action": ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"],
+        "Resource": [f"{arn}{b}/{p}*" for b, p in ALT_OUTPUTS],
+    }
+    # listing: one statement per location (a shared one would allow every prefix in every bucket)
+    assert [statements["driver"][f"S3ListOutput{i}"] for i in range(len(ALT_OUTPUTS))] == [
+        {
+            "Sid": f"S3ListOutput{i}",
+            "Effect": "Allow",
+            "Action": "s3:ListBucket",
+            "Resource": f"{arn}{b}",
+            **({"Condition": {"StringLike": {"s3:prefix": [p, f"{p}*"]}}} if p else {}),
+        }
+        for i, (b, p) in enumerate(ALT_OUTPUTS)
+    ]
+    assert not [sid for sid in statements["api"] if sid.startswith(("S3Write", "S3ListOutput"))]
+    assert not [sid for sid in statements["worker"] if sid.startswith("S3ListOutput")]
+    # every other write stays on Squall's own areas; the read grants are those of the default stack
+    for role, sts in statements.items():
+        for sid, st in sts.items():
+            if WRITE_ACTIONS & set(as_list(st["Action"])) and not sid.startswith("S3Write"):
+                assert sid in ("S3Exchange", "S3Results", "S3Queries"), (role, sid)
+                assert all(
+                    r.startswith(f"{arn}my-squall-data/{sid[2:].lower()}/") for r in as_list(st["Resource"])
+                )
+
+
+def test_read_grants_unchanged_by_writes(default, synth):
+    """Output prefixes add statements and change none of the others."""
+    with_writes = role_statements(synth(outputPrefixes="s3://lake-out/squall/").template)
+    for role, statements in role_statements(default.template).items():
+        added = [st for st in with_writes[role] if st not in statements]
+        assert statements == [st for st in with_writes[role] if st in statements], role
+        assert {st["Sid"] for st in added} == {
+            "worker": {"S3WriteStaging"},
+            "driver": {"S3WriteOutputs", "S3ListOutput0"},
+            "api": set(),
+        }[role]
 
 
 def test_invoke_targets(default):

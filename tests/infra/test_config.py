@@ -80,3 +80,63 @@ def test_readme_documents_every_parameter():
     readme = (CDK_DIR.parent / "README.md").read_text()
     for key in config.SquallConfig.context_keys():
         assert f"| `{key}` |" in readme, key
+
+
+def test_output_prefixes():
+    cfg = config.SquallConfig.from_mapping(
+        {"outputPrefixes": "s3://lake-out/squall/, s3://scratch-bucket/,s3://b-2/year=2024/x_y.z/"}
+    )
+    assert cfg.output_locations == [
+        ("lake-out", "squall/"),
+        ("scratch-bucket", ""),
+        ("b-2", "year=2024/x_y.z/"),
+    ]
+    assert cfg.writable == "s3://lake-out/squall/,s3://scratch-bucket/,s3://b-2/year=2024/x_y.z/"
+    assert config.SquallConfig.from_mapping({"outputPrefixes": '["s3://a-b/c/"]'}).output_prefixes == [
+        "s3://a-b/c/"
+    ]
+    none = config.SquallConfig.from_mapping({})
+    assert (none.output_prefixes, none.output_locations, none.writable) == ([], [], "")
+    # Squall's own bucket: anything beside data/, exchange/, results/, queries/
+    ok = config.SquallConfig.from_mapping(
+        {"bucketName": "mine", "outputPrefixes": "s3://mine/out/,s3://mine/dat/"}
+    )
+    assert ok.output_locations == [("mine", "out/"), ("mine", "dat/")]
+
+
+#: Output prefixes refused by the CDK config and by the Terraform variable (tests/infra/test_terraform.py).
+BAD_OUTPUT_PREFIXES = [
+    "s3://lake-out/squall",  # no trailing /
+    "lake-out/squall/",  # no scheme
+    "https://lake-out/squall/",
+    "s3://lake-out/*/",  # IAM wildcards
+    "s3://lake-out/a?/",
+    "s3://lake-out/${aws:username}/",  # IAM policy variable
+    "s3://lake-out/../data/",
+    "s3://lake-out/./x/",
+    "s3://lake-out/a//b/",
+    "s3://Lake_Out/x/",  # not a bucket name
+    "s3:///x/",
+]
+
+
+@pytest.mark.parametrize("prefix", BAD_OUTPUT_PREFIXES)
+def test_bad_output_prefix_is_rejected(prefix):
+    with pytest.raises(config.ConfigError, match="outputPrefixes"):
+        config.SquallConfig.from_mapping({"outputPrefixes": json.dumps([prefix])})
+
+
+@pytest.mark.parametrize(
+    "prefixes",
+    [
+        ["s3://mine/"],  # the whole bucket holds exchange/ ...
+        ["s3://mine/exchange/"],
+        ["s3://mine/results/q1/"],
+        ["s3://mine/data/"],  # read-only
+        ["s3://mine/data/derived/"],
+        ["s3://lake/x/", "s3://lake/x/"],  # twice
+    ],
+)
+def test_output_prefix_overlapping_squall_areas_is_rejected(prefixes):
+    with pytest.raises(config.ConfigError, match="outputPrefixes"):
+        config.SquallConfig.from_mapping({"bucketName": "mine", "outputPrefixes": json.dumps(prefixes)})

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from .conftest import ALT_CONTEXT, ALT_OUTPUTS
 from .helpers import (
     ROLES,
     TF_DIR,
@@ -116,6 +119,8 @@ def test_iam_scoping_in_terraform():
                 for content in as_list(statement["content"]):
                     if content["sid"] == "XRay":
                         assert statement["for_each"] == "${var.tracing ? [1] : []}"
+                    elif content["sid"] in ("S3WriteStaging", "S3WriteOutputs"):  # test_writes_in_terraform
+                        assert statement["for_each"] == "${length(local.output_locations) > 0 ? [1] : []}"
                     else:
                         assert content["actions"] == ["s3:ListBucket"]
 
@@ -179,3 +184,149 @@ def test_terraform_fmt():
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "TF_CLI_CONFIG_FILE": "/dev/null"},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ writes
+
+
+def _dynamic_statements(role: str) -> dict[str, dict]:
+    """sid -> {"for_each": ..., **content} of a policy document's dynamic statements."""
+    out = {}
+    for dyn in terraform()["data"]["aws_iam_policy_document"][role].get("dynamic", []):
+        for statement in as_list(dyn.get("statement", [])):
+            for content in as_list(statement["content"]):
+                out[content["sid"]] = {"for_each": statement["for_each"], **content}
+    return out
+
+
+def test_writes_in_terraform(alt):
+    """The write statements: the same sids and actions as the CDK stack's, only when output prefixes exist."""
+    cdk = {
+        role: {st["Sid"]: st for st in sts if st.get("Sid", "").startswith(("S3Write", "S3ListOutput"))}
+        for role, sts in role_statements(alt.template).items()
+    }
+    worker, driver, api = (_dynamic_statements(r) for r in ROLES)
+    only_with_outputs = "${length(local.output_locations) > 0 ? [1] : []}"
+    assert worker["S3WriteStaging"] == {
+        "for_each": only_with_outputs,
+        "sid": "S3WriteStaging",
+        "actions": as_list(cdk["worker"]["S3WriteStaging"]["Action"]),
+        "resources": "${local.staging_object_arns}",
+    }
+    assert driver["S3WriteOutputs"] == {
+        "for_each": only_with_outputs,
+        "sid": "S3WriteOutputs",
+        "actions": as_list(cdk["driver"]["S3WriteOutputs"]["Action"]),
+        "resources": "${local.output_object_arns}",
+    }
+    listing = driver["S3ListOutput${statement.key}"]
+    assert listing["for_each"] == "${local.output_locations}"
+    assert listing["actions"] == ["s3:ListBucket"]
+    assert listing["resources"] == ["arn:${local.partition}:s3:::${statement.value.bucket}"]
+    (condition,) = listing["dynamic"]
+    assert (
+        condition["condition"]["for_each"]
+        == '${statement.value.prefix == "" ? [] : [statement.value.prefix]}'
+    )
+    assert condition["condition"]["content"] == [
+        {
+            "test": "StringLike",
+            "variable": "s3:prefix",
+            "values": ["${condition.value}", "${condition.value}*"],
+        }
+    ]
+    assert set(cdk["driver"]) == {"S3WriteOutputs", *(f"S3ListOutput{i}" for i in range(len(ALT_OUTPUTS)))}
+    assert set(cdk["worker"]) == {"S3WriteStaging"} and not cdk["api"]
+    assert not [sid for sid in api if sid.startswith(("S3Write", "S3ListOutput"))]
+    assert not [sid for sid in worker if sid.startswith("S3ListOutput")]
+    # SQUALL_WRITABLE reaches every function; overlaps with Squall's own areas stop the plan
+    res = terraform()["resource"]
+    (env,) = res["aws_lambda_function"]["fn"]["environment"]
+    assert (
+        env["variables"] == "${merge(local.environment, local.write_environment, {SQUALL_ROLE = each.key})}"
+    )
+    (lifecycle,) = res["aws_iam_role_policy"]["fn"]["lifecycle"]
+    assert lifecycle["precondition"][0]["condition"] == "${length(local.output_conflicts) == 0}"
+
+
+@pytest.fixture(scope="module")
+def tf_console(tmp_path_factory: pytest.TempPathFactory):
+    """``tf_console(expression, **variables)`` -> (value or None, stderr): ``writes.tf`` and ``variables.tf``
+    evaluated by ``terraform console`` in a module of their own (no provider, so no download), with the
+    locals they use from ``main.tf``'s values."""
+    exe = shutil.which("terraform")
+    if exe is None:
+        pytest.skip("no terraform binary")
+    root = tmp_path_factory.mktemp("tf-writes")
+    for name in ("variables.tf", "writes.tf"):
+        shutil.copy(TF_DIR / name, root / name)
+    main = terraform()["locals"]
+    stub = {
+        "partition": "aws",
+        **{k: main[k] for k in ("exchange_prefix", "results_prefix", "queries_prefix")},
+    }
+    (root / "stub.tf").write_text("locals {\n" + "".join(f'  {k} = "{v}"\n' for k, v in stub.items()) + "}\n")
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "TF_CLI_CONFIG_FILE": "/dev/null", "HOME": str(root)}
+    init = subprocess.run([exe, "init", "-input=false", "-no-color"], cwd=root, capture_output=True, text=True,
+                          timeout=120, env=env)  # fmt: skip
+    assert init.returncode == 0, init.stdout + init.stderr
+
+    def evaluate(expression: str, **variables: object) -> tuple[object, str]:
+        var_file = Path(root / "vars.tfvars.json")
+        var_file.write_text(json.dumps(variables))
+        proc = subprocess.run(
+            [exe, "console", "-no-color", f"-var-file={var_file}"],
+            input=f"jsonencode({expression})\n", cwd=root, capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        if "Error:" in proc.stderr:
+            return None, " ".join(proc.stderr.split())  # terraform wraps its messages
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(json.loads(proc.stdout.strip())), proc.stderr
+
+    return evaluate
+
+
+def test_terraform_writes_evaluated(tf_console, alt):
+    """``terraform console`` on the write locals: the same ARNs and environment as the CDK template."""
+    prefixes = ALT_CONTEXT["outputPrefixes"].split(",")
+    value, err = tf_console(
+        "{locations = local.output_locations, staging = local.staging_object_arns, outputs = "
+        "local.output_object_arns, env = local.write_environment, conflicts = local.output_conflicts}",
+        output_prefixes=prefixes,
+        bucket_name=ALT_CONTEXT["bucketName"],
+    )
+    assert value is not None, err
+    cdk = {st.get("Sid"): st for role in ("worker", "driver") for st in role_statements(alt.template)[role]}
+    aws = [r.replace("${AWS::Partition}", "aws") for r in as_list(cdk["S3WriteStaging"]["Resource"])]
+    assert value["staging"] == aws
+    assert value["outputs"] == [
+        r.replace("${AWS::Partition}", "aws") for r in cdk["S3WriteOutputs"]["Resource"]
+    ]
+    assert [(loc["bucket"], loc["prefix"]) for loc in value["locations"]] == list(ALT_OUTPUTS)
+    fn_env = function_by_handler(alt.template)["driver"]["Environment"]["Variables"]
+    assert value["env"] == {"SQUALL_WRITABLE": fn_env["SQUALL_WRITABLE"]}
+    assert value["conflicts"] == []
+    # no output prefixes: no locations, so no write statement and no SQUALL_WRITABLE
+    value, err = tf_console("[local.output_locations, local.write_environment]")
+    assert value == [[], {}], err
+
+
+def test_terraform_refuses_what_the_cdk_config_refuses(tf_console):
+    from .test_config import BAD_OUTPUT_PREFIXES
+
+    for prefix in BAD_OUTPUT_PREFIXES:
+        value, err = tf_console("local.output_locations", output_prefixes=[prefix])
+        assert value is None and "output_prefixes: each must look like" in err, prefix
+    value, err = tf_console("local.output_locations", output_prefixes=["s3://lake/x/", "s3://lake/x/"])
+    assert value is None and "none listed twice" in err
+    # overlaps with Squall's own areas in its (existing) bucket: the precondition's list
+    for prefix in ("s3://mine/", "s3://mine/exchange/", "s3://mine/results/q1/", "s3://mine/data/",
+                   "s3://mine/data/derived/"):  # fmt: skip
+        value, err = tf_console(
+            "local.output_conflicts", output_prefixes=[prefix, "s3://mine/out/"], bucket_name="mine"
+        )
+        assert value == [prefix], (prefix, err)
+    value, err = tf_console(
+        "local.output_conflicts", output_prefixes=["s3://mine/exchange/"], bucket_name="other"
+    )
+    assert value == [], err

@@ -19,6 +19,18 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
                       3288, 3653)  # fmt: skip
 #: What the API Gateway REST API allows as integration timeout (the API function's timeout).
 API_TIMEOUT_SECONDS = 29
+#: Squall's own areas of its bucket (besides the data prefix): run state, results, query records.
+EXCHANGE_PREFIX = "exchange/"
+RESULTS_PREFIX = "results/"
+QUERIES_PREFIX = "queries/"
+#: Where a write stages its parts inside an output prefix (``squall.driver.write.locations.STAGING``).
+STAGING_FOLDER = ".squall-staging/"
+#: An output prefix: ``s3://bucket/`` or ``s3://bucket/a/b/``. Key folders may not start with ``.`` (no ``.``
+#: or ``..``) and hold no IAM wildcard (``*``, ``?``) or policy variable (``$``). The same pattern is the
+#: Terraform variable's validation.
+OUTPUT_PREFIX = re.compile(
+    r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/((?:[A-Za-z0-9!_'()=+-][A-Za-z0-9!_.'()=+-]*/)*)"
+)
 
 
 class ConfigError(ValueError):
@@ -95,6 +107,12 @@ class SquallConfig:
     data_prefix: str = _param("data/", "prefix of the Parquet data in the bucket (read-only for Squall)", str)
     data_buckets: list[str] = _param(  # noqa: RUF009 (_param returns dataclasses.field(default_factory=...))
         [], "more read-only data locations: bucket or bucket/prefix, comma-separated or a JSON list", _to_list
+    )
+    output_prefixes: list[str] = _param(  # noqa: RUF009 (_param returns dataclasses.field(default_factory=...))
+        [],
+        "where writes may go (COPY, CREATE TABLE AS, INSERT, UNLOAD): s3://bucket/prefix/ locations, "
+        "comma-separated or a JSON list; none = every write refused, no write permission",
+        _to_list,
     )
     exchange_ttl_days: int = _param(1, "days before exchange/ objects expire", _to_int)
     results_ttl_days: int = _param(7, "days before results/ and queries/ objects expire", _to_int)
@@ -196,7 +214,27 @@ class SquallConfig:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        self._check_output_prefixes()
         return self
+
+    def _check_output_prefixes(self) -> None:
+        own = (self.data_prefix, EXCHANGE_PREFIX, RESULTS_PREFIX, QUERIES_PREFIX)
+        for item in self.output_prefixes:
+            match = OUTPUT_PREFIX.fullmatch(item)
+            if not match:
+                raise ConfigError(
+                    f"outputPrefixes: {item!r} must look like s3://bucket/prefix/ (ends with /; folders "
+                    "of letters, digits and !_.'()=+-, none starting with '.')"
+                )
+            bucket, prefix = match.groups()
+            clash = [a for a in own if a.startswith(prefix) or prefix.startswith(a)]
+            if bucket == self.bucket_name and clash:
+                raise ConfigError(
+                    f"outputPrefixes: {item!r} overlaps Squall's own {clash[0]} in its bucket "
+                    "(the data prefix is read-only, the other areas expire): pick another prefix"
+                )
+        if len(set(self.output_prefixes)) != len(self.output_prefixes):
+            raise ConfigError("outputPrefixes: a location is listed twice")
 
     @property
     def name_prefix(self) -> str:
@@ -213,6 +251,21 @@ class SquallConfig:
                 prefix += "/"
             out.append((bucket, prefix))
         return out
+
+    @property
+    def output_locations(self) -> list[tuple[str, str]]:
+        """The output prefixes as (bucket, key prefix); the key prefix ends with ``/`` or is empty."""
+        out = []
+        for item in self.output_prefixes:
+            match = OUTPUT_PREFIX.fullmatch(item)
+            assert match is not None  # validated
+            out.append((match.group(1), match.group(2)))
+        return out
+
+    @property
+    def writable(self) -> str:
+        """``SQUALL_WRITABLE``: the output prefixes, comma-separated (empty: nothing writable)."""
+        return ",".join(self.output_prefixes)
 
 
 def _camel(name: str) -> str:

@@ -15,7 +15,8 @@ Resources (``cdk synth`` shows all of them):
 
 IAM is least privilege, per function (:data:`GRANTS`): S3 actions on the bucket's ``data/`` (read),
 ``exchange/``, ``results/``, ``queries/`` prefixes only, ``lambda:InvokeFunction`` on the worker
-(driver, worker: invocation tree) or driver (api) only, logs on the function's own log group.
+(driver, worker: invocation tree) or driver (api) only, logs on the function's own log group. Writes
+(:data:`WRITES`) go only under the ``outputPrefixes``, and with none there is no write grant at all.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from squall_infra.config import API_TIMEOUT_SECONDS, LOG_RETENTION_DAYS, SquallConfig
+from squall_infra.config import (
+    API_TIMEOUT_SECONDS,
+    EXCHANGE_PREFIX,
+    LOG_RETENTION_DAYS,
+    QUERIES_PREFIX,
+    RESULTS_PREFIX,
+    STAGING_FOLDER,
+    SquallConfig,
+)
 
-EXCHANGE_PREFIX = "exchange/"
-RESULTS_PREFIX = "results/"
-QUERIES_PREFIX = "queries/"
 #: API Gateway stage; routes carry their own version (``/v1/queries``), so the URL reads ``…/squall/v1/…``
 STAGE_NAME = "squall"
 BINARY_MEDIA_TYPES = (
@@ -87,6 +93,33 @@ LISTS: dict[str, tuple[str, ...]] = {
     "worker": ("data", "exchange"),
     "driver": ("data", "exchange", "queries"),
     "api": ("queries",),
+}
+
+
+@dataclass(frozen=True)
+class WriteGrant:
+    """S3 actions under every output prefix (``outputPrefixes``), for one function.
+
+    ``under`` is a folder inside each prefix ("" = the whole prefix); ``lists`` adds ``s3:ListBucket`` on
+    each output bucket for the prefix only.
+    """
+
+    under: str
+    actions: tuple[str, ...]
+    lists: bool = False
+
+
+#: Who writes where (the api function never touches outputs: it only relays to the driver).
+#: - worker: uploads its part files (multipart when large) into ``<prefix>.squall-staging/<query>/…``.
+#: - driver: commits — a server-side copy staged → final (GetObject on the source, PutObject on the
+#:   target, multipart copies for large parts), then ``_squall_commit_<query>.json`` and table markers;
+#:   deletes the staging folder, the files OVERWRITE replaces and the folders DROP TABLE drops; checks what
+#:   exists before writing (HEAD = GetObject, ListBucket).
+WRITES: dict[str, WriteGrant] = {
+    "worker": WriteGrant(STAGING_FOLDER, ("s3:PutObject", "s3:AbortMultipartUpload")),
+    "driver": WriteGrant(
+        "", ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject"), lists=True
+    ),
 }
 #: Which functions each function may invoke.
 INVOKES: dict[str, tuple[str, ...]] = {"worker": ("worker",), "driver": ("worker",), "api": ("driver",)}
@@ -212,6 +245,8 @@ class SquallStack(cdk.Stack):
             "POWERTOOLS_METRICS_NAMESPACE": "Squall",
             "POWERTOOLS_LOG_LEVEL": "INFO",
             "POWERTOOLS_TRACE_DISABLED": "false" if cfg.tracing else "true",
+            # the driver's connections take writable=[...] from it; absent = every write refused
+            **({"SQUALL_WRITABLE": cfg.writable} if cfg.output_prefixes else {}),
         }
 
     def _policy_statements(self, role: str) -> list[iam.PolicyStatement]:
@@ -256,6 +291,7 @@ class SquallStack(cdk.Stack):
                         conditions=conditions,
                     )
                 )
+        statements += self._write_statements(role)
         targets = INVOKES[role]
         if targets:
             statements.append(
@@ -267,6 +303,35 @@ class SquallStack(cdk.Stack):
                     ],
                 )
             )
+        return statements
+
+    def _write_statements(self, role: str) -> list[iam.PolicyStatement]:
+        """The role's writes under the output prefixes (:data:`WRITES`); none without output prefixes."""
+        grant = WRITES.get(role)
+        locations = self.config.output_locations
+        if grant is None or not locations:
+            return []
+        partition = cdk.Aws.PARTITION
+        statements = [
+            iam.PolicyStatement(
+                sid="S3WriteStaging" if grant.under else "S3WriteOutputs",
+                actions=list(grant.actions),
+                resources=[f"arn:{partition}:s3:::{b}/{p}{grant.under}*" for b, p in locations],
+            )
+        ]
+        if (
+            grant.lists
+        ):  # one statement per location: a shared one would let each prefix be listed in every bucket
+            for i, (bucket, prefix) in enumerate(locations):
+                conditions = {"StringLike": {"s3:prefix": [prefix, f"{prefix}*"]}} if prefix else None
+                statements.append(
+                    iam.PolicyStatement(
+                        sid=f"S3ListOutput{i}",
+                        actions=["s3:ListBucket"],
+                        resources=[f"arn:{partition}:s3:::{bucket}"],
+                        conditions=conditions,
+                    )
+                )
         return statements
 
     def _function(self, role: str, code: lambda_.Code) -> lambda_.Function:
