@@ -231,7 +231,7 @@ class Worker:
             if self.rank in stage.ranks:
                 table = self._run_stage(stage, db, views, received, sr)
                 if stage.output.kind == "result":
-                    self._result = table if self.plan.write is None else self._write(stage, table, report)
+                    self._result = table  # a write plan's: the manifest of the files this rank wrote
             if stage.output.kind != "result" and self.rank in stage.output.receivers:
                 # a skew-aware group's exchanges are received together, after its last member was sent;
                 # a run-time join's after its decision (a side kept in place is not received at all)
@@ -251,21 +251,25 @@ class Worker:
             if self.on_stage is not None:
                 self.on_stage(stage.id)
 
-    def _write(self, stage: Stage, table: pa.Table | None, report: WorkerReport) -> pa.Table:
-        """A write plan's result stage: this rank's rows as staged files; its result is their manifest."""
-        assert self.plan.write is not None and table is not None
+    def _write(self, stage: Stage, db: Sandbox) -> pa.Table:
+        """A write plan's result stage: its rows stream from the stage's SQL into this rank's staged files
+        (never all in memory at once); the stage's result is their manifest."""
+        assert self.plan.write is not None
         spec, t0 = self.plan.write, time.perf_counter()
-        table = table.rename_columns(list(self.plan.result_names))  # the files carry the result's names
         if self._sink is None:
             self._sink = sink_for(spec.staging, self.storage_options)
-        manifest = write_part(
-            table, spec, self._sink, self.query_id, self.rank, self.attempt,
+        named = ", ".join(
+            f"{ident(c)} AS {ident(n)}" for (c, _t), n in zip(stage.columns, self.plan.result_names)
+        )
+        rows = db.relation(f"SELECT {named} FROM ({stage.sql}) AS t").arrow()  # a RecordBatchReader
+        manifest, written = write_part(
+            rows, spec, self._sink, self.query_id, self.rank, self.attempt,
             first_rank=self.rank == min(stage.ranks), threads=self.threads,
             temp_dir=self.sandbox_options.get("temp_directory"),
         )  # fmt: skip
-        report.written = {
+        self._report.written = {
             "files": manifest.num_rows,
-            "rows": table.num_rows,
+            "rows": written,
             "bytes": int(pa.compute.sum(manifest.column("bytes")).as_py() or 0),
             "write_s": time.perf_counter() - t0,
             "requests": self._sink.requests(),
@@ -406,7 +410,11 @@ class Worker:
                 )
                 table = db.query(f"SELECT *, ({part}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t")
             else:
-                table = db.query(stage.sql)
+                table = (
+                    db.query(stage.sql)
+                    if self.plan.write is None or output.kind != "result"
+                    else self._write(stage, db)
+                )
         except USER_RUNTIME as err:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
         finally:
@@ -414,7 +422,11 @@ class Worker:
                 db.unregister(name)
         t2 = time.perf_counter()
         sr.compute_s += t2 - t1
-        sr.rows_out = table.num_rows
+        sr.rows_out = (
+            table.num_rows
+            if self.plan.write is None or output.kind != "result"
+            else self._report.written["rows"]
+        )
         sr.bytes_out = table.nbytes
         if output.kind != "result" and self.rank in output.senders:
             # a run-time join: broadcast or hash from the actual size (operators/runtime_join.py)

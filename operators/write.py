@@ -56,7 +56,7 @@ def file_prefix(query_id: str, rank: int, attempt: int) -> str:
 
 
 def write_part(
-    table: pa.Table,
+    rows: pa.Table | pa.RecordBatchReader,
     spec: WriteSpec,
     sink: Sink,
     query_id: str,
@@ -66,47 +66,50 @@ def write_part(
     first_rank: bool = True,
     threads: int = 1,
     temp_dir: str | None = None,
-) -> pa.Table:
-    """Write ``table`` (this rank's rows) as ``spec`` says into the staging folder; returns the manifest.
+) -> tuple[pa.Table, int]:
+    """Write ``rows`` (this rank's, a table or a stream of batches) as ``spec`` says into the staging folder;
+    returns the manifest and the number of rows written.
 
     A rank without rows writes nothing, unless it is the result's ``first_rank`` and the write is not
     partitioned: that rank writes one empty file, so the target always holds the result's schema.
     """
     folder = part_folder(spec, query_id, rank, attempt)
-    if table.num_rows == 0 and not (first_rank and not spec.partition_by and not spec.partition_exprs):
-        return MANIFEST.empty_table()
+    keep_empty = first_rank and not spec.partition_by and not spec.partition_exprs
+    if isinstance(rows, pa.Table) and rows.num_rows == 0 and not keep_empty:
+        return MANIFEST.empty_table(), 0
     local = sink.scheme == "file"
     out = folder.removeprefix("file://") if local else tempfile.mkdtemp(prefix="squall-write-", dir=temp_dir)
     try:
         os.makedirs(out, exist_ok=True)
-        files = _copy(table, spec, out, file_prefix(query_id, rank, attempt), threads)
-        rows = [
-            (
-                f"{folder}{rel}",
-                rel if not spec.single_file else _basename(spec.target),
-                n,
-                os.path.getsize(os.path.join(out, rel)),
-            )
+        files, total = _copy(rows, spec, out, file_prefix(query_id, rank, attempt), threads)
+        if total == 0 and not keep_empty:
+            for rel, _n in files:
+                os.remove(os.path.join(out, rel))
+            files = []
+        if len(files) == 1 and files[0][1] < 0:
+            files = [(files[0][0], total)]
+        listed = [
+            (f"{folder}{rel}", rel if not spec.single_file else _basename(spec.target), n,
+             os.path.getsize(os.path.join(out, rel)))
             for rel, n in files
-        ]
+        ]  # fmt: skip
         if not local:
-            for path, _rel, _n, _b in rows:
+            for path, _rel, _n, _b in listed:
                 sink.put(os.path.join(out, path[len(folder) :]), path)
     finally:
         if not local:
             shutil.rmtree(out, ignore_errors=True)
-    if len(rows) == 1 and rows[0][2] < 0:
-        rows = [(rows[0][0], rows[0][1], table.num_rows, rows[0][3])]
-    return pa.table(
+    manifest = pa.table(
         {
-            "path": [r[0] for r in rows],
-            "relative": [r[1] for r in rows],
-            "rows": pa.array([r[2] for r in rows], pa.int64()),
-            "bytes": pa.array([r[3] for r in rows], pa.int64()),
-            "rank": pa.array([rank] * len(rows), pa.int32()),
+            "path": [r[0] for r in listed],
+            "relative": [r[1] for r in listed],
+            "rows": pa.array([r[2] for r in listed], pa.int64()),
+            "bytes": pa.array([r[3] for r in listed], pa.int64()),
+            "rank": pa.array([rank] * len(listed), pa.int32()),
         },
         schema=MANIFEST,
     )
+    return manifest, total
 
 
 def _basename(target: str) -> str:
@@ -133,15 +136,17 @@ def copy_sql(spec: WriteSpec, out: str, prefix: str) -> str:
     return f"COPY (SELECT *{computed} FROM rows) TO {_literal(dest)} ({', '.join(opts)})"
 
 
-def _copy(table: pa.Table, spec: WriteSpec, out: str, prefix: str, threads: int) -> list[tuple[str, int]]:
-    """Run the COPY; (path relative to ``out``, rows or -1) per file written."""
+def _copy(
+    rows: pa.Table | pa.RecordBatchReader, spec: WriteSpec, out: str, prefix: str, threads: int
+) -> tuple[list[tuple[str, int]], int]:
+    """Run the COPY; (path relative to ``out``, rows or -1) per file written, and the rows written."""
     config: dict[str, Any] = {"threads": max(1, threads), "autoinstall_known_extensions": False,
                               "autoload_known_extensions": False}  # fmt: skip
     if spec.partition_by or spec.partition_exprs:
         config["partitioned_write_flush_threshold"] = PARTITION_FLUSH_ROWS
     con = duckdb.connect(config=config)
     try:
-        con.register("rows", table)
+        con.register("rows", rows)
         try:
             got = con.sql(copy_sql(spec, out, prefix)).fetchall()
         except (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.NotImplementedException,
@@ -151,10 +156,11 @@ def _copy(table: pa.Table, spec: WriteSpec, out: str, prefix: str, threads: int)
         con.close()
     root = out.rstrip("/") + "/"
     if spec.format == "parquet":  # (filename, count, …)
-        return [(_relative(str(r[0]), root), int(r[1])) for r in got]
+        files = [(_relative(str(r[0]), root), int(r[1])) for r in got]
+        return files, sum(n for _f, n in files)
     (count, names), = got  # fmt: skip
     names = [_relative(str(n), root) for n in names]
-    return [(n, int(count) if len(names) == 1 else -1) for n in names]
+    return [(n, int(count) if len(names) == 1 else -1) for n in names], int(count)
 
 
 def _relative(path: str, root: str) -> str:

@@ -277,7 +277,7 @@ def write_table(
             )
     write_id = f"w{uuid.uuid4().hex[:16]}"
     try:
-        manifest = write_part(table, job.spec, job.sink, write_id, 0, threads=os.cpu_count() or 1)
+        manifest, _rows = write_part(table, job.spec, job.sink, write_id, 0, threads=os.cpu_count() or 1)
         committed = job.commit(manifest, table.num_rows, write_id)
     except BaseException:
         with contextlib.suppress(Exception):
