@@ -130,6 +130,11 @@ class NamedCatalogs:
         except NoSuchNamespaceError:
             raise DataError(f"catalog {catalog} has no namespace {namespace}") from None
 
+    def forget(self, parts: tuple[str, str, str]) -> None:
+        """Forget what was asked of table ``parts`` (its location): it was dropped or replaced."""
+        with self._lock:
+            self._table_locations.pop(parts, None)
+
     def tables(self) -> list[tuple[str, str, str]]:
         """Every (catalog, namespace, table) of every catalog (for listings)."""
         out = []

@@ -68,7 +68,7 @@ def prepare(
     ):
         from squall.driver.write.iceberg import iceberg_job  # pyiceberg: only for catalog tables
 
-        return iceberg_job(statement, catalog, describe)
+        return iceberg_job(statement, catalog, describe, storage_options)
     if len(parts) != 1:
         raise NotSupportedError(
             f"table name {statement.target}: name a table of this connection (t) or of a catalog (catalog.namespace.t)"
