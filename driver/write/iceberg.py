@@ -141,7 +141,8 @@ def iceberg_job(
 @dataclass
 class _Plan:
     """How a job's commit goes: ``begin`` gives the transaction (checked against the metadata the files
-    were written for), ``replace`` whether the snapshot swaps out every current file."""
+    were written for), ``replace`` whether it is a CREATE OR REPLACE (new schema: the name mapping is
+    rewritten)."""
 
     begin: Callable[[], Any]
     replace: bool = False
@@ -165,9 +166,8 @@ class IcebergJob(WriteJob):
         from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError, ValidationException
 
         assert manifest is not None and self.spec is not None
-        accepted = manifest.filter(
-            pc.greater(manifest.column("rows"), 0)
-        )  # an empty result's empty file: none
+        # an empty result's one empty file is not the table's (it goes with the strays)
+        accepted = manifest.filter(pc.greater(manifest.column("rows"), 0))
         txn = self.plan.begin()
         meta = txn.table_metadata
         data_files = _data_files(meta, _file_io(self.target, meta), accepted, self.plan.keys)
