@@ -10,7 +10,10 @@ succeeded. This package holds the driver's half:
 - :mod:`.planning` — a query's plan made into a write plan;
 - :mod:`.jobs` — a statement as a job (query, write spec, commit, abort), for files at a path;
 - :mod:`.folder_tables` — tables that are folders under a writable location;
-- :mod:`.iceberg` — Iceberg tables of a named catalog: one pyiceberg commit per statement;
+- :mod:`.iceberg` — Iceberg tables of a named catalog: one pyiceberg commit per statement
+  (:mod:`.iceberg_partitions`: partition transforms as DuckDB SQL, Iceberg's bucket hash included;
+  :mod:`.iceberg_schema`: DuckDB ↔ Iceberg types);
+- :mod:`.base` — the job interface;
 - :mod:`.commit` — making plain files visible together, and cleaning up.
 
 May import: every driver stage below ``compile`` (it runs beside the pipeline, on its plans).
