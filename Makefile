@@ -12,7 +12,7 @@ CDK_ARGS ?=
 CDK := cd infra/cdk && JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 npx --yes aws-cdk@2
 CHECKOV_VENV := build/checkov-venv
 
-.PHONY: run test check-arch bench bench-peers bench-lake bench-write bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
+.PHONY: run test check-arch bench bench-peers bench-lake bench-write bench-service bench-tpcds bench-scale venv data lint fmt clean layer stage synth deploy bootstrap checkov-venv
 
 # `make run` needs only the engine: .stamp installs the core dependencies. Everything else (test tools,
 # pandas, the CDK and Powertools) goes on top in .stamp-dev, for test/lint/fmt and the deploy targets.
@@ -74,6 +74,12 @@ bench-lake: venv
 # Squall at W=1,2 (WORKERS=1,2,4 for others) vs DuckDB's COPY, outputs read back and checked, driver/worker peak RSS
 bench-write: data
 	$(PY) benchmarks/write.py --data $(DATA) $(if $(WORKERS),--workers $(WORKERS),) $(if $(REPEAT),--repeat $(REPEAT),)
+
+# the shared service (benchmarks/service.py): squall serve --data $(DATA) --workers $(or $(WORKERS),2) under many
+# clients — short-query latency alone and behind two long queries, throughput of 8 and 16 clients against DuckDB,
+# /healthz during a 100k-element IN list, cancel latency, resets/429/5xx counted; every answer checked
+bench-service: data venv-dev
+	$(PY) benchmarks/service.py --data $(DATA) --workers $(or $(WORKERS),2) $(if $(REPEAT),--repeat $(REPEAT),)
 
 # TPC-DS: data/tpcds-sf$(SF) is generated on first use (its own venv build/tpcds-venv, from PyPI)
 bench-tpcds: venv
