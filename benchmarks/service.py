@@ -19,7 +19,7 @@ Starts ``squall serve --data DATA --workers W`` (a bearer token, a temporary sta
 - **/healthz during a 100,000-element IN list**: a client sends ``GET /healthz`` back to back (a new
   connection each) from before the ``POST`` of :func:`in_list_sql` until that query has finished; the
   worst latency (goal ≤ 0.1 s);
-- **cancel**: :data:`CANCEL` (≈30 s alone at SF1 W=2) is ``DELETE``\\ d 1 s after its status reads
+- **cancel**: :data:`CANCEL` (≈30 s alone at SF1 W=2) is sent a ``DELETE`` 1 s after its status reads
   ``running``; seconds from the ``DELETE`` to a status ``cancelled`` (goal ≤ 1 s; a query that finishes
   anyway counts as never cancelled), median and worst of ``--repeat``.
 
@@ -226,7 +226,8 @@ class Client:
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> Response:
-        """One request, sent again when the connection failed (reset, refused, timed out)."""
+        """One request, sent again when the connection failed (reset, refused, timed out) and after a 503's
+        ``Retry-After`` (the 503 still counts as a 5xx)."""
         data = json.dumps(body).encode() if body is not None else None
         sent = {"Accept": "application/json", **(headers or {})}
         if data is not None:
@@ -235,7 +236,15 @@ class Client:
             sent["Authorization"] = f"Bearer {self.token}"
         for attempt in range(self.attempts):
             try:
-                return self._once(method, path, data, sent)
+                response = self._once(method, path, data, sent)
+                if (
+                    response.status != 503
+                    or "retry-after" not in response.headers
+                    or attempt + 1 == self.attempts
+                ):
+                    return response
+                time.sleep(float(response.headers["retry-after"]))  # overloaded, says when to come back
+                continue
             except RESET_ERRORS:
                 self.tally.add("resets")
             except ConnectionRefusedError:
@@ -318,7 +327,7 @@ class Client:
         return answer
 
     def finish(self, answer: Answer) -> Answer:
-        """Wait for a :meth:`start`\\ ed query and fetch its result (``error`` set if it failed, or the
+        """Wait for a query sent by :meth:`start` and fetch its result (``error`` set if it failed, or the
         service did). A query found refused by a full queue (after a lost answer) is submitted again."""
         if answer.query_id is None:
             return answer
@@ -537,6 +546,10 @@ class Bench:
             "short query behind 2 long, median", "≤ 0.5 s", secs(median), f"{median / 0.5:.1f}x goal", before
         )
 
+    def throughputs(self) -> None:
+        for clients in self.args.clients:
+            self.throughput(clients)
+
     def throughput(self, clients: int) -> None:
         before = self.tally.snapshot()
         jobs = tpch_jobs(clients, self.args.per_client, self.args.sf)
@@ -596,29 +609,19 @@ class Bench:
 MEASURES: dict[str, Callable[[Bench], None]] = {
     "short": Bench.short_alone,
     "behind": Bench.short_behind_long,
-    "throughput": lambda bench: [bench.throughput(n) for n in bench.args.clients] and None,
+    "throughput": Bench.throughputs,
     "healthz": Bench.healthz_during_in_list,
     "cancel": Bench.cancel,
 }
 
 
-def print_table(bench: Bench, seconds: float) -> None:
+def print_table(bench: Bench, seconds: float, load_before: tuple[float, float, float]) -> None:
     load = os.getloadavg()
     print(f"squall serve --workers {bench.args.workers} on {bench.args.data}; {os.cpu_count()} cores; "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {seconds:.0f} s in all; "
-          f"clients poll every ≤ {bench.args.poll_max:g} s")  # fmt: skip
-    head = (
-        "measure",
-        "goal",
-        "measured",
-        "ratio",
-        "requests",
-        "resets",
-        "refused",
-        "slow connects",
-        "429",
-        "5xx",
-    )
+          f"load average {load_before[0]:.2f} before, {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} after; "
+          f"{seconds:.0f} s in all; clients poll every ≤ {bench.args.poll_max:g} s")  # fmt: skip
+    head = ("measure", "goal", "measured", "ratio", "requests", "resets", "refused", "dropped handshakes", "429",
+            "5xx")  # fmt: skip
     print(" | ".join(head))
     print(" | ".join("---" for _ in head))
     for row in bench.rows:
@@ -635,14 +638,14 @@ def print_table(bench: Bench, seconds: float) -> None:
 
 def bench(args: argparse.Namespace, url: str, token: str | None) -> int:
     """Every measure asked for, then the table; 1 when an answer differed or failed."""
-    start = time.perf_counter()
+    start, load = time.perf_counter(), os.getloadavg()
     runner = Bench(url, token, Reference(args.data), args)
     print("warming up: 22 TPC-H queries", file=sys.stderr, flush=True)
     runner.warm_up()
     for name in args.measures:
         print(f"measuring {name}", file=sys.stderr, flush=True)
         MEASURES[name](runner)
-    print_table(runner, time.perf_counter() - start)
+    print_table(runner, time.perf_counter() - start, load)
     for problem in runner.problems:
         print("DIFFERS:", problem)
     return 1 if runner.problems else 0

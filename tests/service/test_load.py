@@ -21,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from ..tpch_data import tpch_dataset
@@ -78,13 +79,18 @@ class LoadRun:
 
 
 @pytest.fixture(scope="module")
-def load_run(tmp_path_factory) -> LoadRun:
+def sf01(tmp_path_factory) -> Path:
+    return tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def load_run(sf01, tmp_path_factory) -> LoadRun:
     """The whole load, run once for the module's tests; the server stopped after it."""
-    data = tpch_dataset(SF, tmp_path_factory=tmp_path_factory)
+    data = sf01
     srv = _start(tmp_path_factory, "serve-load", ["--data", str(data), "--workers", "2", "--token", TOKEN])
     try:
         tally = bench.Tally()
-        clients = [bench.Client(srv.url, TOKEN, tally, timeout_s=300) for _ in range(CLIENTS)]
+        clients = [bench.Client(srv.url, TOKEN, tally, timeout_s=120) for _ in range(CLIENTS)]
         _wall, answers = bench.run_clients(clients, mixed_jobs())
     finally:
         code = srv.stop()
@@ -97,6 +103,14 @@ def test_every_answer_matches_duckdb(load_run):
     assert len(load_run.answers) == CLIENTS * PER_CLIENT
     assert {a.kind for a in load_run.answers} == {"tpch", "lookup"}
     assert bench.Reference(load_run.data).problems(load_run.answers) == []
+
+
+def test_the_check_catches_a_wrong_or_failed_answer(sf01):
+    sql = "SELECT count(*) AS n FROM nation"
+    wrong = bench.Answer(sql, "lookup", query_id="q1", table=pa.table({"n": pa.array([24], pa.int64())}))
+    failed = bench.Answer(sql, "lookup", query_id="q2", error="failed: {'error': 'Busy'}")
+    problems = bench.Reference(sf01).problems([wrong, failed])
+    assert len(problems) == 2 and "q1" in problems[0] and "Busy" in problems[1], problems
 
 
 def test_no_5xx_and_a_clean_server(load_run):
