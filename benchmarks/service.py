@@ -571,7 +571,11 @@ class Bench:
         def probe() -> None:
             client = self.client()
             while not done.is_set():
-                worst[0] = max(worst[0], client.healthz())
+                try:
+                    worst[0] = max(worst[0], client.healthz())
+                except ServiceError as err:
+                    self.problems.append(f"/healthz: {err}")
+                    worst[0] = float("inf")
                 probes[0] += 1
 
         prober = threading.Thread(target=probe, daemon=True)
@@ -644,7 +648,10 @@ def bench(args: argparse.Namespace, url: str, token: str | None) -> int:
     runner.warm_up()
     for name in args.measures:
         print(f"measuring {name}", file=sys.stderr, flush=True)
-        MEASURES[name](runner)
+        try:
+            MEASURES[name](runner)
+        except ServiceError as err:  # the service stopped answering: the other measures still run
+            runner.problems.append(f"{name}: {err}")
     print_table(runner, time.perf_counter() - start, load)
     for problem in runner.problems:
         print("DIFFERS:", problem)
