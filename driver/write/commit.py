@@ -3,8 +3,9 @@
 The ranks' manifests (``squall.operators.write.MANIFEST``) name the files of the attempts the platform
 accepted; only those become visible. Locally a new folder appears at once (the staged tree is renamed into
 place); files added to an existing folder are renamed one by one. On S3 each part is copied to its final key
-(server-side, multipart when large), then the final listing ``_squall_commit_<query>.json`` is written last
-(readers that honour it see all parts or none; ``_`` names are hidden from Squall's and Athena's listings).
+(server-side, multipart when large), then the final listing ``_squall_commit_<query>`` (JSON) is written last
+(readers that honour it see all parts or none; ``_`` names are hidden from Squall's and Athena's listings, and
+without a data suffix no ``*.json``/``*.parquet`` glob of DuckDB's picks it up as data).
 Afterwards — and after a failure — the query's staging folder is deleted with everything in it: parts of
 failed, retried or duplicate attempts included.
 """
@@ -25,6 +26,9 @@ from squall.operators.sinks import Sink, move_all
 from squall.operators.write import query_folder
 from squall.plan import WriteSpec
 
+#: the final listing of an S3 commit: this prefix and the query id (no suffix: never read as data)
+LISTING = "_squall_commit_"
+
 
 @dataclass
 class Committed:
@@ -41,14 +45,19 @@ class Committed:
                 "replaced": self.replaced, "paths": self.files[:100]}  # fmt: skip
 
 
-def check_target(sink: Sink, target: str, mode: str, single_file: bool) -> None:
-    """Before anything runs: OptionError when ``target`` exists and ``mode`` does not say what to do."""
+def check_target(
+    sink: Sink,
+    target: str,
+    mode: str,
+    single_file: bool,
+    hint: str = "add OVERWRITE (replace it) or APPEND (add files) to the options",
+) -> None:
+    """Before anything runs: OptionError when ``target`` exists and ``mode`` does not say what to do
+    (``hint``: what the statement could say instead)."""
     if single_file and mode == "APPEND":
         raise OptionError(f"APPEND adds files to a folder: end the target with '/' ({target}/)")
     if not mode and _exists(sink, target):
-        raise OptionError(
-            f"{target} already exists: add OVERWRITE (replace it) or APPEND (add files) to the options"
-        )
+        raise OptionError(f"{target} already exists: {hint}")
 
 
 def _exists(sink: Sink, target: str) -> bool:
@@ -87,9 +96,7 @@ def commit_files(
                 "rows": rows,
                 "files": [f[len(target.rstrip("/")) + 1 :] for f in finals],
             }
-            sink.put_bytes(
-                f"{target.rstrip('/')}/_squall_commit_{query_id}.json", json.dumps(listing).encode()
-            )
+            sink.put_bytes(f"{target.rstrip('/')}/{LISTING}{query_id}", json.dumps(listing).encode())
     cleanup(spec, sink, query_id)
     return done
 

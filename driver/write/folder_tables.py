@@ -3,8 +3,8 @@
 ``CREATE TABLE t AS query`` writes a new folder (``LOCATION``/``external_location`` in ``WITH (…)``, else
 ``<first writable location>/t/``) of Parquet files (``format`` = csv or json for text), hive ``key=value``
 folders for ``PARTITIONED BY (a, b)``, registers ``t`` in the connection and marks the folder as Squall's
-with ``.squall-table.json`` (hidden from listings; written last). ``INSERT INTO t query`` adds part files to a
-registered folder table under a writable location — the query's columns cast to the table's types,
+with ``.squall-table`` (JSON; hidden from listings, no data suffix; written last). ``INSERT INTO t query`` adds
+part files to a registered folder table under a writable location — the query's columns cast to the table's types,
 positionally or by the column list or ``BY NAME``, the table's partition folders kept. ``DROP TABLE t``
 deletes the folder only when Squall made it (the marker), then forgets ``t``.
 """
@@ -29,7 +29,7 @@ from squall.plan import WriteSpec
 if TYPE_CHECKING:
     from squall.driver.catalog.tables import Catalog
 
-MARKER = ".squall-table.json"
+MARKER = ".squall-table"  # no .json: a DuckDB glob of a JSON table's files (t/*.json) must not read it
 _TABLE_OPTIONS = ("FORMAT", "LOCATION", "EXTERNAL_LOCATION", "TABLE_TYPE")
 
 
@@ -137,7 +137,8 @@ def _create(statement: WriteStatement, catalog: Catalog, writable: Writable,
     if statement.partitioning:
         opts["PARTITION_BY"] = tuple(statement.partitioning)
     checked = write_options(opts, target, what="CREATE TABLE")
-    check_target(sink, target, mode, False)
+    check_target(sink, target, mode, False, hint=f"CREATE OR REPLACE TABLE {name} replaces a table Squall made "
+                 "there; choose another LOCATION, or register the folder to read it")  # fmt: skip
     spec = WriteSpec(target, writable.staging(target), checked.format, checked.passed, checked.partition_by,
                      extension=checked.extension)  # fmt: skip
 

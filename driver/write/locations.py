@@ -55,6 +55,8 @@ class Writable:
             )
         elif os.path.isabs(text.removeprefix("file://")):
             path = os.path.normpath(text.removeprefix("file://"))
+            if self.root_of(path) is None:
+                path = _real(path)  # a root reached through a symlinked folder (/tmp on macOS)
         else:
             first = self.roots[0]
             path = f"{first}{text}" if aws.is_s3_url(first) else os.path.normpath(os.path.join(first, text))
@@ -63,6 +65,8 @@ class Writable:
             raise UnsafeQueryError(
                 f"{what} {target!r} is outside the writable locations ({', '.join(self.roots)})"
             )
+        if path[len(root) :].split("/")[0] == STAGING:
+            raise UnsafeQueryError(f"{what} {target!r} is inside the staging folder {root}{STAGING}/")
         if not aws.is_s3_url(path):
             _no_escape(path, root, target, what)
         if folder and not path.endswith("/"):
@@ -101,6 +105,15 @@ def _root(location: str, base: str | None) -> str:
     if os.path.exists(path) and not os.path.isdir(path):
         raise OptionError(f"writable location {location!r} is a file, not a folder")
     return path.rstrip("/") + "/"
+
+
+def _real(path: str) -> str:
+    """``path`` with the symlinks of its deepest existing part resolved (the rest does not exist yet)."""
+    head, rest = path, []
+    while os.path.dirname(head) != head and not os.path.lexists(head):
+        head, name = os.path.split(head)
+        rest.insert(0, name)
+    return os.path.join(os.path.realpath(head), *rest)
 
 
 def _no_escape(path: str, root: str, target: str, what: str) -> None:

@@ -27,9 +27,12 @@ def write_plan(plan: Plan, spec: WriteSpec) -> Plan:
                 f"the result has two columns named {name!r}: name them apart (… AS other_name) to write it"
             )
         seen.add(name.lower())
+    by_lower = {name.lower(): name for name in names}
     for key in spec.partition_by:
-        if key not in names:
+        if key.lower() not in by_lower:
             raise BindError(f"PARTITION_BY column {key!r} is not a column of the result ({', '.join(names)})")
+    # names are matched as SQL matches them, regardless of case; the files take the result's spelling
+    spec = dataclasses.replace(spec, partition_by=tuple(by_lower[k.lower()] for k in spec.partition_by))
     if spec.partition_by and len(spec.partition_by) == len(names):
         raise BindError("PARTITION_BY names every column of the result: the files would hold none")
     notes = list(plan.notes)

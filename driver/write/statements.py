@@ -272,20 +272,26 @@ def _unload(sql: str) -> WriteStatement:
     target = tail.group(1).replace("''", "'")
     if not target.endswith("/"):
         target += "/"  # Athena writes a folder of files
-    return WriteStatement("copy", sql[start + 1 : end].strip(), target, options)
+    query = sql[start + 1 : end].strip()
+    if "--" in query.rpartition("\n")[2]:
+        query += "\n"  # a line comment at the end ends there, whatever the query is later wrapped in
+    return WriteStatement("copy", query, target, options)
+
+
+#: what may hide a parenthesis: a quoted text or name (doubled quotes inside), a comment
+_SKIP = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", re.S)
 
 
 def _closing(sql: str, start: int) -> int:
     """The index of the parenthesis closing the one at ``start`` (quotes and comments skipped)."""
     depth, i = 0, start
     while i < len(sql):
+        skipped = _SKIP.match(sql, i)
+        if skipped is not None:
+            i = skipped.end()
+            continue
         c = sql[i]
-        if c in "'\"":
-            j = sql.index(c, i + 1) if c in sql[i + 1 :] else len(sql)
-            while j + 1 < len(sql) and sql[j + 1] == c:  # doubled quote
-                j = sql.index(c, j + 2) if c in sql[j + 2 :] else len(sql)
-            i = j
-        elif c == "(":
+        if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
