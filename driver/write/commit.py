@@ -2,7 +2,7 @@
 
 The ranks' manifests (``squall.operators.write.MANIFEST``) name the files of the attempts the platform
 accepted; only those become visible. Locally a new folder appears at once (the staged tree is renamed into
-place); files added to an existing folder are renamed one by one. On S3 each part is copied to its final key
+place; a folder it replaces is renamed aside first); files added to an existing folder are renamed one by one. On S3 each part is copied to its final key
 (server-side, multipart when large), then the final listing ``_squall_commit_<query>`` (JSON) is written last
 (readers that honour it see all parts or none; ``_`` names are hidden from Squall's and Athena's listings, and
 without a data suffix no ``*.json``/``*.parquet`` glob of DuckDB's picks it up as data).
@@ -81,6 +81,13 @@ def commit_files(
         sink.move(paths[0], target)
     else:
         old = [p for p in sink.list_under(target) if STAGING not in p] if mode == "OVERWRITE" else []
+        if sink.scheme == "file" and old and not spec.staging.startswith(target):
+            # a local folder replaced: the old one goes aside (into the query's staging folder, deleted with
+            # it) and the new one is renamed into place, so no emptied partition folder of the old stays
+            aside = query_folder(spec, query_id).removeprefix("file://") + "replaced"
+            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            os.rename(target.rstrip("/"), aside)
+            done.replaced, old = len(old), []
         if sink.scheme == "file" and not os.path.exists(target.rstrip("/")):
             _rename_tree(paths, finals, target, spec, query_id)
             sink.count("rename")

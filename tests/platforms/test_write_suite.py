@@ -394,6 +394,8 @@ def test_existing_target(site: Site, out: Out, cons, ref):
     last = "SELECT * FROM orders WHERE o_orderkey < 100"
     con.sql(_copy(last, "exists/", "OVERWRITE"))  # replaced: the partition folders of before are gone
     assert all("=" not in k for k in out.keys("exists/")), out.keys("exists/")
+    if not out.on_s3:  # (S3 has no folders)
+        assert [p.name for p in out.local.folder.joinpath("exists").iterdir() if p.is_dir()] == []
     assert_same_result(read_back(out.fetch("exists"), "parquet", types), ref.sql(last).to_arrow_table(), last)
     check_listing(out, "exists/")
     con.sql(_copy(last, "exists.csv", "OVERWRITE"))
@@ -545,6 +547,15 @@ def test_partitioned_folder_table(site: Site, out: Out, cons, ref):
     expected = f"{first} UNION ALL {second} UNION ALL SELECT 7, CAST(1.5 AS DECIMAL(15,2)), '9-NEW', 'Z'"
     _table_check(con, out, ref, "pt", expected, ("o_orderpriority", "o_orderstatus"))
     assert any("o_orderstatus=Z" in k for k in out.keys("pt/"))
+    # replaced by a table partitioned otherwise: only the new partition folders are left
+    replaced = "SELECT o_orderkey, o_orderpriority, o_orderstatus FROM orders WHERE o_orderkey < 1000"
+    con.sql(f"CREATE OR REPLACE TABLE pt PARTITIONED BY (o_orderstatus) AS {replaced}")
+    _table_check(con, out, ref, "pt", replaced, ("o_orderstatus",))
+    assert all(k.split("/")[1].startswith("o_orderstatus=") for k in out.keys("pt/") if k.endswith(".parquet"))
+    if not out.on_s3:
+        assert sorted(p.name for p in (out.local.folder / "pt").iterdir() if p.is_dir()) == [
+            "o_orderstatus=F", "o_orderstatus=O", "o_orderstatus=P"
+        ]  # fmt: skip
     con.sql("DROP TABLE pt")
     assert out.keys("pt") == []
 
