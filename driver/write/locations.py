@@ -109,7 +109,8 @@ def _root(location: str, base: str | None) -> str:
 
 def _real(path: str) -> str:
     """``path`` with the symlinks of its deepest existing part resolved (the rest does not exist yet)."""
-    head, rest = path, []
+    head = path
+    rest: list[str] = []  # the names below the deepest existing part, outermost first
     while os.path.dirname(head) != head and not os.path.lexists(head):
         head, name = os.path.split(head)
         rest.insert(0, name)

@@ -551,7 +551,9 @@ def test_partitioned_folder_table(site: Site, out: Out, cons, ref):
     replaced = "SELECT o_orderkey, o_orderpriority, o_orderstatus FROM orders WHERE o_orderkey < 1000"
     con.sql(f"CREATE OR REPLACE TABLE pt PARTITIONED BY (o_orderstatus) AS {replaced}")
     _table_check(con, out, ref, "pt", replaced, ("o_orderstatus",))
-    assert all(k.split("/")[1].startswith("o_orderstatus=") for k in out.keys("pt/") if k.endswith(".parquet"))
+    assert all(
+        k.split("/")[1].startswith("o_orderstatus=") for k in out.keys("pt/") if k.endswith(".parquet")
+    )
     if not out.on_s3:
         assert sorted(p.name for p in (out.local.folder / "pt").iterdir() if p.is_dir()) == [
             "o_orderstatus=F", "o_orderstatus=O", "o_orderstatus=P"
