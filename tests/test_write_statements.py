@@ -308,6 +308,8 @@ def place(tmp_path_factory):
     (base / "outside").mkdir()
     (base / "out" / "link").symlink_to(base / "outside")
     (base / "out" / "link.parquet").symlink_to(base / "outside" / "x.parquet")
+    (base / "out" / "a-folder").mkdir()
+    (base / "out" / "a-file.csv").write_text("x\n1\n")
     return base
 
 
@@ -345,6 +347,11 @@ REFUSED = [
         squall.UnsafeQueryError,
         "only local folders",
     ),
+    ("COPY (SELECT * FROM nation) TO 'a-folder'", squall.OptionError, "a-folder is a folder: end the target"),
+    ("COPY (SELECT * FROM nation) TO 'a-folder' (OVERWRITE)", squall.OptionError, "is a folder"),
+    ("COPY (SELECT * FROM nation) TO 'a-file.csv/' (OVERWRITE)", squall.OptionError, "a-file.csv is a file"),
+    ("COPY (SELECT * FROM nation) TO 'a-file.csv/x.csv'", squall.OptionError, "cannot be written below it"),
+    ("COPY (SELECT * FROM nation) TO 'a-file.csv'", squall.OptionError, "already exists: add OVERWRITE"),
     ("COPY (SELECT * FROM nation) TO 'x/' (FOO 1)", squall.OptionError, "option FOO is not supported"),
     ("COPY (SELECT * FROM nation) TO 'x/' (ROW_GROUP_SIZE 'many')", squall.OptionError, "whole number"),
     ("COPY (SELECT * FROM nation) TO 'x/' (OVERWRITE 'perhaps')", squall.OptionError, "true or false"),

@@ -56,8 +56,25 @@ def check_target(
     (``hint``: what the statement could say instead)."""
     if single_file and mode == "APPEND":
         raise OptionError(f"APPEND adds files to a folder: end the target with '/' ({target}/)")
+    if sink.scheme == "file":
+        _local_shape(target.removeprefix("file://"), single_file)
     if not mode and _exists(sink, target):
         raise OptionError(f"{target} already exists: {hint}")
+
+
+def _local_shape(target: str, single_file: bool) -> None:
+    """OptionError when a local target cannot become what it is to be: a file where a folder is (or the
+    other way round), or a folder below a file."""
+    path = target.rstrip("/")
+    if single_file and os.path.isdir(path):
+        raise OptionError(f"{path} is a folder: end the target with '/' to write a folder of files there")
+    if not single_file and os.path.isfile(path):
+        raise OptionError(f"{path} is a file: a folder of files cannot be written there")
+    parent = os.path.dirname(path)
+    while parent and not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if parent and os.path.lexists(parent) and not os.path.isdir(parent):
+        raise OptionError(f"{parent} is a file: {target} cannot be written below it")
 
 
 def _exists(sink: Sink, target: str) -> bool:
