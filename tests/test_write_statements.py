@@ -443,3 +443,24 @@ def test_small_writes(con, place):
     )
     assert sorted(os.listdir(out / "small" / "nation")) == [f"n_regionkey={k}" for k in range(5)]
     assert not (out / STAGING).exists()
+
+
+def test_insert_writes_a_csv_tables_dialect(con, place):
+    """INSERT into a CSV table registered with reading options writes files those options read; the table
+    keeps its options afterwards."""
+    folder = place / "out" / "pipes"
+    folder.mkdir()
+    (folder / "first.csv").write_text("a|b\n1|x\n2|NA\n")
+    con.register("pipes", str(folder), format="csv", options={"delim": "|", "header": True, "nullstr": "NA"})
+    con.sql("INSERT INTO pipes VALUES (3, NULL), (4, 'y')")
+    (written,) = [p for p in folder.iterdir() if p.name != "first.csv"]
+    assert written.read_text() == "a|b\n3|NA\n4|y\n"
+    assert con.sql("SELECT a, b FROM pipes ORDER BY a").fetchall() == [
+        (1, "x"),
+        (2, None),
+        (3, None),
+        (4, "y"),
+    ]
+    con.register("skipping", str(folder), format="csv", options={"delim": "|", "skip": 1})
+    with pytest.raises(squall.NotSupportedError, match="skips 1 line"):
+        con.sql("INSERT INTO skipping VALUES (5, 'z')")

@@ -184,6 +184,20 @@ class Catalog:
             self._stamps.pop(key, None)
             self._version += 1
 
+    def refresh(self, name: str) -> None:
+        """Forget what was read of table ``name`` (its files changed: an INSERT added some), keeping how it
+        is registered (location, format, scan kind, options); plans cached before are stale."""
+        key = name.lower()
+        with self._lock:
+            if key in self._locations:
+                self._forget(key)
+                self._stamps.pop(key, None)
+                self._version += 1
+
+    def options_of(self, name: str) -> dict[str, Any]:
+        """The reading options table ``name`` was registered with (CSV: ``delim``, ``header``, …)."""
+        return dict(self._options.get(name.lower()) or {})
+
     def _open(self, key: str, entry: tuple[str, str, str, str]) -> TableSource:
         """A fresh source of table ``key`` (registered as ``entry``)."""
         opener = self._openers.get(key)

@@ -126,6 +126,12 @@ def _create(statement: WriteStatement, catalog: Catalog, writable: Writable,
         if not field.replace("_", "").isalnum():
             raise NotSupportedError(f"partition transform {field!r} on a folder table: transforms need an Iceberg "
                                     "table (catalog.namespace.t); a folder table is partitioned by columns")  # fmt: skip
+    text = str(opts.get("FORMAT", "parquet")).lower() not in ("parquet", "")
+    if statement.partitioning and text and "://" in target:
+        # Squall reads a text table on an object store from copies of its files, without their folders'
+        # key=value columns: the table would lose its partition columns
+        raise NotSupportedError(f"CREATE TABLE {name} PARTITIONED BY … WITH (format = "
+                                f"'{opts['FORMAT']}') on {target}: partition a Parquet table there")  # fmt: skip
     sink = sink_for(target, storage_options)
     mode = ""
     if statement.replace and sink.exists(target):
@@ -173,17 +179,42 @@ def _insert(statement: WriteStatement, catalog: Catalog, writable: Writable,
     names, types = describe(f"SELECT * FROM {quote(name)}")
     have = describe(statement.query)[0]
     query = cast_to(statement.query, names, types, statement.columns, have, statement.by_name, name)
-    source = catalog.source(name)
-    partition_by = tuple(getattr(source, "partition_columns", lambda: ())()) if fmt == "parquet" else ()
-    opts: dict[str, Any] = {"FORMAT": fmt, "APPEND": True}
+    partition_by = _hive_keys(catalog, name, location)
+    opts: dict[str, Any] = {"FORMAT": fmt, "APPEND": True, **_csv_dialect(name, catalog.options_of(name))}
     if partition_by:
         opts["PARTITION_BY"] = partition_by
     checked = write_options(opts, target, what="INSERT")
     spec = WriteSpec(target, writable.staging(target), checked.format, checked.passed, checked.partition_by,
                      extension=checked.extension)  # fmt: skip
-    return FolderJob(
-        query, spec, sink, "APPEND", "INSERT", lambda: catalog.register(name, location, format=fmt)
-    )
+    # the table keeps how it was registered (options, scan kind): only what was read of its files goes
+    return FolderJob(query, spec, sink, "APPEND", "INSERT", lambda: catalog.refresh(name))
+
+
+#: a CSV table's reading options (``Connection.register(..., options=)``) as the writer's COPY options
+_CSV_WRITE = {"delim": "DELIMITER", "quote": "QUOTE", "escape": "ESCAPE", "header": "HEADER",
+              "nullstr": "NULLSTR", "dateformat": "DATEFORMAT", "timestampformat": "TIMESTAMPFORMAT"}  # fmt: skip
+
+
+def _csv_dialect(name: str, read: Mapping[str, Any]) -> dict[str, Any]:
+    """The COPY options writing files the way table ``name`` reads them; NotSupportedError when it reads
+    files another way than any file written could be (rows to skip)."""
+    if read.get("skip"):
+        raise NotSupportedError(f"INSERT INTO {name}: the table skips {read['skip']} line(s) of every file")
+    return {_CSV_WRITE[k]: v for k, v in read.items() if k in _CSV_WRITE}
+
+
+def _hive_keys(catalog: Catalog, name: str, location: str) -> tuple[str, ...]:
+    """The ``key=value`` folders the table's files are in (the source's partition columns, else the keys
+    of its first file's path), so new files go where a reader of the table looks."""
+    source = catalog.source(name)
+    keys = tuple(source.partition_columns())
+    if keys:
+        return keys
+    root = location.removeprefix("file://").rstrip("/") + "/"
+    for path in source.table_info().files:
+        folders = path.removeprefix("file://").removeprefix(root).split("/")[:-1]
+        return tuple(f.partition("=")[0] for f in folders if "=" in f)
+    return ()
 
 
 def _drop(statement: WriteStatement, catalog: Catalog, writable: Writable,
