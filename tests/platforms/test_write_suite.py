@@ -27,6 +27,7 @@ import pyarrow as pa
 import pytest
 
 import squall
+from squall.driver.options import PlannerOptions
 from squall.driver.write.commit import LISTING
 from squall.driver.write.folder_tables import MARKER
 from squall.testing import assert_same_result
@@ -37,6 +38,8 @@ from .backends import Backend, Site, backend_named
 STAGING = ".squall-staging"
 WRITE_BUCKET = "squall-write-suite"
 PART_BYTES = 5 * 1024 * 1024  # S3's smallest part: the connections' multipart size (test_multipart)
+#: an ORDER BY of more rows is range-partitioned over the ranks (the planner's default is 1,000,000)
+RANGE_SORT_ROWS = 5000
 WRITE_BACKENDS: list[Backend] = [backend_named(n) for n in ("local", "lambda-local", "fabric-tcp")]
 ORDERS = "SELECT o_orderkey, o_custkey, o_orderstatus, o_totalprice, o_orderdate, o_orderpriority FROM orders"
 
@@ -54,11 +57,17 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     "csv_gz_file": ("SELECT * FROM customer", ".csv.gz", "", "csv"),
     "json_file": (ORDERS + " WHERE o_orderkey % 4 = 0", ".json", "", "json"),
     "file_size": (ORDERS, "/", "ROW_GROUP_SIZE 1000, FILE_SIZE_BYTES '24KB'", "parquet"),
-    "order_by": (
+    "order_by": (  # range-partitioned by the sort keys (RANGE_SORT_ROWS), gathered in rank order to one file
         "SELECT o_orderkey, o_totalprice, o_orderdate FROM orders ORDER BY o_totalprice DESC, o_orderkey",
         ".parquet",
         "",
         "parquet",
+    ),
+    "order_by_small": (  # sorted on one rank
+        "SELECT c_custkey, c_acctbal, c_name FROM customer ORDER BY c_acctbal, c_custkey",
+        ".csv",
+        "",
+        "csv",
     ),
     "aggregate": (
         "SELECT o_orderstatus, o_orderpriority, count(*) AS n, sum(o_totalprice) AS total, "
@@ -77,7 +86,7 @@ PARTS = {"parquet": "*.parquet", "json": "*.json", "csv": "*.csv.gz"}
 #: each (KIND_WORKERS) on the platforms whose queries cost more
 EVERY_W = ("plain", "partition_one", "partition_two")
 KIND_WORKERS = {"parquet_file": 2, "csv_gz_file": 3, "json_file": 4, "file_size": 4, "order_by": 3,
-                "aggregate": 2, "empty": 3, "json_folder": 3, "csv_folder": 2}  # fmt: skip
+                "order_by_small": 4, "aggregate": 2, "empty": 3, "json_folder": 3, "csv_folder": 2}  # fmt: skip
 #: the folder tables' logic is the driver's: they are written on a local folder (local) and on S3 (Lambda)
 TABLE_BACKENDS = ("local", "lambda-local")
 #: the cases every rank holding rows writes (W > 1: at least two ranks write files)
@@ -202,8 +211,9 @@ def cons(site: Site, data: Path, out: Out) -> Iterator[Callable[[int], squall.Co
     def get(workers: int) -> squall.Connection:
         if workers not in opened:
             opened[workers] = site.connect(
-                data, workers, writable=out.writable, storage_options={"part_bytes": PART_BYTES}
-            )
+                data, workers, writable=out.writable, storage_options={"part_bytes": PART_BYTES},
+                planner_options=PlannerOptions(range_sort_rows=RANGE_SORT_ROWS),
+            )  # fmt: skip
         return opened[workers]
 
     yield get
@@ -316,6 +326,8 @@ def check_copy(out: Out, con: squall.Connection, ref, case: str, base: str) -> N
     assert_same_result(got, expected, sql)
     written = result.stats["written"]
     assert written["rows"] == expected.num_rows and written["files"] == files, written
+    if case == "order_by" and con.workers > 1:  # (the rows were sorted by every rank, then gathered)
+        assert any(s.output.kind == "range" for s in result.plan.stages), result.plan.stages
     if suffix != "/":
         assert out.keys(name) == [name] and files == 1
         return
