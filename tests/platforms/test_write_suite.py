@@ -1,16 +1,23 @@
 """The write path on every platform: COPY, UNLOAD and folder tables written by every rank, committed once, read
 back with DuckDB and compared with DuckDB's answer to the same query on the same files.
 
-Backends: ``local``, ``lambda-local`` (the writable root is a prefix on moto's S3 server, plus a local folder:
-the emulated functions run on this machine) and ``fabric-tcp``. TPC-H SF0.01 in four parts per table, so at
-W > 1 several ranks hold rows and write their own parts. Each write is read back from the target (an S3
-target is downloaded first: DuckDB here has no httpfs) with ``read_parquet(…, hive_partitioning=true,
-union_by_name=true)`` / ``read_csv`` / ``read_json`` — the column types given from DuckDB's ``DESCRIBE`` of the
-query, so the strict comparator checks values, names and types — and the staging folder (``.squall-staging``)
-must be gone after every statement, successful or not. Faults (``SQUALL_FAULTS``, see
-``squall.operators.faults``): a rank that crashes after staging its files, or when the write stage starts,
-fails the query and leaves nothing at the target on local and fabric; on Lambda the rank is re-run and the
-target holds exactly the right rows, one attempt's parts per rank.
+Backends: ``local``, ``lambda-local`` and ``fabric-tcp``, each with two writable roots, a local folder and a
+prefix on moto's S3 server (relative targets go to S3 on Lambda, to the folder elsewhere; each backend also
+writes the other). TPC-H SF0.01 in four parts per table, so at W > 1 several ranks hold rows and each writes
+its own parts. Cases (``CASES``): a plain folder and PARTITION_BY one and two columns at W = 1..4 on every
+backend; one-file Parquet, CSV .gz and JSON targets, FILE_SIZE_BYTES (several files per rank), an ORDER BY to
+one file (range-partitioned over the ranks, then gathered: the order is checked), an aggregate, an empty
+result (its schema kept in one empty file), JSON and gzip CSV folders — at W = 1..4 on local and at one W
+each elsewhere. Each write is read back from the target (downloaded first from S3: DuckDB here has no
+httpfs) with ``read_parquet(…, hive_partitioning=true, union_by_name=true)`` / ``read_csv`` / ``read_json`` —
+the column types given from DuckDB's ``DESCRIBE`` of the query, so the strict comparator checks values, names
+and types — and the staging folder (``.squall-staging``) must be gone after every statement, successful or
+not. On S3 a folder's final listing names exactly its parts. Also: existing targets (refused, APPEND,
+OVERWRITE), UNLOAD as Athena spells it, multipart uploads and copies, folder tables (CTAS, INSERT, CREATE OR
+REPLACE, DROP of what Squall made only). Faults (``SQUALL_FAULTS``, see ``squall.operators.faults``): a rank
+that crashes after staging its files, or when the write stage starts, fails the query and leaves nothing at
+the target on local and fabric; on Lambda the rank is re-run and the target holds exactly the right rows,
+one attempt's parts per rank. A run-time error leaves nothing either.
 """
 
 from __future__ import annotations
@@ -197,7 +204,10 @@ class Out:
 @pytest.fixture(scope="module")
 def out(site: Site, tmp_path_factory) -> Iterator[Out]:
     """The backend's writable roots; moto's S3 server stays up (and the AWS settings point at it) meanwhile."""
-    from tests.s3server import moto_s3
+    from tests.s3server import moto_available, moto_s3
+
+    if (reason := moto_available()) is not None:
+        pytest.skip(f"moto: {reason}")
 
     with moto_s3(WRITE_BUCKET) as s3:
         yield Out(site, tmp_path_factory.mktemp(f"out-{site.backend.name}"), s3, WRITE_BUCKET)
@@ -463,15 +473,11 @@ def test_crashed_writer(site: Site, out: Out, cons, ref, data, monkeypatch, faul
         if site.backend.recovers_crashes:
             result = con.sql(_copy(CRASH_SQL, target, options))
             lam = result.stats["lambda"]
-            print(
-                "LAMBDA",
-                {k: lam[k] for k in ("invocations", "retries", "duplicates", "relaunched")},
-                result.stats["elapsed_s"],
-            )
             assert any(r["rank"] == 1 for r in lam["relaunched"]), lam
             parts = [k for k in out.keys(target) if k.endswith(".parquet")]
             by_rank = _parts_by_rank(parts)
-            assert 1 in by_rank and all(len(a) == 1 for a in by_rank.values()), by_rank
+            assert all(len(a) == 1 for a in by_rank.values()), by_rank  # one attempt's parts per rank
+            assert min(by_rank[1]) >= 1, by_rank  # rank 1's from a re-run: its first attempt crashed
             got = read_back(out.fetch(target), "parquet", _types(ref, CRASH_SQL), ("o_orderstatus",))
             assert_same_result(got, ref.sql(CRASH_SQL).to_arrow_table(), CRASH_SQL)
             check_listing(out, target)
@@ -481,8 +487,6 @@ def test_crashed_writer(site: Site, out: Out, cons, ref, data, monkeypatch, faul
             assert "\n" not in str(info.value)
             assert out.keys(target.rstrip("/")) == [], "a failed write left files at the target"
         assert out.staging() == [], "the staging folder outlived the write"
-        monkeypatch.delenv("SQUALL_FAULTS")
-        assert con.sql("SELECT count(*) AS n FROM nation").fetchall() == [(25,)]
     finally:
         con.close()
     assert site.leftovers() == []
