@@ -89,9 +89,11 @@ class Connection:
         if isinstance(platform, Platform):
             if data is not None:
                 platform.check_storage(str(data))
+            self.writable.check_platform(platform)
             self.platform = platform
         else:
             cls = platform_class(platform)
+            self.writable.check_platform(cls)
             if data is not None:
                 cls.check_storage(str(data))
             if workers == "auto":

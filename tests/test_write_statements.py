@@ -282,6 +282,16 @@ def test_writable_root_through_a_symlink(tmp_path):
     assert w.resolve(f"{real}/x/") == f"{real}/x/"
 
 
+def test_writable_where_the_workers_can_write(tmp_path):
+    """Lambda functions see no folder of this machine: a local writable location is refused at connect."""
+    with pytest.raises(squall.OptionError, match="lambda platform's workers write to s3:// locations only"):
+        squall.connect(
+            platform="lambda", exchange="s3://bucket/x/", writable=[str(tmp_path), "s3://bucket/out/"]
+        )
+    with squall.connect(platform="lambda-local", exchange="s3://bucket/x/", writable=[str(tmp_path)]) as con:
+        assert con.writable.roots == (f"{tmp_path}/",)  # the emulated functions run on this machine
+
+
 def test_bad_writable_locations(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(squall.OptionError, match="is a file"):

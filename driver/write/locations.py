@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from squall import aws
 from squall.errors import OptionError, UnsafeQueryError
@@ -72,6 +73,18 @@ class Writable:
         if folder and not path.endswith("/"):
             path += "/"
         return path
+
+    def check_platform(self, platform: Any) -> None:
+        """OptionError when the workers of ``platform`` (a Platform or its class: ``name``, ``storages``)
+        cannot write under a root: Lambda functions see no folder of this machine."""
+        for root in self.roots:
+            scheme = "s3" if aws.is_s3_url(root) else "file"
+            if scheme not in platform.storages:
+                kinds = " or ".join(
+                    "local folders" if s == "file" else f"{s}:// locations" for s in platform.storages
+                )
+                raise OptionError(f"writable location {root!r}: the {platform.name} platform's workers write "
+                                  f"to {kinds} only")  # fmt: skip
 
     def root_of(self, path: str) -> str | None:
         """The writable root holding ``path`` (None when none does)."""
