@@ -2,11 +2,14 @@
 
 Parsing (``squall.driver.write.statements``): each spelling of COPY, Athena's UNLOAD, CREATE TABLE AS (with
 ``PARTITIONED BY`` and ``WITH (…)``), INSERT INTO (column list, ``BY NAME``, ``VALUES``) and DROP TABLE.
-Options (``squall.driver.write.options``) and locations (``squall.driver.write.locations``) on their own.
+Options (``squall.driver.write.options``) and locations (``squall.driver.write.locations``: roots, a root
+reached through a symlink, a local root on a platform whose workers cannot write it) on their own.
 Refusals through a connection: outside the writable locations, ``..``, an absolute path elsewhere, a symlink
-out of the writable folder, nothing writable, bad options, ``COPY … FROM``, two result columns of one name,
-a PARTITION_BY column the result lacks — each a one-line UserError, and nothing written (the writable folder
-and the folder outside are checked afterwards).
+out of the writable folder, the staging folder, a file where a folder is (or the other way round), nothing
+writable, bad options, ``COPY … FROM``, two result columns of one name, a PARTITION_BY column the result
+lacks, tables that may not be created, written or dropped — each a one-line UserError, and nothing written
+(the writable folder and the folder outside are checked afterwards). Small writes: a query reading no table,
+PARTITION_BY named in another case, INSERT into a CSV table in its own dialect.
 """
 
 from __future__ import annotations
