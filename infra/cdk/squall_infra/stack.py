@@ -112,7 +112,7 @@ class WriteGrant:
 #: Who writes where (the api function never touches outputs: it only relays to the driver).
 #: - worker: uploads its part files (multipart when large) into ``<prefix>.squall-staging/<query>/…``.
 #: - driver: commits — a server-side copy staged → final (GetObject on the source, PutObject on the
-#:   target, multipart copies for large parts), then ``_squall_commit_<query>.json`` and table markers;
+#:   target, multipart copies for large parts), then ``_squall_commit_<query>`` and table markers;
 #:   deletes the staging folder, the files OVERWRITE replaces and the folders DROP TABLE drops; checks what
 #:   exists before writing (HEAD = GetObject, ListBucket).
 WRITES: dict[str, WriteGrant] = {
