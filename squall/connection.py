@@ -113,7 +113,8 @@ class Connection:
         self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None, int], Plan] = OrderedDict()
         self._closed = False
         self._queries: dict[str, _Query] = {}  # running sql() calls by query id (cancel() stops them)
-        self._current = threading.local()  # the sql() call of this thread (a PIVOT's first query is part of it)
+        #: the sql() call of this thread (a PIVOT's first query is part of it)
+        self._current = threading.local()
         #: platforms that run one query at a time get one at a time (a local platform runs several at once)
         self._execute_lock = threading.Lock()
 
@@ -482,9 +483,7 @@ class Connection:
         stats["written"] = written_stats(committed.to_dict(), reports)
         return Result(table, stats, plan)
 
-    def _execute(
-        self, plan: Plan, query_id: str, progress: Callable[[Progress], None] | None
-    ) -> Execution:
+    def _execute(self, plan: Plan, query_id: str, progress: Callable[[Progress], None] | None) -> Execution:
         """``platform.execute``; one query at a time on a platform that cannot run several."""
         if getattr(self.platform, "concurrent", False):
             return self.platform.execute(plan, query_id, progress)

@@ -406,7 +406,8 @@ class LocalPlatform(Platform):
             reports = _Collector(self, run, pending, broken, state, progress).collect()
             return Execution(_read_result(run.result_path, plan.result_stage.ranks), reports)
         except BaseException:
-            if pending and run.config is not None:  # interrupted (Ctrl-C, a progress callback) with ranks running
+            # interrupted (Ctrl-C, a progress callback) with ranks running
+            if pending and run.config is not None:
                 with deferred_sigint() as again:  # a second Ctrl-C, however soon, kills instead of escaping
                     self.factory.abort(run.config, "query interrupted")
                     self._drain(run, pending, again, broken)
@@ -627,4 +628,3 @@ def _read_result(path: Path, ranks: tuple[int, ...] = (0,)) -> pa.Table:
         with pa.memory_map(result_part_path(str(path), rank), "r") as source:
             tables.append(pa.ipc.open_file(source).read_all())
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-

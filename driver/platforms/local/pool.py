@@ -367,9 +367,7 @@ class WorkerPool:
         self.launcher.close_pool_listener()
 
 
-def _launch(
-    launcher: Launcher, slot: int
-) -> tuple[subprocess.Popen[bytes] | None, Path | None, int | None]:
+def _launch(launcher: Launcher, slot: int) -> tuple[subprocess.Popen[bytes] | None, Path | None, int | None]:
     """On the spawner thread: start the process of ``slot`` and open its pidfd."""
     proc, log = launcher.launch(slot)
     pidfd = None
