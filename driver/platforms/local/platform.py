@@ -115,7 +115,10 @@ class _Lost(Exception):
 
 
 class LocalPlatform(Platform):
-    """Warm worker processes; exchange through a shared folder unless told otherwise (see module doc)."""
+    """Warm worker processes; exchange through a shared folder unless told otherwise (see module doc).
+
+    ``pool_size``: processes of its pool (default: ``workers``), for platforms that share it (:meth:`sharing`);
+    ``spare_workers``: idle ones the pool keeps started beside the busy ones."""
 
     name = "local"
     exchanges: ClassVar[tuple[str, ...]] = ("local", "s3", "fabric")
@@ -135,12 +138,15 @@ class LocalPlatform(Platform):
         threads_per_worker: int | None = None,
         worker_env: dict[str, str] | None = None,
         pool_size: int | None = None,
+        spare_workers: int = 0,
     ) -> None:
         cores = os.cpu_count() or 1
         self.world_size = int(workers or cores)
         if self.world_size < 1 or self.world_size > 1024:
             raise OptionError(f"workers must be between 1 and 1024, got {workers}")
         self.pool_size = max(int(pool_size or self.world_size), self.world_size)
+        #: idle workers the pool keeps started beside the busy ones (see WorkerPool's ``spare``)
+        self.spare_workers = min(int(spare_workers), self.pool_size)
         self._check_local_limit(max(self.world_size, self.pool_size), cores)
         self.factory = (
             exchange
@@ -188,7 +194,7 @@ class LocalPlatform(Platform):
         owner = self._owner
         with owner._lock:
             if owner._pool is None:
-                owner._pool = WorkerPool(owner.pool_size, owner)
+                owner._pool = WorkerPool(owner.pool_size, owner, spare=owner.spare_workers)
             return owner._pool
 
     def sharing(self, workers: int) -> LocalPlatform:
@@ -261,16 +267,17 @@ class LocalPlatform(Platform):
         with self._lock:
             return next(reversed(self._runs.values()), None)
 
-    def prestart(self) -> None:
-        """Start missing workers in a background thread, e.g. while the driver plans the query;
-        :meth:`execute` waits for it (and raises what it raised)."""
+    def prestart(self, workers: int | None = None) -> None:
+        """Start missing workers (``workers``, default this platform's W, at most the pool's size) in a background
+        thread, e.g. while the driver plans the query; :meth:`execute` waits for it (and raises what it raised)."""
         with self._lock:
             if self._starting is not None:
                 return
-        if self.pool.ready(self.world_size):
+        size = min(workers or self.world_size, self.pool.capacity)
+        if self.pool.ready(size):
             return
         self._track()  # on the calling (main) thread: the signal handlers can only be installed there
-        pool, size = self.pool, self.world_size
+        pool = self.pool
 
         def start() -> None:
             try:

@@ -124,10 +124,13 @@ class PoolWorker:
 
 
 class WorkerPool:
-    """Worker processes that queries lease (see the module doc). ``capacity``: the most processes it runs."""
+    """Worker processes that queries lease (see the module doc). ``capacity``: the most processes it runs;
+    ``spare``: after a lease leaves fewer idle workers than this, more start in the background (within capacity),
+    so the next query finds warm ones (a service's fast lane)."""
 
-    def __init__(self, capacity: int, launcher: Launcher) -> None:
+    def __init__(self, capacity: int, launcher: Launcher, spare: int = 0) -> None:
         self.capacity = int(capacity)
+        self.spare = int(spare)
         self.launcher = launcher
         self._cond = threading.Condition()
         self._idle: list[PoolWorker] = []
@@ -181,6 +184,7 @@ class WorkerPool:
             while True:
                 taken, to_start = self._take_or_plan(ticket, n)
                 if taken is not None:
+                    self._top_up()
                     return taken
                 if to_start:
                     self._start_slots(to_start)
@@ -241,6 +245,26 @@ class WorkerPool:
             self._starting.update(slots)
         if slots:
             self._start_slots(slots)
+
+    def _top_up(self) -> None:
+        """Start workers in the background until ``spare`` are idle or starting (within capacity)."""
+        with self._cond:
+            if self._closed or not self.spare:
+                return
+            total = len(self._idle) + len(self._busy) + len(self._starting)
+            slots = self._free_slots(
+                min(self.spare - len(self._idle) - len(self._starting), self.capacity - total)
+            )
+            self._starting.update(slots)
+        if slots:
+
+            def start() -> None:
+                try:
+                    self._start_slots(slots)
+                except BaseException:  # a lease that needs them starts its own and says why
+                    pass
+
+            threading.Thread(target=start, name="squall-pool-spare", daemon=True).start()
 
     def _reap(self) -> None:
         """Under the lock: drop idle workers that died (their log is kept: it may say why)."""
