@@ -120,7 +120,8 @@ class _Watch:
         self.store, self.query_id, self.connection = store, query_id, connection
         self.tick = tick
         self.cancel_event = cancel or threading.Event()
-        self.deadline, self.timeout_detail = deadline if deadline is not None else (None, "")
+        self.deadline: float | None = deadline[0] if deadline is not None else None
+        self.timeout_detail = deadline[1] if deadline is not None else ""
         self.poll_s = poll_s
         self.cancelled = False
         self.timed_out = False
@@ -265,8 +266,10 @@ def run_query(
         _store_result(store, query_id, request, result, status, limits or Limits())
         return "succeeded"
     except Exception as err:
-        if not isinstance(err, UserError):
+        if not isinstance(err, SquallError):  # a bug: the traceback helps
             log.exception("query %s failed", query_id)
+        elif not isinstance(err, UserError):  # a worker crashed, …: its message says it all
+            log.warning("query %s failed: %s", query_id, err)
         status.write(status="failed", finished_at=time.time(), error=error_doc(err))
         return "failed"
 

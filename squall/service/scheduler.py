@@ -259,11 +259,9 @@ class Scheduler:
             for group in self._groups.values():
                 if len(group.running) >= group.spec.max_running:
                     continue
-                ticket = group.next_ticket()
-                if ticket is not None:
-                    candidates.append(
-                        (len(group.running) / group.spec.weight, ticket.submitted, group, ticket)
-                    )
+                head = group.next_ticket()
+                if head is not None:
+                    candidates.append((len(group.running) / group.spec.weight, head.submitted, group, head))
             if not candidates:
                 break
             _share, _when, group, ticket = min(candidates, key=lambda c: (c[0], c[1]))
