@@ -93,7 +93,10 @@ def test_two_queries_run_at_once_on_one_platform(sf001, faults):
 def test_cancel_one_query_of_two(sf001, faults):
     faults("delay:rank=1:stage=2:seconds=3600")  # the W=2 query ends only when cancelled
     owner = LocalPlatform(workers=2, pool_size=3)
-    two, one = squall.Connection(str(sf001), platform=owner), squall.Connection(str(sf001), platform=owner.sharing(1))
+    two, one = (
+        squall.Connection(str(sf001), platform=owner),
+        squall.Connection(str(sf001), platform=owner.sharing(1)),
+    )
     running, outcome = threading.Event(), []
 
     def slow() -> None:
@@ -166,7 +169,9 @@ def test_a_worker_killed_twice_fails_the_query_with_its_log_named(sf001, faults,
         for log in logs:
             log.unlink()
         assert len(killed) == 2 and list(root.iterdir()) == []
-        with squall.Connection(str(sf001), platform=con.platform.sharing(1)) as one:  # W=1: no rank 1 to delay
+        with squall.Connection(
+            str(sf001), platform=con.platform.sharing(1)
+        ) as one:  # W=1: no rank 1 to delay
             assert one.sql(NATION).fetchall() == [(25,)]  # a new worker replaces the dead ones
 
 
@@ -194,3 +199,35 @@ def test_workers_die_with_a_killed_driver(sf001, tmp_path):
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(_gone(p) for p in pids), json.dumps(pids)
+
+
+def test_what_a_killed_driver_left_is_swept(tmp_path, monkeypatch):
+    import tempfile
+
+    from squall.driver.platforms.local.lifecycle import process_root, sweep_orphans
+    from squall.exchange.local import default_root
+
+    dead = subprocess.Popen(["true"])  # a pid that no longer runs
+    dead.wait()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # listener folders: in the test's own tmp
+    left = process_root(dead.pid)
+    (left / "results").mkdir(parents=True)
+    (left / "q1").mkdir()
+    (left / "q1" / "s1-r0.arrow").write_bytes(b"x")
+    listener = tmp_path / f"squall-{dead.pid}-abc_12"
+    listener.mkdir()
+    (listener / "workers.sock").touch()
+    mine = tmp_path / f"squall-{os.getpid()}-xyz"
+    mine.mkdir()
+    logs = default_root() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    empty, told = logs / f"worker-{dead.pid}-0-aaaaaa.log", logs / f"worker-{dead.pid}-1-bbbbbb.log"
+    empty.touch()
+    told.write_text("Traceback: what the crash said\n")
+    try:
+        removed = sweep_orphans(once=False)
+        assert {str(left), str(listener), str(empty)} <= set(removed)
+        assert not left.exists() and not listener.exists() and not empty.exists()
+        assert mine.exists() and told.exists()  # a live driver's folder, a log that says something
+    finally:
+        told.unlink(missing_ok=True)

@@ -38,7 +38,11 @@ def make(config: SchedulerConfig) -> tuple[Scheduler, list[str], Clock]:
 
 def lanes(max_running: int = 4, long_running: int = 2, max_queued: int = 10, **user: int) -> SchedulerConfig:
     return ServiceSettings(
-        max_running=max_running, long_running=long_running, max_queued=max_queued, fast_lane_bytes=1000, **user
+        max_running=max_running,
+        long_running=long_running,
+        max_queued=max_queued,
+        fast_lane_bytes=1000,
+        **user,
     ).scheduler_config()
 
 
@@ -52,7 +56,9 @@ def test_the_fast_lane_takes_small_queries_and_never_waits_behind_long_ones():
     assert sched.queue_info("long3")["group"] == "default"
     sched.finish("long1")
     assert started[-1] == "long3"
-    assert sched.group_for(ANONYMOUS, 1000).name == "fast" and sched.group_for(ANONYMOUS, 1001).name == "default"
+    assert (
+        sched.group_for(ANONYMOUS, 1000).name == "fast" and sched.group_for(ANONYMOUS, 1001).name == "default"
+    )
 
 
 def test_all_groups_together_run_at_most_max_running():
@@ -82,7 +88,9 @@ def test_queue_limits_refuse_with_retry_after():
     sched, started, _ = make(lanes(long_running=1, max_queued=2, user_queued=1))
     sched.submit("run", user="ann", scan_bytes=BIG)
     sched.submit("q1", user="ann", scan_bytes=BIG)
-    with pytest.raises(QueueFull, match=r"user 'ann' has 1 queries waiting in resource group 'default'") as user:
+    with pytest.raises(
+        QueueFull, match=r"user 'ann' has 1 queries waiting in resource group 'default'"
+    ) as user:
         sched.submit("q2", user="ann", scan_bytes=BIG)
     assert user.value.status == 429 and user.value.retry_after_s >= 1
     sched.submit("q3", user="bob", scan_bytes=BIG)
@@ -120,7 +128,7 @@ def test_weights_share_the_places_when_max_running_binds():
 
 
 def test_position_ahead_and_estimated_wait():
-    sched, started, clock = make(lanes(max_running=4, long_running=2))
+    sched, _started, clock = make(lanes(max_running=4, long_running=2))
     for q in ("a", "b"):
         sched.submit(q, scan_bytes=BIG)
     clock.now += 10
@@ -183,9 +191,17 @@ def test_settings_from_the_config_table_and_flags():
         ({"max_running": "x"}, {}, "squall.toml [service]: max_running must be a whole number, got 'x'"),
         ({}, {"max_running": 0}, "--max-running must be at least 1, got 0"),
         ({}, {"fast_lane_bytes": "12Q"}, "--fast-lane-bytes must be a size such as 16MB or 2GiB, got '12Q'"),
-        ({}, {"max_run_time": "soon"}, "--max-run-time must be a duration such as 90s, 30m or 2h, got 'soon'"),
+        (
+            {},
+            {"max_run_time": "soon"},
+            "--max-run-time must be a duration such as 90s, 30m or 2h, got 'soon'",
+        ),
         ({"groups": {"g": {"weight": 1}}}, {}, "squall.toml [service]: group g needs max_running"),
-        ({"groups": {"g": {"max_running": 1, "who": 1}}}, {}, "squall.toml [service]: group g: unknown key 'who'"),
+        (
+            {"groups": {"g": {"max_running": 1, "who": 1}}},
+            {},
+            "squall.toml [service]: group g: unknown key 'who'",
+        ),
     ],
 )
 def test_bad_settings_are_one_line_errors(table, flags, message):
@@ -197,13 +213,17 @@ def test_bad_settings_are_one_line_errors(table, flags, message):
 def test_sizes_and_durations():
     assert parse_size("16MB", "x") == 16_000_000 and parse_size("1.5GiB", "x") == int(1.5 * 1024**3)
     assert parse_size(42, "x") == 42
-    assert parse_duration("90s", "x") == 90 and parse_duration("2h", "x") == 7200 and parse_duration(5, "x") == 5
+    assert (
+        parse_duration("90s", "x") == 90 and parse_duration("2h", "x") == 7200 and parse_duration(5, "x") == 5
+    )
 
 
 def test_limits_refuse_in_one_line():
     limits = Limits(max_result_rows=10, max_result_bytes=1000, max_scan_bytes=2048)
     limits.check_scan(2048)
-    with pytest.raises(LimitExceeded, match=r"^the query would read 3.0 KiB, more than this server lets one query"):
+    with pytest.raises(
+        LimitExceeded, match=r"^the query would read 3.0 KiB, more than this server lets one query"
+    ):
         limits.check_scan(3072)
     limits.check_result(pa.table({"a": list(range(10))}))
     with pytest.raises(LimitExceeded, match=r"^the result has 11 rows, more than this server returns \(10\): "

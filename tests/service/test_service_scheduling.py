@@ -67,7 +67,9 @@ class Serve:
         return set(_children(self.proc.pid))
 
     def submit(self, sql: str, expect: int = 202, **fields: object) -> dict:
-        response = requests.post(f"{self.url}/v1/queries", json={"sql": sql, **fields}, headers=AUTH, timeout=60)
+        response = requests.post(
+            f"{self.url}/v1/queries", json={"sql": sql, **fields}, headers=AUTH, timeout=60
+        )
         assert response.status_code == expect, response.text
         return response.json()
 
@@ -82,7 +84,10 @@ class Serve:
         done: dict[str, dict] = {}
         while len(done) < len(ids) and time.monotonic() < deadline:
             for query_id in ids:
-                if query_id not in done and (doc := self.status(query_id))["status"] not in ("queued", "running"):
+                if query_id not in done and (doc := self.status(query_id))["status"] not in (
+                    "queued",
+                    "running",
+                ):
                     done[query_id] = doc
             time.sleep(0.05)
         assert len(done) == len(ids), f"not finished: {set(ids) - set(done)}"
@@ -129,7 +134,9 @@ def test_a_short_query_behind_two_long_ones_finishes_first_and_the_long_ones_ove
     short = serve.submit(SHORT, workers=1)["query_id"]
     assert serve.finish_order([long1, long2, short])[0] == short
     one, two = serve.status(long1), serve.status(long2)
-    assert one["started_at"] < two["finished_at"] and two["started_at"] < one["finished_at"]  # at the same time
+    assert (
+        one["started_at"] < two["finished_at"] and two["started_at"] < one["finished_at"]
+    )  # at the same time
     assert serve.status(short)["stats"]["rows"] == 1
 
 
@@ -159,9 +166,10 @@ def test_limits_are_refused_before_running_or_in_one_line(serve):
     assert response.status_code == 400, response.text
     body = response.json()
     assert body["error"] == "LimitExceeded"
-    assert body["detail"].startswith("the query would read 1.") and "more than this server lets one query read" in body[
-        "detail"
-    ]
+    assert (
+        body["detail"].startswith("the query would read 1.")
+        and "more than this server lets one query read" in body["detail"]
+    )
     big = serve.submit("SELECT o_orderkey FROM orders", workers=1)["query_id"]
     while (doc := serve.status(big))["status"] in ("queued", "running"):
         time.sleep(0.05)
@@ -194,7 +202,9 @@ def test_a_sigkilled_worker_fails_its_query_with_the_log_named_and_the_next_quer
         time.sleep(0.05)
     assert doc["status"] == "failed" and doc["error"]["error"] == "WorkerError", doc
     detail = doc["error"]["detail"]
-    assert "\n" not in detail and re.search(r"killed by signal 9 \(SIGKILL\)|exited with code -9", detail), detail
+    assert "\n" not in detail and re.search(r"killed by signal 9 \(SIGKILL\)|exited with code -9", detail), (
+        detail
+    )
     logs = re.findall(r"its log: ([^,)]+)", detail)
     assert logs and all(Path(log).name.startswith("worker-") for log in logs)
     assert serve.finish_order([serve.submit(SHORT, workers=1)["query_id"]])  # new workers, the query works

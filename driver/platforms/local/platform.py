@@ -57,7 +57,14 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from squall.driver.platforms.base import Execution, Platform, Progress
-from squall.driver.platforms.local.lifecycle import deferred_sigint, track, untrack
+from squall.driver.platforms.local.lifecycle import (
+    deferred_sigint,
+    process_root,
+    remove_process_root,
+    sweep_orphans,
+    track,
+    untrack,
+)
 from squall.driver.platforms.local.pool import PoolWorker, WorkerPool, log_hint
 from squall.driver.platforms.local.worker_process import result_part_path
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
@@ -148,10 +155,13 @@ class LocalPlatform(Platform):
         #: idle workers the pool keeps started beside the busy ones (see WorkerPool's ``spare``)
         self.spare_workers = min(int(spare_workers), self.pool_size)
         self._check_local_limit(max(self.world_size, self.pool_size), cores)
+        options = dict(exchange_options or {})
+        if exchange == "local" and "root" not in options:  # this driver's folder: swept if it dies by SIGKILL
+            options["root"] = str(process_root())
         self.factory = (
             exchange
             if isinstance(exchange, ExchangeFactory)
-            else exchange_factory(self.check_exchange(exchange), **(exchange_options or {}))
+            else exchange_factory(self.check_exchange(exchange), **options)
         )
         self.storage_options = dict(storage_options or {})
         self._threads_given = threads_per_worker
@@ -194,6 +204,7 @@ class LocalPlatform(Platform):
         owner = self._owner
         with owner._lock:
             if owner._pool is None:
+                sweep_orphans()  # once per process: what drivers killed with SIGKILL left
                 owner._pool = WorkerPool(owner.pool_size, owner, spare=owner.spare_workers)
             return owner._pool
 
@@ -318,6 +329,7 @@ class LocalPlatform(Platform):
             if pool is not None:
                 pool.close()
             self._close_listener()
+        remove_process_root()
 
     def kill(self) -> None:
         """Stop everything now (SIGTERM): kill the running queries' workers, remove their files; the owner of
@@ -337,6 +349,7 @@ class LocalPlatform(Platform):
             if pool is not None:
                 pool.kill()
             self._close_listener()
+        remove_process_root()
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -399,7 +412,7 @@ class LocalPlatform(Platform):
     def _attempt(self, plan: Plan, run: _Run, progress: Callable[[Progress], None] | None) -> Execution:
         """One run of ``plan`` on workers leased for it; they go back to the pool afterwards (the killed and the
         dead ones are stopped; the pool starts new ones when needed)."""
-        results = default_root() / "results"
+        results = process_root() / "results"
         results.mkdir(parents=True, exist_ok=True)
         run.result_path = results / f"{run.run_id}-{uuid.uuid4().hex[:6]}.arrow"
         run.config, run.workers = None, []
