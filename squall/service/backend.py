@@ -35,7 +35,7 @@ from squall.driver.write.locations import Writable, writable_list
 from squall.errors import OptionError, SquallError, UserError, squall_error
 from squall.service import records
 from squall.service.errors import Busy
-from squall.service.runner import describe_tables, explain_doc, run_query
+from squall.service.runner import describe_tables, explain_doc, fail_unstarted, run_query
 from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
 from squall.service.settings import ServiceSettings
 from squall.service.state import StateStore
@@ -253,10 +253,12 @@ class LocalBackend(Backend):
             return
         self._closed.set()
         with self._lock:
-            events = [event for _store, event in self._queries.values()]
+            queries = dict(self._queries)
             threads = list(self._threads.values())
-        for event in events:
+        for query_id, (store, event) in queries.items():
             event.set()
+            if self.scheduler.cancel(query_id):  # queued: it will never run
+                fail_unstarted(store, query_id, "the server stopped before the query started")
         for thread in threads:
             thread.join(timeout=30)
         with self._lock:

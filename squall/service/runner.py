@@ -158,8 +158,7 @@ class _Watch:
                 break
             if self.tick is not None:
                 self.tick()
-            wake = 0.1 if self.deadline is None else min(0.1, max(0.0, self.deadline - now))
-            self.cancel_event.wait(wake)
+            self._done.wait(0.05 if self.deadline is None else min(0.05, max(0.0, self.deadline - now)))
         # keep cancelling until the query returns: a cancel before the query started is otherwise lost
         while not self._done.is_set():
             try:
@@ -272,6 +271,16 @@ def run_query(
             log.warning("query %s failed: %s", query_id, err)
         status.write(status="failed", finished_at=time.time(), error=error_doc(err))
         return "failed"
+
+
+def fail_unstarted(store: StateStore, query_id: str, detail: str) -> None:
+    """Record a query that never started as failed (``ServerStopped``: the server stopped with it queued)."""
+    doc = store.get_json(records.status_key(query_id))
+    if doc is not None and doc.get("status") == "queued":
+        doc.update(
+            status="failed", finished_at=time.time(), error={"error": "ServerStopped", "detail": detail}
+        )
+        store.put_json(records.status_key(query_id), doc)
 
 
 def _deadline(request: dict[str, Any], doc: dict[str, Any], limits: Limits) -> tuple[float, str] | None:

@@ -227,3 +227,29 @@ def test_workers_die_with_a_sigkilled_server(sf001, tmp_path):
     while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(_gone(pid) for pid in workers)
+
+
+def test_closing_the_backend_stops_running_queries_and_fails_queued_ones(sf001, tmp_path, monkeypatch):
+    from squall.service.backend import LocalBackend
+    from squall.service.service import Service
+    from squall.service.settings import ServiceSettings
+    from squall.service.state import state_store
+
+    monkeypatch.setenv("SQUALL_FAULTS", "delay:rank=1:stage=2:seconds=3600")  # W=2 queries run until stopped
+    settings = ServiceSettings(max_running=1, long_running=1, fast_lane_bytes=0, warm_workers=0)
+    backend = LocalBackend(str(sf001), workers=2, settings=settings)
+    service = Service(state_store(str(tmp_path / "state")), backend)
+    try:
+        running = service.submit(LONG)[0]["query_id"]
+        queued = service.submit(LONG)[0]["query_id"]
+        assert service.status(queued)["queue"]["ahead"] == 0
+        while service.status(running)["status"] != "running":
+            time.sleep(0.02)
+    finally:
+        service.close()
+    assert service.status(running)["status"] == "cancelled"
+    stopped = service.status(queued)
+    assert stopped["status"] == "failed" and stopped["error"] == {
+        "error": "ServerStopped",
+        "detail": "the server stopped before the query started",
+    }

@@ -15,6 +15,7 @@ waits on it beside the worker's connection and sees a crash at once.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import select
@@ -313,7 +314,7 @@ class WorkerPool:
         conns: dict[int, Connection] = {}
         try:
             for slot in slots:
-                procs[slot] = _spawner.call(lambda slot=slot: _launch(self.launcher, slot))  # type: ignore[misc]
+                procs[slot] = _spawner.call(functools.partial(_launch, self.launcher, slot))
                 with self._cond:
                     self._spawned[slot] = procs[slot][0]
             self._accept(listener, procs, conns)
