@@ -11,7 +11,8 @@
     squall gen-tpcds --sf SF --out DIR
     squall tables --data DIR [--catalog NAME=PROPS …] | --endpoint URL
     squall serve --data DIR|s3://… [--catalog NAME=PROPS …] [--port P] [--token T] [--workers W] [--state DIR|s3://…]
-                 [--writable LOC …]
+                 [--writable LOC …] [--max-running N] [--max-queued N] [--fast-lane-bytes SIZE]
+                 [--max-scan-bytes SIZE] [--max-result-rows N] [--max-result-bytes SIZE] [--max-run-time DURATION]
 
 ``query``, ``explain`` and ``tables`` run embedded with ``--data`` or against a service with
 ``--endpoint URL [--token T | --auth iam]`` (the token defaults to ``$SQUALL_TOKEN``).
@@ -19,8 +20,9 @@
 Defaults: ``--data`` from ``$SQUALL_DATA``, else from a config file (the first of ``./squall.toml``
 and ``~/.config/squall/config.toml``, ``$XDG_CONFIG_HOME`` honoured) with keys ``data``, ``workers``,
 ``platform``, ``writable`` (a list of folders or ``s3://`` prefixes; ``--writable`` replaces it) and
-``[catalogs.NAME]`` tables of pyiceberg catalog properties (``--catalog NAME=…`` wins for its name); flags win
-over both.
+``[catalogs.NAME]`` tables of pyiceberg catalog properties (``--catalog NAME=…`` wins for its name), and for
+``serve`` a ``[service]`` table (scheduler, worker pool and per-query limits: :mod:`squall.service.settings`);
+flags win over both.
 
 Writes: ``COPY``, ``UNLOAD``, ``CREATE TABLE AS``, ``INSERT INTO`` and ``DROP TABLE`` run where ``--writable``
 (or the config's ``writable``) allows, and print a one-row summary (status, rows, files, bytes, target).
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 
 TABLE_ROWS = 40
 #: config files for defaults (``data``, ``workers``, ``platform``), the first that exists wins
-CONFIG_KEYS = ("data", "workers", "platform", "catalogs", "writable")
+CONFIG_KEYS = ("data", "workers", "platform", "catalogs", "writable", "service")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -262,9 +264,43 @@ def _parser() -> argparse.ArgumentParser:
         help="delete finished queries and their results this long after they end (e.g. 30m, 24h, 7d; "
         "off: keep them; default 24h)",
     )  # fmt: skip
+    _service_args(s)
     for command in sub.choices.values():
         _log_args(command, top=False)
     return p
+
+
+def _service_args(s: argparse.ArgumentParser) -> None:
+    """``serve``'s scheduler and limits (also the ``[service]`` table of squall.toml; squall/service/settings.py)."""
+    g = s.add_argument_group("scheduling and limits", "also [service] in squall.toml; 'off' lifts a limit")
+    g.add_argument(
+        "--max-running", type=int, metavar="N", help="queries running at once (default: 2 per core)"
+    )
+    g.add_argument("--max-queued", type=int, metavar="N", help="queries waiting; more get 429 (default 64)")
+    g.add_argument(
+        "--fast-lane-bytes", metavar="SIZE",
+        help="queries whose plan reads at most this run in the fast lane, beside long ones (default 16MiB)",
+    )  # fmt: skip
+    g.add_argument(
+        "--max-scan-bytes", metavar="SIZE", help="refuse a query whose plan reads more (default 100GiB)"
+    )
+    g.add_argument(
+        "--max-result-rows", type=_count_or_off, metavar="N",
+        help="refuse larger results: write them with COPY or squall query --output (default 10000000)",
+    )  # fmt: skip
+    g.add_argument("--max-result-bytes", metavar="SIZE", help="likewise in bytes (default 256MiB)")
+    g.add_argument(
+        "--max-run-time", metavar="DURATION", help="stop a query running longer (e.g. 90s, 30m; default 30m)"
+    )
+
+
+def _count_or_off(text: str) -> int | str:
+    if text.strip().lower() == "off":
+        return "off"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or off, got {text!r}") from None
 
 
 def _read_sql(args: argparse.Namespace) -> str:
@@ -732,6 +768,12 @@ def _serve(args: argparse.Namespace) -> int:
         raise OptionError(f"squall serve needs the aws extra (pip install 'squall[aws]'): {err}") from None
     if args.inline_limit is not None and args.inline_limit < 0:
         raise OptionError("--inline-limit must be >= 0")
+    from squall.service.settings import ServiceSettings
+
+    flags = {key: getattr(args, key) for key in ("max_running", "max_queued", "fast_lane_bytes", "max_scan_bytes",
+                                                 "max_result_rows", "max_result_bytes")}  # fmt: skip
+    flags["max_run_time"] = args.max_run_time
+    settings = ServiceSettings.load(args.service, flags, args.config_path or "squall.toml")
     serve(
         data=args.data,
         catalogs=args.catalogs,
@@ -745,6 +787,7 @@ def _serve(args: argparse.Namespace) -> int:
         inline_limit=DEFAULT_INLINE_LIMIT if args.inline_limit is None else args.inline_limit,
         access_log=args.access_log,
         result_ttl_s=parse_ttl(args.result_ttl),
+        settings=settings,
     )
     return 0
 
@@ -802,6 +845,8 @@ def _apply_defaults(args: argparse.Namespace) -> None:
         args.catalogs = _catalogs(args.catalog or [], config.get("catalogs", {}), path)
     if hasattr(args, "writable"):
         args.writables = _writables(args.writable, config.get("writable"), path)
+    if args.command == "serve":
+        args.service, args.config_path = config.get("service"), path
 
 
 def _writables(flags: list[str] | None, configured: Any, path: str | None) -> list[str]:

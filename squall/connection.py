@@ -11,6 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import duckdb
 import pyarrow as pa
 
 from squall.driver.catalog.tables import Catalog
@@ -27,7 +28,7 @@ from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.driver.write.locations import Writable, writable_list
 from squall.driver.write.statements import WriteStatement, parse_write
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, QueryTimeout
-from squall.operators.duck import Sandbox
+from squall.operators.duck import Sandbox, interrupted
 from squall.operators.worker import USER_RUNTIME, StageReport, WorkerReport
 from squall.plan import Plan
 from squall.result import Result
@@ -113,7 +114,11 @@ class Connection:
         self._plan_lock = threading.Lock()
         self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None, int], Plan] = OrderedDict()
         self._closed = False
-        self._query: _Query | None = None
+        self._queries: dict[str, _Query] = {}  # running sql() calls by query id (cancel() stops them)
+        #: the sql() call of this thread (a PIVOT's first query is part of it)
+        self._current = threading.local()
+        #: platforms that run one query at a time get one at a time (a local platform runs several at once)
+        self._execute_lock = threading.Lock()
 
     @property
     def workers(self) -> int:
@@ -231,13 +236,14 @@ class Connection:
     def _first_query(self, sql: str, world_size: int) -> pa.Table:
         """Run a query the driver needs before it can plan another (a dynamic PIVOT's values)."""
         plan = self._compile(sql, world_size)[0]
-        if self._query is not None:
-            self._query.check()
+        query: _Query | None = getattr(self._current, "query", None)
+        if query is not None:
+            query.check()
         if _reads_nothing(plan):
-            execution = self._run_on_driver(plan)
+            execution = self._run_on_driver(plan, query)
         else:
             self._fit_platform(plan)
-            execution = self.platform.execute(plan, f"q{uuid.uuid4().hex[:16]}", None)
+            execution = self._execute(plan, query.new_id() if query is not None else _new_id(), None)
         return execution.table.rename_columns(list(plan.result_names))
 
     def explain(self, sql: str, *, estimate: bool = False) -> str:
@@ -344,6 +350,7 @@ class Connection:
         *,
         progress: Callable[[Progress], None] | None = None,
         timeout: float | None = None,
+        query_id: str | None = None,
     ) -> Result:
         """Run one read-only query and return its result.
 
@@ -353,6 +360,10 @@ class Connection:
         runs longer and raise :class:`~squall.errors.QueryTimeout`. :meth:`cancel` from another thread
         raises :class:`~squall.errors.QueryCancelled` here. Either way, and after a Ctrl-C, the connection
         stays usable.
+
+        ``query_id``: the id the query runs under (``stats["query_id"]``; default: a new one), which
+        :meth:`cancel` takes. Several threads may call ``sql()`` at once: on the local platform their queries
+        run at the same time (on workers of their own), on the others one after another.
         """
         if self._closed:
             raise OptionError("connection is closed")
@@ -361,8 +372,12 @@ class Connection:
 
             sql = bind(sql, params)
         limit = _check_timeout(timeout) if timeout is not None else self.timeout
-        query = _Query(self.platform, limit)
-        self._query = query
+        query = _Query(self.platform, limit, query_id or _new_id())
+        with self._plan_lock:
+            if query.id in self._queries:
+                raise OptionError(f"query {query.id} is already running")
+            self._queries[query.id] = query
+        self._current.query = query
         try:
             return self._run(sql, query, progress)
         except QueryCancelled:
@@ -375,8 +390,9 @@ class Connection:
             raise query.error() from exc  # the platform failed its own way after being cancelled
         finally:
             query.finish()
-            if self._query is query:
-                self._query = None
+            self._current.query = None
+            with self._plan_lock:
+                self._queries.pop(query.id, None)
 
     def _run(self, sql: str, query: _Query, progress: Callable[[Progress], None] | None) -> Result:
         start = time.perf_counter()
@@ -393,16 +409,16 @@ class Connection:
             plan, compiled = self._compile(sql, self.platform.world_size)
         planned = time.perf_counter()
         driver_requests = _delta(self.catalog.requests(), driver_before)
-        query_id = f"q{uuid.uuid4().hex[:16]}"
+        query_id = query.id
         query.check()
         on_driver = _reads_nothing(plan)
         if on_driver:  # no table read, one stage: the driver's own sandbox answers, no worker starts
             predicted: Callable[[], dict[str, Any] | None] = lambda: None  # noqa: E731
-            execution = self._run_on_driver(plan)
+            execution = self._run_on_driver(plan, query)
         else:
             self._fit_platform(plan)
             predicted = self._stats_estimate(plan)
-            execution = self.platform.execute(plan, query_id, progress)
+            execution = self._execute(plan, query_id, progress)
         done = time.perf_counter()
         table = execution.table.rename_columns(list(plan.result_names))
         facts = QueryFacts(
@@ -433,7 +449,7 @@ class Connection:
         driver_before = self.catalog.requests()
         job, plan = self._write_job(statement)
         planned = time.perf_counter()
-        query_id = f"q{uuid.uuid4().hex[:16]}"
+        query_id = query.id
         reports: list[dict[str, Any]] = []
         details: dict[str, Any] = {}
         manifest: pa.Table | None = None
@@ -442,7 +458,7 @@ class Connection:
             if plan is not None:
                 query.check()
                 self._fit_platform(plan)
-                execution = self.platform.execute(plan, query_id, progress)
+                execution = self._execute(plan, query_id, progress)
                 reports, details, manifest = execution.reports, execution.details, execution.table
                 rows = sum(int((r.get("written") or {}).get("rows", 0)) for r in reports)
                 query.check()
@@ -469,31 +485,47 @@ class Connection:
         stats["written"] = written_stats(committed.to_dict(), reports)
         return Result(table, stats, plan)
 
-    def _run_on_driver(self, plan: Plan) -> Execution:
-        """Run a plan that reads no table (one stage, no input) in the driver's sandboxed DuckDB (external
-        access off, configuration locked, as on a worker), reported as rank 0."""
+    def _execute(self, plan: Plan, query_id: str, progress: Callable[[Progress], None] | None) -> Execution:
+        """``platform.execute``; one query at a time on a platform that cannot run several."""
+        if getattr(self.platform, "concurrent", False):
+            return self.platform.execute(plan, query_id, progress)
+        with self._execute_lock:
+            return self.platform.execute(plan, query_id, progress)
+
+    def _run_on_driver(self, plan: Plan, query: _Query | None) -> Execution:
+        """Run a plan that reads no table (one stage, no input) in a sandboxed DuckDB of the driver's own
+        (external access off, configuration locked, as on a worker), reported as rank 0. Cancelling the query
+        interrupts DuckDB."""
         stage = plan.stages[0]
         report = WorkerReport(0)
         sr = StageReport(stage.id)
         start = time.perf_counter()
-        with self._plan_lock:
-            if self._db is None:
-                self._db = Sandbox(threads=1)
+        with Sandbox(threads=1, reuse=True) as db:  # a connection of its own to a kept DuckDB instance
+            if query is not None:
+                query.on_cancel(db.con.interrupt)
             try:
-                table = self._db.query(stage.sql)
+                table = db.query(stage.sql)
             except USER_RUNTIME as err:
                 raise QueryRuntimeError(str(err).splitlines()[0]) from None
+            except (RuntimeError, duckdb.InterruptException) as err:
+                if query is not None and query.reason is not None and interrupted(err):
+                    raise query.error() from None
+                raise
+            finally:
+                if query is not None:
+                    query.on_cancel(None)
         sr.compute_s = time.perf_counter() - start
         sr.rows_out, sr.bytes_out = table.num_rows, table.nbytes
         report.stages.append(sr)
         report.elapsed_s = sr.compute_s
         return Execution(table, [report.to_dict()])
 
-    def cancel(self) -> None:
-        """Cancel the query running on this connection (from another thread); its ``sql()`` raises
-        :class:`~squall.errors.QueryCancelled`. Nothing happens when no query runs."""
-        query = self._query
-        if query is not None:
+    def cancel(self, query_id: str | None = None) -> None:
+        """Cancel the query ``query_id`` (default: every query running on this connection) from another thread;
+        its ``sql()`` raises :class:`~squall.errors.QueryCancelled`. Nothing happens when no such query runs."""
+        with self._plan_lock:
+            queries = [q for q in self._queries.values() if query_id is None or q.id == query_id]
+        for query in queries:
             query.cancel("query cancelled")
 
     def close(self) -> None:
@@ -519,17 +551,21 @@ class Connection:
 class _Query:
     """One ``sql()`` call's cancellation: by :meth:`Connection.cancel` or its timeout.
 
-    Once cancelled, a thread calls ``Platform.cancel()`` until the query returns: a cancel that
-    arrives before the platform started the query is otherwise lost.
+    Once cancelled, a thread cancels the query's runs on the platform (``cancel_query`` of each id it ran under,
+    or ``Platform.cancel()`` on a platform without it) until the query returns: a cancel that arrives before
+    the platform started the query is otherwise lost. A query running in the driver's sandbox is interrupted.
     """
 
-    def __init__(self, platform: Platform, timeout: float | None) -> None:
+    def __init__(self, platform: Platform, timeout: float | None, query_id: str) -> None:
         self.platform = platform
         self.timeout = timeout
+        self.id = query_id
+        self.ids = [query_id]  # the platform runs: the query, and a PIVOT's first query
         self.reason: str | None = None
         self._finished = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._interrupt: Callable[[], None] | None = None
         if timeout is not None:
             self._timer: threading.Timer | None = threading.Timer(timeout, self.cancel, ("timeout",))
             self._timer.daemon = True
@@ -537,21 +573,43 @@ class _Query:
         else:
             self._timer = None
 
+    def new_id(self) -> str:
+        """An id for another platform run of this query (a PIVOT's first query), cancelled with it."""
+        with self._lock:
+            self.ids.append(f"{self.id}-{len(self.ids)}")
+            return self.ids[-1]
+
+    def on_cancel(self, interrupt: Callable[[], None] | None) -> None:
+        """Call ``interrupt`` when the query is cancelled (at once if it already is); None: no more."""
+        with self._lock:
+            self._interrupt = interrupt
+            cancelled = self.reason is not None
+        if interrupt is not None and cancelled:
+            _quietly(lambda _arg: interrupt(), "")
+
     def cancel(self, reason: str) -> None:
         with self._lock:
             if self.reason is not None or self._finished.is_set():
                 return
             self.reason = reason
+            interrupt = self._interrupt
             self._thread = threading.Thread(target=self._keep_cancelling, name="squall-cancel", daemon=True)
             self._thread.start()
+        if interrupt is not None:
+            _quietly(lambda _arg: interrupt(), "")
 
     def _keep_cancelling(self) -> None:
+        cancel_query = getattr(self.platform, "cancel_query", None)
         while True:
             with self._lock:
                 if self._finished.is_set():
                     return
                 try:
-                    self.platform.cancel()
+                    if cancel_query is not None:
+                        for query_id in self.ids:
+                            cancel_query(query_id)
+                    else:
+                        self.platform.cancel()
                 except Exception:
                     pass
             if self._finished.wait(0.2):
@@ -570,8 +628,12 @@ class _Query:
     def finish(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        with self._lock:  # no platform.cancel() runs after this: the next query is safe
+        with self._lock:  # no platform cancel runs after this: the next query is safe
             self._finished.set()
+
+
+def _new_id() -> str:
+    return f"q{uuid.uuid4().hex[:16]}"
 
 
 def _quietly(call: Callable[[str], None], arg: str) -> None:

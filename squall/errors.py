@@ -45,6 +45,10 @@ class OptionError(UserError):
     """A bad option value (CLI flag, API field, connect() argument)."""
 
 
+class LimitExceeded(UserError):
+    """The query would go beyond a limit of the service that runs it (bytes scanned, result rows or bytes)."""
+
+
 class QueryRuntimeError(UserError):
     """The query failed while running for a reason in the data (e.g. a failed cast)."""
 

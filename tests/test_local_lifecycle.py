@@ -44,7 +44,7 @@ CHILD = r"""
 import json, multiprocessing, os, sys, time
 import squall
 from squall.driver.options import PlannerOptions
-from squall.exchange.local import default_root
+from squall.driver.platforms.local.lifecycle import process_root
 
 data, root, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
 SLOW, QUICK = sys.argv[4], sys.argv[5]
@@ -92,7 +92,7 @@ try:
 except KeyboardInterrupt:
     say(event="interrupted")
 left = sorted(os.listdir(root)) if os.path.isdir(root) else []
-results = [str(p) for p in (default_root() / "results").glob(ids[0] + "*")] if ids else []
+results = [str(p) for p in (process_root() / "results").glob(ids[0] + "*")] if ids else []
 dead = [p.pid for p in procs if p.poll() is None and p not in platform._procs]
 answers = [con.sql(QUICK).to_arrow()["n"][0].as_py() for _ in range(2)]
 say(event="after", left=left, results=results, stray_workers=dead, answers=answers, ids=ids)

@@ -1,10 +1,14 @@
 """Backends: where the service's queries run.
 
-- :class:`LocalBackend` — ``squall serve``: embedded Connections in this process and one background thread
-  that runs queued queries **one at a time**, first in, first out (a queue of at most ``max_queue``; more
-  submissions get 429). Queries plan on submit (bad SQL is a 400 right away) and run with the worker count
-  they ask for (1 … ``max_workers``): one Connection per count, only the last used one keeps its warm
-  worker processes.
+- :class:`LocalBackend` — ``squall serve``: embedded Connections in this process. Queries run **concurrently**:
+  the :class:`~squall.service.scheduler.Scheduler` admits them by resource group (a fast lane for queries that
+  read little, running and queued limits per group and per user; a full queue is a 429 with ``Retry-After``)
+  and each admitted query runs on a thread of its own. On the ``local`` platform every worker count has its
+  Connection, and all of them lease their workers from one shared pool of processes
+  (:meth:`~squall.driver.platforms.local.platform.LocalPlatform.sharing`), so queries of any W reuse the same
+  warm workers. Queries plan on submit (bad SQL is a 400 right away; a plan that would read more than
+  ``max_scan_bytes`` is refused then too); the limits of :class:`~squall.service.settings.ServiceSettings`
+  apply to every query.
 - :class:`LambdaBackend` — the deployed API: every query is an asynchronous invocation of the driver
   function (``SQUALL_DRIVER_FUNCTION``), which runs :func:`squall.service.runner.handle_driver_event`;
   ``tables`` and ``explain`` are synchronous invocations. Submitting only checks the SQL's syntax and
@@ -15,27 +19,33 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-import queue
 import threading
 from abc import ABC, abstractmethod
 from typing import Any
 
 from squall import aws
 from squall.connection import Connection
+from squall.driver.platforms.local.platform import LocalPlatform, max_local_workers
 from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.driver.write.locations import Writable, writable_list
-from squall.errors import OptionError, SquallError, squall_error
+from squall.errors import OptionError, SquallError, UserError, squall_error
 from squall.service import records
 from squall.service.errors import Busy
-from squall.service.runner import describe_tables, explain_doc, run_query
+from squall.service.runner import describe_tables, explain_doc, fail_unstarted, run_query
+from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
+from squall.service.settings import ServiceSettings
 from squall.service.state import StateStore
 
 log = logging.getLogger("squall.service")
 
 __all__ = ["Backend", "LambdaBackend", "LocalBackend", "describe_tables"]
+
+#: seconds between the scheduler's checks for queries whose timeout passed in the queue
+TICK_S = 0.5
 
 
 class Backend(ABC):
@@ -58,6 +68,11 @@ class Backend(ABC):
     def cancel(self, query_id: str) -> None:  # noqa: B027 - the store's cancel marker is enough
         """Cancel the query right away if it runs here (the runner also polls the store's marker)."""
 
+    def queue_info(self, query_id: str) -> dict[str, Any] | None:
+        """Where a queued query stands (``{"position", "ahead", "estimated_wait_s", "group"}``), None when
+        this backend does not know (not queued here)."""
+        return None
+
     @abstractmethod
     def tables(self) -> list[dict[str, Any]]:
         """The catalog with schemas (see :func:`describe_tables`)."""
@@ -71,7 +86,11 @@ class Backend(ABC):
 
 
 class LocalBackend(Backend):
-    """Embedded Connections over ``data``; a background thread runs the queue one query at a time."""
+    """Embedded Connections over ``data``; the scheduler admits queries, each runs on a thread of its own.
+
+    ``settings``: the scheduler's groups, the pool and the per-query limits (default:
+    :meth:`ServiceSettings.defaults`); ``max_queue`` overrides its ``max_queued``.
+    """
 
     def __init__(
         self,
@@ -80,12 +99,13 @@ class LocalBackend(Backend):
         workers: int | None = None,
         platform: str = "local",
         max_workers: int | None = None,
-        max_queue: int = 32,
+        max_queue: int | None = None,
         storage_options: dict[str, Any] | None = None,
         poll_s: float = 0.5,
         predicate_cache: PredicateCache | None = None,
         catalogs: dict[str, dict[str, str]] | None = None,
         writable: list[str] | None = None,
+        settings: ServiceSettings | None = None,
     ) -> None:
         self.data = data
         self.catalogs = catalogs  # named Iceberg catalogs of every Connection
@@ -97,16 +117,30 @@ class LocalBackend(Backend):
         self.max_workers = int(max_workers or self.default_workers)
         self.platform = platform
         self.storage_options = storage_options
-        self.max_queue = max_queue
+        self.settings = settings or ServiceSettings.defaults()
+        if max_queue is not None:
+            self.settings = dataclasses.replace(self.settings, max_queued=max_queue)
+        self.limits = self.settings.limits()
         self.poll_s = poll_s
+        self.check_workers(self.default_workers)
+        #: on the local platform: the owner of the worker pool every Connection leases from
+        self.pool_platform: LocalPlatform | None = None
+        if platform == "local":
+            size = self.settings.pool_size(self.max_workers, max_local_workers())
+            self.pool_platform = LocalPlatform(
+                self.max_workers, pool_size=size, storage_options=storage_options
+            )
+        self.scheduler = Scheduler(self.settings.scheduler_config(), start=self._start)
         self._connections: dict[int, Connection] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[str, StateStore] | None] = queue.Queue()
-        self._events: dict[str, threading.Event] = {}
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self.check_workers(self.default_workers)
+        self._queries: dict[str, tuple[StateStore, threading.Event]] = {}  # submitted, not yet ended
+        self._threads: dict[str, threading.Thread] = {}
+        self._closed = threading.Event()
         self.connection_for(None)  # fail now on a bad data folder or platform
+        if self.pool_platform is not None:  # warm workers before the first query
+            self.pool_platform.prestart(self.settings.warm(self.max_workers, self.pool_platform.pool_size))
+        self._ticker = threading.Thread(target=self._tick, name="squall-scheduler", daemon=True)
+        self._ticker.start()
 
     def connection_for(self, workers: int | None) -> Connection:
         """The Connection for ``workers`` (default: the server's), made on first use."""
@@ -115,10 +149,13 @@ class LocalBackend(Backend):
         with self._lock:
             con = self._connections.get(count)
             if con is None:
+                platform: str | LocalPlatform = self.platform
+                if self.pool_platform is not None:
+                    platform = self.pool_platform.sharing(count)
                 con = Connection(
                     self.data,
                     workers=count,
-                    platform=self.platform,
+                    platform=platform,
                     storage_options=self.storage_options,
                     predicate_cache=self.predicate_cache,
                     catalogs=self.catalogs,
@@ -128,56 +165,82 @@ class LocalBackend(Backend):
             return con
 
     def check(self, sql: str, workers: int | None) -> None:
-        if self._queue.qsize() >= self.max_queue:
-            raise Busy(f"{self.max_queue} queries are waiting; retry later")
-        self.connection_for(workers).plan(sql)
+        if self._closed.is_set():
+            raise Busy("the server is shutting down")
+        plan = self.connection_for(workers).plan(sql)
+        self.limits.check_scan(planned_scan_bytes(plan))
+
+    def _scan_bytes(self, request: dict[str, Any]) -> int:
+        """What the request's plan reads (its plan is cached since :meth:`check`); 0 when it has none."""
+        try:
+            return planned_scan_bytes(
+                self.connection_for(request.get("workers")).plan(str(request.get("sql")))
+            )
+        except UserError:  # a statement without a plan (DROP TABLE): nothing to read
+            return 0
 
     def submit(self, query_id: str, store: StateStore) -> None:
-        if self._closed:
+        if self._closed.is_set():
             raise Busy("the server is shutting down")
-        if self._queue.qsize() >= self.max_queue:
-            raise Busy(f"{self.max_queue} queries are waiting; retry later")
+        request = store.get_json(records.request_key(query_id)) or {}
+        user = str(request.get("user") or ANONYMOUS)
+        scan_bytes = self._scan_bytes(request)
         with self._lock:
-            self._events[query_id] = threading.Event()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="squall-runner", daemon=True)
-                self._thread.start()
-        self._queue.put((query_id, store))
+            self._queries[query_id] = (store, threading.Event())
+        try:
+            self.scheduler.submit(
+                query_id, user=user, scan_bytes=scan_bytes, timeout_s=request.get("timeout_s")
+            )
+        except Busy:
+            with self._lock:
+                self._queries.pop(query_id, None)
+            raise
+
+    def _start(self, ticket: Ticket) -> None:
+        """The scheduler admitted ``ticket``: run it on a thread of its own."""
+        thread = threading.Thread(
+            target=self._run, args=(ticket.query_id,), name=f"squall-query-{ticket.query_id}", daemon=True
+        )
+        with self._lock:
+            self._threads[ticket.query_id] = thread
+        thread.start()
+
+    def _run(self, query_id: str) -> None:
+        with self._lock:
+            store, event = self._queries[query_id]
+        try:
+            run_query(
+                store, query_id, self.connection_for, cancel=event, poll_s=self.poll_s, limits=self.limits
+            )
+        except Exception:  # the store failed: nothing more to record
+            log.exception("runner failed on %s", query_id)
+        finally:
+            with self._lock:
+                self._queries.pop(query_id, None)
+                self._threads.pop(query_id, None)
+            self.scheduler.finish(query_id)
+
+    def _tick(self) -> None:
+        while not self._closed.wait(TICK_S):
+            try:
+                self.scheduler.poll()
+            except Exception:
+                log.warning("scheduler poll failed", exc_info=True)
 
     def cancel(self, query_id: str) -> None:
         with self._lock:
-            event = self._events.get(query_id)
-        if event is not None:
-            event.set()
-
-    def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            query_id, store = item
+            entry = self._queries.get(query_id)
+        if entry is None:
+            return
+        store, event = entry
+        event.set()
+        if self.scheduler.cancel(query_id):  # it was queued: record it cancelled now
             with self._lock:
-                event = self._events.get(query_id)
-            try:
-                run_query(store, query_id, self.connection_for, cancel=event, poll_s=self.poll_s)
-            except Exception:  # the store failed: nothing more to record
-                log.exception("runner failed on %s", query_id)
-            finally:
-                with self._lock:
-                    self._events.pop(query_id, None)
-                self._stop_idle_pools(query_id, store)
+                self._queries.pop(query_id, None)
+            run_query(store, query_id, self.connection_for, cancel=event)
 
-    def _stop_idle_pools(self, query_id: str, store: StateStore) -> None:
-        """Keep warm worker processes only for the worker count used last."""
-        request = store.get_json(records.request_key(query_id)) or {}
-        used = int(request.get("workers") or self.default_workers)
-        with self._lock:
-            idle = [con for count, con in self._connections.items() if count != used]
-        for con in idle:
-            try:
-                con.platform.close()
-            except Exception:
-                log.warning("cannot stop an idle worker pool", exc_info=True)
+    def queue_info(self, query_id: str) -> dict[str, Any] | None:
+        return self.scheduler.queue_info(query_id)
 
     def tables(self) -> list[dict[str, Any]]:
         return describe_tables(self.connection_for(None))
@@ -186,21 +249,25 @@ class LocalBackend(Backend):
         return explain_doc(self.connection_for(workers), sql, estimate)
 
     def close(self) -> None:
-        if self._closed:
+        if self._closed.is_set():
             return
-        self._closed = True
+        self._closed.set()
         with self._lock:
-            events = list(self._events.values())
-        for event in events:
+            queries = dict(self._queries)
+            threads = list(self._threads.values())
+        for query_id, (store, event) in queries.items():
             event.set()
-        self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+            if self.scheduler.cancel(query_id):  # queued: it will never run
+                fail_unstarted(store, query_id, "the server stopped before the query started")
+        for thread in threads:
+            thread.join(timeout=30)
         with self._lock:
             connections = list(self._connections.values())
             self._connections.clear()
         for con in connections:
             con.close()
+        if self.pool_platform is not None:
+            self.pool_platform.close()
 
 
 def writable_here() -> Writable:

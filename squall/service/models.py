@@ -85,6 +85,15 @@ class WrittenInfo(BaseModel):
     bytes: int
 
 
+class QueueInfo(BaseModel):
+    """Where a queued query stands (``squall serve``; see :mod:`squall.service.scheduler`)."""
+
+    position: int = Field(description="1, 2, … among every queued query, in submission order")
+    ahead: int = Field(description="queries of its resource group that start before it")
+    estimated_wait_s: float = Field(description="seconds until it starts, from its group's recent run times")
+    group: str = Field(description="its resource group (fast: the fast lane; default: the others)")
+
+
 class QueryStatus(BaseModel):
     """``GET /v1/queries/{id}``."""
 
@@ -99,6 +108,7 @@ class QueryStatus(BaseModel):
     finished_at: float | None = None
     cancel_requested: bool = False
     progress: ProgressInfo | None = None
+    queue: QueueInfo | None = Field(default=None, description="a queued query: where it stands")
     error: ErrorBody | None = None
     stats: dict[str, Any] | None = Field(default=None, description="Result.stats of the finished query")
     result: ResultInfo | None = None

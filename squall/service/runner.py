@@ -8,7 +8,15 @@ only writer of a query's status after submission, so status writes never race.
 
 Cancellation: a watcher thread checks the ``cancel`` event (set in-process by the backend) and the store's
 cancel marker (``<id>/cancel``, written by the API — the way a DELETE reaches a driver in another process)
-and the query's ``timeout_s``; once triggered it calls ``Platform.cancel()`` until the query returns.
+and the query's deadlines; once triggered it cancels the query on its Connection (``Connection.cancel(id)``)
+until it returns.
+
+Deadlines: ``timeout_s`` of the request counts from **submission** (``created_at``): time spent queued counts, and
+a query whose timeout passed in the queue fails without running. :class:`Limits` ``max_run_s`` is the server's
+maximum run time, counted from the start. Other :class:`Limits`: a result of more than ``max_result_rows`` rows
+or ``max_result_bytes`` bytes is refused (:class:`~squall.errors.LimitExceeded`: write it with COPY or
+``squall query --output`` instead); ``max_scan_bytes`` is checked before the query runs (:meth:`Limits.check_scan`,
+by the backend when it accepts the query).
 """
 
 from __future__ import annotations
@@ -17,11 +25,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
 
 from squall.connection import Connection
 from squall.driver.platforms.base import Progress
-from squall.errors import DataError, NotSupportedError, SquallError, UserError
+from squall.errors import DataError, LimitExceeded, NotSupportedError, SquallError, UserError
 from squall.formats import encode
 from squall.service import records
 from squall.service.state import StateStore, state_store
@@ -29,6 +40,46 @@ from squall.service.state import StateStore, state_store
 log = logging.getLogger("squall.service")
 
 ConnectionFor = Callable[[int | None], Connection]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one query of a service may take (None: no limit). See the module doc."""
+
+    max_result_rows: int | None = None
+    max_result_bytes: int | None = None
+    max_scan_bytes: int | None = None
+    max_run_s: float | None = None
+
+    def check_scan(self, scan_bytes: int) -> None:
+        """LimitExceeded when a plan that reads ``scan_bytes`` may not run here."""
+        if self.max_scan_bytes is not None and scan_bytes > self.max_scan_bytes:
+            raise LimitExceeded(
+                f"the query would read {_size(scan_bytes)}, more than this server lets one query read "
+                f"({_size(self.max_scan_bytes)}): filter on fewer rows or columns"
+            )
+
+    def check_result(self, table: pa.Table) -> None:
+        """LimitExceeded when ``table`` is larger than a result this server keeps."""
+        rows, size = table.num_rows, table.nbytes
+        if self.max_result_rows is not None and rows > self.max_result_rows:
+            what = f"{rows:,} rows, more than this server returns ({self.max_result_rows:,})"
+        elif self.max_result_bytes is not None and size > self.max_result_bytes:
+            what = f"{_size(size)}, more than this server returns ({_size(self.max_result_bytes)})"
+        else:
+            return
+        raise LimitExceeded(
+            f"the result has {what}: write it with COPY (query) TO 'target' or squall query --output, "
+            "or aggregate or LIMIT it"
+        )
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 def progress_doc(state: Progress) -> dict[str, Any]:
@@ -51,7 +102,10 @@ def error_doc(err: BaseException) -> dict[str, str]:
 
 
 class _Watch:
-    """Watches for cancellation and timeout while a query runs; cancels the platform when one happens."""
+    """Watches for cancellation and deadlines while a query runs; cancels the query when one happens.
+
+    ``deadline`` (``time.monotonic()``) and ``timeout_detail``: when the query must end and what its error then
+    says (its timeout counted from submission, or the server's maximum run time)."""
 
     def __init__(
         self,
@@ -59,14 +113,15 @@ class _Watch:
         query_id: str,
         connection: Connection,
         cancel: threading.Event | None,
-        timeout_s: float | None,
+        deadline: tuple[float, str] | None,
         poll_s: float,
         tick: Callable[[], None] | None = None,
     ) -> None:
         self.store, self.query_id, self.connection = store, query_id, connection
         self.tick = tick
         self.cancel_event = cancel or threading.Event()
-        self.deadline = time.monotonic() + timeout_s if timeout_s else None
+        self.deadline: float | None = deadline[0] if deadline is not None else None
+        self.timeout_detail = deadline[1] if deadline is not None else ""
         self.poll_s = poll_s
         self.cancelled = False
         self.timed_out = False
@@ -103,14 +158,14 @@ class _Watch:
                 break
             if self.tick is not None:
                 self.tick()
-            self._done.wait(0.1)
-        # keep cancelling until the query returns: a cancel before the platform started is a no-op
+            self._done.wait(0.05 if self.deadline is None else min(0.05, max(0.0, self.deadline - now)))
+        # keep cancelling until the query returns: a cancel before the query started is otherwise lost
         while not self._done.is_set():
             try:
-                self.connection.platform.cancel()
+                self.connection.cancel(self.query_id)
             except Exception:
-                log.warning("platform cancel failed for %s", self.query_id, exc_info=True)
-            self._done.wait(0.5)
+                log.warning("cancel failed for %s", self.query_id, exc_info=True)
+            self._done.wait(0.2)
 
 
 class _StatusWriter:
@@ -167,11 +222,12 @@ def run_query(
     cancel: threading.Event | None = None,
     poll_s: float = 1.0,
     progress_interval_s: float = 0.5,
+    limits: Limits | None = None,
 ) -> str:
     """Execute the stored query ``query_id`` and record its outcome; returns the final status.
 
     Safe to call twice for the same id (a retried Lambda event): a query that is already running or
-    finished is left alone.
+    finished is left alone. ``limits``: see :class:`Limits` (None: none).
     """
     request = store.get_json(records.request_key(query_id))
     if request is None:
@@ -185,44 +241,93 @@ def run_query(
         status.write(status="cancelled", finished_at=time.time(),
                      error={"error": "QueryCancelled", "detail": "query cancelled before it started"})  # fmt: skip
         return "cancelled"
+    deadline = _deadline(request, doc, limits or Limits())
+    if deadline is not None and deadline[0] <= time.monotonic():
+        status.write(status="failed", finished_at=time.time(),
+                     error={"error": "QueryCancelled", "detail": deadline[1]})  # fmt: skip
+        return "failed"
     status.write(status="running", started_at=time.time())
-    fmt = request.get("format") or "arrow"
     try:
         connection = connection_for(request.get("workers"))
-        timeout_s = request.get("timeout_s")
-        with _Watch(store, query_id, connection, cancel, timeout_s, poll_s, status.flush) as watch:
+        with _Watch(store, query_id, connection, cancel, deadline, poll_s, status.flush) as watch:
             try:
-                result = connection.sql(request["sql"], progress=status.progress)
+                result = connection.sql(request["sql"], progress=status.progress, query_id=query_id)
             except BaseException:
                 if watch.cancelled:
                     status.write(status="cancelled", finished_at=time.time(),
                                  error={"error": "QueryCancelled", "detail": "query cancelled"})  # fmt: skip
                     return "cancelled"
                 if watch.timed_out:
-                    detail = f"query timed out after {request.get('timeout_s')} s"
                     status.write(status="failed", finished_at=time.time(),
-                                 error={"error": "QueryCancelled", "detail": detail})  # fmt: skip
+                                 error={"error": "QueryCancelled", "detail": watch.timeout_detail})  # fmt: skip
                     return "failed"
                 raise
-        table = result.to_arrow()
-        stats = dict(result.stats)
-        stats["engine_query_id"], stats["query_id"] = stats.get("query_id"), query_id
-        arrow = encode(table, "arrow")
-        store.put(records.result_key(query_id, "arrow"), arrow, content_type="application/octet-stream")
-        sizes = {"arrow": len(arrow)}
-        if fmt != "arrow":
-            data = encode(table, fmt)
-            store.put(records.result_key(query_id, fmt), data)
-            sizes[fmt] = len(data)
-        info = {"rows": table.num_rows, "columns": table.column_names, "bytes": sizes}
-        status.write(status="succeeded", finished_at=time.time(), stats=stats, result=info,
-                     **written_doc(stats))  # fmt: skip
+        _store_result(store, query_id, request, result, status, limits or Limits())
         return "succeeded"
     except Exception as err:
-        if not isinstance(err, UserError):
+        if not isinstance(err, SquallError):  # a bug: the traceback helps
             log.exception("query %s failed", query_id)
+        elif not isinstance(err, UserError):  # a worker crashed, …: its message says it all
+            log.warning("query %s failed: %s", query_id, err)
         status.write(status="failed", finished_at=time.time(), error=error_doc(err))
         return "failed"
+
+
+def fail_unstarted(store: StateStore, query_id: str, detail: str) -> None:
+    """Record a query that never started as failed (``ServerStopped``: the server stopped with it queued)."""
+    doc = store.get_json(records.status_key(query_id))
+    if doc is not None and doc.get("status") == "queued":
+        doc.update(
+            status="failed", finished_at=time.time(), error={"error": "ServerStopped", "detail": detail}
+        )
+        store.put_json(records.status_key(query_id), doc)
+
+
+def _deadline(request: dict[str, Any], doc: dict[str, Any], limits: Limits) -> tuple[float, str] | None:
+    """When the query must end (``time.monotonic()``) and what its error says then: its ``timeout_s`` counted
+    from submission, or the server's maximum run time from now, whichever comes first."""
+    options: list[tuple[float, str]] = []
+    now_wall, now = time.time(), time.monotonic()
+    timeout_s = request.get("timeout_s")
+    if timeout_s:
+        created = doc.get("created_at")
+        waited = max(0.0, now_wall - created) if isinstance(created, (int, float)) else 0.0
+        detail = f"query timed out after {timeout_s:g} s"
+        if waited >= 0.05:
+            detail += f" (counted from submission: it waited {waited:.1f} s in the queue)"
+        options.append((now + float(timeout_s) - waited, detail))
+    if limits.max_run_s:
+        detail = (
+            f"query ran longer than this server's maximum run time ({limits.max_run_s:g} s) and was stopped"
+        )
+        options.append((now + limits.max_run_s, detail))
+    return min(options, key=lambda o: o[0]) if options else None
+
+
+def _store_result(
+    store: StateStore,
+    query_id: str,
+    request: dict[str, Any],
+    result: Any,
+    status: _StatusWriter,
+    limits: Limits,
+) -> None:
+    """Check the result against the limits, write it (Arrow, and the requested format) and the final status."""
+    table = result.to_arrow()
+    limits.check_result(table)
+    fmt = request.get("format") or "arrow"
+    stats = dict(result.stats)
+    stats["engine_query_id"], stats["query_id"] = stats.get("query_id"), query_id
+    arrow = encode(table, "arrow")
+    store.put(records.result_key(query_id, "arrow"), arrow, content_type="application/octet-stream")
+    sizes = {"arrow": len(arrow)}
+    if fmt != "arrow":
+        data = encode(table, fmt)
+        store.put(records.result_key(query_id, fmt), data)
+        sizes[fmt] = len(data)
+    info = {"rows": table.num_rows, "columns": table.column_names, "bytes": sizes}
+    status.write(status="succeeded", finished_at=time.time(), stats=stats, result=info,
+                 **written_doc(stats))  # fmt: skip
 
 
 def written_doc(stats: dict[str, Any]) -> dict[str, Any]:

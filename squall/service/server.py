@@ -38,6 +38,7 @@ from squall.errors import OptionError
 from squall.service.api import FILE_HEADER, Handler, make_handler
 from squall.service.backend import LocalBackend
 from squall.service.service import DEFAULT_INLINE_LIMIT, DEFAULT_RESULT_TTL_S, Service
+from squall.service.settings import ServiceSettings
 from squall.service.state import state_store
 
 log = logging.getLogger("squall.service")
@@ -263,17 +264,20 @@ def serve(
     access_log: bool = False,
     ready: threading.Event | None = None,
     result_ttl_s: float | None = DEFAULT_RESULT_TTL_S,
+    settings: ServiceSettings | None = None,
 ) -> None:
     """Run the API until SIGINT/SIGTERM. Prints ``serving on http://HOST:PORT`` on stderr when ready.
     ``result_ttl_s``: finished queries are deleted this long after they end (None: kept). ``catalogs``: named
     Iceberg catalogs (see :func:`squall.connect`); ``writable``: where write statements (COPY, CREATE TABLE AS, …)
-    may write (none: every write is refused)."""
+    may write (none: every write is refused); ``settings``: the scheduler, worker pool and per-query limits (see
+    :mod:`squall.service.settings`)."""
     temp_state = None
     if state is None:
         temp_state = tempfile.mkdtemp(prefix="squall-state-")
         state = temp_state
     store = state_store(state)
-    backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs, writable=writable)
+    backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs, writable=writable,
+                           settings=settings)  # fmt: skip
     service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
         try:

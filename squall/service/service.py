@@ -277,6 +277,8 @@ class Service:
             if doc["status"] == "queued":  # the runner will skip it
                 doc["status"] = "cancelled"
                 doc["error"] = {"error": "QueryCancelled", "detail": "query cancelled before it started"}
+        if doc["status"] == "queued" and (queue := self.backend.queue_info(query_id)) is not None:
+            doc["queue"] = queue  # position, ahead, estimated_wait_s, group
         return doc
 
     def cancel(self, query_id: str) -> dict[str, Any]:

@@ -6,19 +6,28 @@
   SIGHUP (when the process has no handler of its own) their workers are killed and their listener,
   running query's exchange folder and result file and worker logs are removed before the process dies
   of the signal as it would have without Squall.
+- :func:`process_root`, :func:`sweep_orphans`: a driver keeps its queries' exchange folders and result files
+  under a folder named after its pid; what a driver killed with SIGKILL left there (and its listener folder,
+  its empty worker logs) is removed by the next driver that starts a pool.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
+import shutil
 import signal
+import tempfile
 import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
+
+from squall.exchange.local import default_root
 
 
 class _Killable(Protocol):
@@ -101,3 +110,60 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
             pass
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def process_root(pid: int | None = None) -> Path:
+    """This driver's folder for exchange data and results under the local exchange root (``proc-<pid>``)."""
+    return default_root() / f"proc-{pid or os.getpid()}"
+
+
+def remove_process_root() -> None:
+    """Remove this driver's folder if nothing is left in it (other platforms of the process may still use it)."""
+    root = process_root()
+    for folder in (root / "results", root):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or gone
+            pass
+
+
+_swept: list[bool] = []
+
+
+def sweep_orphans(once: bool = True) -> list[str]:
+    """Remove what drivers that died without cleaning up (SIGKILL) left behind: their ``proc-<pid>`` folders
+    (exchange data, results), their listener folders (``<tmp>/squall-<pid>-*``) and their empty worker logs;
+    returns what it removed. ``once``: only on the first call in this process."""
+    if once and _swept:
+        return []
+    _swept.append(True)
+    removed: list[str] = []
+    root = default_root()
+    for folder in root.glob("proc-*"):
+        if _dead(folder.name.removeprefix("proc-")):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    for folder in Path(tempfile.gettempdir()).glob("squall-*-*"):
+        match = re.fullmatch(r"squall-(\d+)-\w+", folder.name)
+        if match and _dead(match.group(1)) and {p.name for p in folder.iterdir()} <= {"workers.sock"}:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    for log in (root / "logs").glob("worker-*-*.log"):
+        pid = log.name.split("-")[1]
+        if _dead(pid) and log.stat().st_size == 0:
+            log.unlink(missing_ok=True)
+            removed.append(str(log))
+    return removed
+
+
+def _dead(pid_text: str) -> bool:
+    """``pid_text`` is the pid of a process that no longer runs (False when not a pid, or it runs)."""
+    if not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # someone else's: running
+        return False
+    return False

@@ -1,14 +1,17 @@
-"""A local worker process: ``python -m squall.driver.platforms.local.worker_process ADDRESS RANK THREADS``.
+"""A local worker process: ``python -m squall.driver.platforms.local.worker_process ADDRESS SLOT THREADS``.
 
-Started by the local platform; connects back to the driver's Unix socket
-(authenticated with ``SQUALL_WORKER_AUTHKEY``), says its rank, then serves
-one query message after another until told to stop. Every message it sends is
+Started by the local platform's worker pool; connects back to the driver's Unix socket
+(authenticated with ``SQUALL_WORKER_AUTHKEY``), says its slot in the pool, then serves
+one query message after another until told to stop; each message says which rank it plays
+(and how many threads it may use). Every message it sends is
 ``(tag, query_id, rank, …)``: the driver discards those of a query that is no longer
-running. It ignores SIGINT: the driver alone decides what a Ctrl-C stops.
+running. It ignores SIGINT: the driver alone decides what a Ctrl-C stops. It dies with the
+driver: Linux kills it when the driver's thread that started it ends (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import signal
@@ -24,7 +27,9 @@ from squall.exchange.base import ExchangeAborted, open_exchange
 from squall.operators.worker import Worker
 from squall.plan import Plan
 
-USAGE = "usage: python -m squall.driver.platforms.local.worker_process ADDRESS RANK THREADS"
+USAGE = "usage: python -m squall.driver.platforms.local.worker_process ADDRESS SLOT THREADS"
+#: prctl(2) option: the signal this process gets when its parent (thread) ends
+PR_SET_PDEATHSIG = 1
 ABOUT = (
     "a Squall worker; the local platform starts it with SQUALL_WORKER_AUTHKEY set "
     "(not meant to be run by hand)"
@@ -69,8 +74,24 @@ def result_part_path(path: str, rank: int) -> str:
     return path if rank == 0 else f"{path}.rank{rank}"
 
 
+def die_with_parent(parent: int | None) -> None:
+    """Ask Linux to SIGKILL this process when the driver thread that started it ends (``PR_SET_PDEATHSIG``), and
+    exit at once if ``parent`` (the driver's pid) is already gone. Elsewhere than on Linux: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # the driver died before the signal was armed
+
+
 def serve(conn: Connection, threads: int | None) -> None:
-    """Worker process main loop: one message per query, ``None`` to stop."""
+    """Worker process main loop: one message per query, ``None`` to stop. ``threads``: DuckDB and Arrow threads
+    unless a message says otherwise."""
+    current = threads
     if threads:
         pa.set_cpu_count(threads)
     while True:
@@ -81,6 +102,10 @@ def serve(conn: Connection, threads: int | None) -> None:
         if msg is None:
             return
         rank, query_id = msg["rank"], msg["query_id"]
+        wanted = msg.get("threads") or threads
+        if wanted and wanted != current:
+            pa.set_cpu_count(wanted)
+            current = wanted
         try:
             plan = Plan.from_json(msg["plan"])
             exchange = open_exchange(msg["exchange"], rank, plan.world_size)
@@ -90,7 +115,7 @@ def serve(conn: Connection, threads: int | None) -> None:
                     rank,
                     exchange,
                     msg["query_id"],
-                    threads=threads,
+                    threads=wanted,
                     storage_options=msg.get("storage_options"),
                     on_stage=functools.partial(_stage_done, conn, query_id, rank),
                 )
@@ -119,20 +144,22 @@ def serve(conn: Connection, threads: int | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``ADDRESS RANK THREADS`` (started by the local platform; ranks started by a cluster launcher use
+    """``ADDRESS SLOT THREADS`` (started by the local platform; ranks started by a cluster launcher use
     :mod:`squall.driver.platforms.fabric.worker_process`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    driver = os.environ.get("SQUALL_DRIVER_PID", "")
+    die_with_parent(int(driver) if driver.isdigit() else None)
     if any(a in ("-h", "--help") for a in argv):
         print(f"{USAGE}\n{ABOUT}")
         return 0
     if len(argv) != 3:
-        fail(f"expected ADDRESS RANK THREADS, got {len(argv)} argument(s)", USAGE)
+        fail(f"expected ADDRESS SLOT THREADS, got {len(argv)} argument(s)", USAGE)
     try:
-        address, rank, threads = argv[0], int(argv[1]), int(argv[2])
+        address, slot, threads = argv[0], int(argv[1]), int(argv[2])
     except ValueError:
-        fail(f"RANK and THREADS must be integers, got {argv[1]!r} and {argv[2]!r}", USAGE)
+        fail(f"SLOT and THREADS must be integers, got {argv[1]!r} and {argv[2]!r}", USAGE)
     conn = connect(address, "AF_UNIX", authkey_from_env(USAGE), USAGE)
-    conn.send(rank)
+    conn.send(slot)
     serve(conn, threads or None)
     return 0
 
