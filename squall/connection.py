@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import re
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -115,6 +117,8 @@ class Connection:
         self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None, int], Plan] = OrderedDict()
         self._closed = False
         self._queries: dict[str, _Query] = {}  # running sql() calls by query id (cancel() stops them)
+        #: guards _queries only: a cancel never waits for a plan (planning holds _plan_lock for seconds)
+        self._queries_lock = threading.Lock()
         #: the sql() call of this thread (a PIVOT's first query is part of it)
         self._current = threading.local()
         #: platforms that run one query at a time get one at a time (a local platform runs several at once)
@@ -205,20 +209,21 @@ class Connection:
         options = self._planner_options_at(world_size)
         key = (sql, version, world_size, options, self.predicate_cache.generation)
         checked = time.perf_counter()
-        with self._plan_lock:
+        with self._plan_lock:  # held for the cache only: queries are planned side by side
             cached = self._plans.get(key)
-            if cached is None:
-                if self._db is None:
-                    self._db = Sandbox(threads=1)
-                timings: dict[str, float] = {"cache_s": checked - start}
-                cached = compile_sql(self.catalog, sql, world_size, options, self._db, timings)
+            if cached is not None:
+                self._plans.move_to_end(key)
+        if cached is None:
+            timings: dict[str, float] = {"cache_s": checked - start}
+            with Sandbox(threads=1, reuse=True) as db:  # a session of its own on a kept DuckDB instance
+                cached = compile_sql(self.catalog, sql, world_size, options, db, timings)
+            with self._plan_lock:
                 self._plans[key] = cached
                 while len(self._plans) > PLAN_CACHE_SIZE:
                     self._plans.popitem(last=False)
-                compiled: dict[str, Any] = {"plan_cache": "miss", "planning_breakdown": timings}
-            else:
-                self._plans.move_to_end(key)
-                compiled = {"plan_cache": "hit", "planning_breakdown": {"cache_s": checked - start}}
+            compiled: dict[str, Any] = {"plan_cache": "miss", "planning_breakdown": timings}
+        else:
+            compiled = {"plan_cache": "hit", "planning_breakdown": {"cache_s": checked - start}}
         if pivots.notes:
             cached = dataclasses.replace(cached, notes=(*pivots.notes, *cached.notes))
             compiled["planning_breakdown"]["pivot_values_s"] = pivot_s
@@ -237,13 +242,12 @@ class Connection:
         """Run a query the driver needs before it can plan another (a dynamic PIVOT's values)."""
         plan = self._compile(sql, world_size)[0]
         query: _Query | None = getattr(self._current, "query", None)
-        if query is not None:
-            query.check()
-        if _reads_nothing(plan):
-            execution = self._run_on_driver(plan, query)
-        else:
-            self._fit_platform(plan)
-            execution = self._execute(plan, query.new_id() if query is not None else _new_id(), None)
+        with query.suspended() if query is not None else nullcontext():  # never stop the platform mid-message
+            if _reads_nothing(plan):
+                execution = self._run_on_driver(plan, query)
+            else:
+                self._fit_platform(plan)
+                execution = self._execute(plan, query.new_id() if query is not None else _new_id(), None)
         return execution.table.rename_columns(list(plan.result_names))
 
     def explain(self, sql: str, *, estimate: bool = False) -> str:
@@ -373,7 +377,7 @@ class Connection:
             sql = bind(sql, params)
         limit = _check_timeout(timeout) if timeout is not None else self.timeout
         query = _Query(self.platform, limit, query_id or _new_id())
-        with self._plan_lock:
+        with self._queries_lock:
             if query.id in self._queries:
                 raise OptionError(f"query {query.id} is already running")
             self._queries[query.id] = query
@@ -391,7 +395,7 @@ class Connection:
         finally:
             query.finish()
             self._current.query = None
-            with self._plan_lock:
+            with self._queries_lock:
                 self._queries.pop(query.id, None)
 
     def _run(self, sql: str, query: _Query, progress: Callable[[Progress], None] | None) -> Result:
@@ -403,10 +407,14 @@ class Connection:
             prestart()  # the worker pool starts while the query is planned
         driver_before = self.catalog.requests()
         compiled: dict[str, Any]  # plan_cache, planning_breakdown
-        if self._auto_cap is not None:
-            plan, compiled = self._plan_with_choice(sql)[0], {"plan_cache": "n/a", "planning_breakdown": {}}
-        else:
-            plan, compiled = self._compile(sql, self.platform.world_size)
+        with query.planning():  # a cancel interrupts the planning thread
+            if self._auto_cap is not None:
+                plan, compiled = (
+                    self._plan_with_choice(sql)[0],
+                    {"plan_cache": "n/a", "planning_breakdown": {}},
+                )
+            else:
+                plan, compiled = self._compile(sql, self.platform.world_size)
         planned = time.perf_counter()
         driver_requests = _delta(self.catalog.requests(), driver_before)
         query_id = query.id
@@ -447,7 +455,8 @@ class Connection:
         """Run a write statement: plan its query as a write plan, run it, commit once every rank succeeded
         (see :mod:`squall.driver.write`); a failure leaves nothing at the target."""
         driver_before = self.catalog.requests()
-        job, plan = self._write_job(statement)
+        with query.planning():
+            job, plan = self._write_job(statement)
         planned = time.perf_counter()
         query_id = query.id
         reports: list[dict[str, Any]] = []
@@ -523,7 +532,7 @@ class Connection:
     def cancel(self, query_id: str | None = None) -> None:
         """Cancel the query ``query_id`` (default: every query running on this connection) from another thread;
         its ``sql()`` raises :class:`~squall.errors.QueryCancelled`. Nothing happens when no such query runs."""
-        with self._plan_lock:
+        with self._queries_lock:
             queries = [q for q in self._queries.values() if query_id is None or q.id == query_id]
         for query in queries:
             query.cancel("query cancelled")
@@ -548,12 +557,27 @@ class Connection:
             pass
 
 
+class _PlanningCancelled(QueryCancelled):
+    """Raised inside the planning thread of a cancelled query (see :meth:`_Query.planning`)."""
+
+
+def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in thread ``thread_id`` at its next bytecode boundary (a C call there, DuckDB's or a lock's,
+    finishes first); None takes back one not raised yet."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None
+    )
+
+
 class _Query:
     """One ``sql()`` call's cancellation: by :meth:`Connection.cancel` or its timeout.
 
     Once cancelled, a thread cancels the query's runs on the platform (``cancel_query`` of each id it ran under,
     or ``Platform.cancel()`` on a platform without it) until the query returns: a cancel that arrives before
-    the platform started the query is otherwise lost. A query running in the driver's sandbox is interrupted.
+    the platform started the query is otherwise lost. A query running in the driver's sandbox is interrupted —
+    again on every round, as an interrupt that comes before DuckDB started the statement is lost too. While the
+    query is planned (:meth:`planning`: pure Python, nothing else would stop it before planning ends) the
+    cancel raises :class:`_PlanningCancelled` in the planning thread.
     """
 
     def __init__(self, platform: Platform, timeout: float | None, query_id: str) -> None:
@@ -566,6 +590,8 @@ class _Query:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._interrupt: Callable[[], None] | None = None
+        self._planner: int | None = None  # the thread planning the query, while it does
+        self._raised = False
         if timeout is not None:
             self._timer: threading.Timer | None = threading.Timer(timeout, self.cancel, ("timeout",))
             self._timer.daemon = True
@@ -612,8 +638,46 @@ class _Query:
                         self.platform.cancel()
                 except Exception:
                     pass
+                if self._interrupt is not None:
+                    _quietly(lambda _arg: self._interrupt() if self._interrupt else None, "")
+                if self._planner is not None:
+                    self._raised = True
+                    _raise_in(self._planner, _PlanningCancelled)
             if self._finished.wait(0.2):
                 return
+
+    @contextmanager
+    def planning(self) -> Iterator[None]:
+        """The calling thread plans the query inside this block: a cancel raises :class:`_PlanningCancelled` in
+        it. On the way out (under the lock, so no new one comes) one not raised yet is taken back."""
+        self.check()
+        with self._lock:
+            self._planner = threading.get_ident()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._planner = None
+                if self._raised:
+                    _raise_in(threading.get_ident(), None)
+        self.check()
+
+    @contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Inside :meth:`planning`, a block that must not be interrupted (a PIVOT's first query on the platform)."""
+        me = threading.get_ident()
+        with self._lock:
+            saved = self._planner
+            if saved == me:
+                self._planner = None
+                if self._raised:
+                    _raise_in(me, None)
+        try:
+            self.check()
+            yield
+        finally:
+            with self._lock:
+                self._planner = saved
 
     def check(self) -> None:
         """Raise now when cancelled (e.g. the timeout passed while planning)."""
