@@ -78,6 +78,8 @@ class LocalExchange(Exchange):
     """Endpoint over the shared query folder (see module doc)."""
 
     name = "local"
+    #: ``aborted()`` is one stat: a worker asks it this often while a stage runs (a cancel interrupts the stage)
+    abort_poll_s = 0.1
 
     def __init__(self, config: Mapping[str, Any], rank: int, world_size: int) -> None:
         super().__init__(config, rank, world_size)

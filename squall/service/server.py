@@ -2,9 +2,10 @@
 
 Each HTTP request becomes an API Gateway REST proxy event (``httpMethod``, ``path``, headers, query string,
 body — base64 when it is not UTF-8), goes through :func:`squall.service.api.make_handler` (token check, then
-the Powertools resolver, one request at a time, see :func:`serialized`) and the proxy response is written
-back. Stdlib only: ``ThreadingHTTPServer``, one
-thread per connection, so status polls and downloads are answered while a query runs.
+the Powertools resolver) and the proxy response is written back. Stdlib only: ``ThreadingHTTPServer``, one
+thread per connection and no lock around the resolver (:mod:`squall.service.resolver`), so ``/healthz``,
+status polls and downloads are answered while another request plans a large query or converts a large
+result. The listen backlog (:data:`LISTEN_BACKLOG`) absorbs bursts of connections.
 
 Queries run on a :class:`~squall.service.backend.LocalBackend`: one background thread, one query at a time,
 a FIFO queue of at most 32 waiting queries (then 429). State (status, results) goes to ``--state``: a folder
@@ -44,6 +45,12 @@ log = logging.getLogger("squall.service")
 
 #: API Gateway's payload limit; larger request bodies get 413.
 MAX_BODY = 10 * 1024 * 1024
+#: connections the kernel queues before the server accepts them (the standard library's default is 5: a burst
+#: of clients would get connection resets)
+LISTEN_BACKLOG = 128
+#: stack of every thread started after :func:`serve` begins (request threads, the runner): planning deeply nested
+#: SQL recurses deeply, and a thread's default stack would bound it before the recursion limit does
+THREAD_STACK = 64 * 1024 * 1024
 _COPY_CHUNK = 1024 * 1024
 
 
@@ -189,6 +196,7 @@ class ApiServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], handler: Handler, *, access_log: bool = False) -> None:
         super().__init__(address, _RequestHandler)
@@ -209,17 +217,10 @@ class ApiServer(ThreadingHTTPServer):
 
 
 def serialized(handler: Handler) -> Handler:
-    """``handler`` made safe for many threads: one request at a time goes through the resolver. Powertools
-    keeps the request being resolved on the ``BaseRouter`` class (``current_event``) and on the resolver
-    (``context``), so two requests resolved at once could route or validate each other's data. Only the
-    resolver is serialized; streaming a large result file happens after it, in parallel."""
-    lock = threading.Lock()
-
-    def handler_in_turn(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        with lock:
-            return handler(event, context)
-
-    return handler_in_turn
+    """``handler`` itself: the resolver of :func:`~squall.service.api.make_handler` is safe for many threads
+    (:class:`~squall.service.resolver.ConcurrentRestResolver`), so requests are no longer put in turn. Kept for
+    callers that wrapped their handler with it."""
+    return handler
 
 
 def is_loopback(host: str) -> bool:
