@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import re
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -231,16 +229,13 @@ class Connection:
     def _first_query(self, sql: str, world_size: int) -> pa.Table:
         """Run a query the driver needs before it can plan another (a dynamic PIVOT's values)."""
         plan = self._compile(sql, world_size)[0]
-        query = (
-            self._query if self._query is not None and self._query.owner == threading.get_ident() else None
-        )
-        guard = query.suspended() if query is not None else _nothing()  # never stop the platform mid-message
-        with guard:
-            if _reads_nothing(plan):
-                execution = self._run_on_driver(plan, query)
-            else:
-                self._fit_platform(plan)
-                execution = self.platform.execute(plan, f"q{uuid.uuid4().hex[:16]}", None)
+        if self._query is not None:
+            self._query.check()
+        if _reads_nothing(plan):
+            execution = self._run_on_driver(plan)
+        else:
+            self._fit_platform(plan)
+            execution = self.platform.execute(plan, f"q{uuid.uuid4().hex[:16]}", None)
         return execution.table.rename_columns(list(plan.result_names))
 
     def explain(self, sql: str, *, estimate: bool = False) -> str:
@@ -347,18 +342,15 @@ class Connection:
         *,
         progress: Callable[[Progress], None] | None = None,
         timeout: float | None = None,
-        cancel: threading.Event | None = None,
     ) -> Result:
         """Run one read-only query and return its result.
 
         ``params`` binds ``?``/``$1`` (a list) or ``$name`` (a dict) as SQL literals.
 
         ``timeout`` (seconds; default: the connection's ``timeout``, else none): cancel the query when it
-        runs longer and raise :class:`~squall.errors.QueryTimeout`. :meth:`cancel` from another thread, or
-        setting the ``cancel`` event (this query's own, when several run on one connection), raises
-        :class:`~squall.errors.QueryCancelled` here. A cancel stops the query wherever it is: planning (the
-        planning thread is interrupted), the workers (``Platform.cancel()``), or the driver's own DuckDB for a
-        query that reads no table (interrupted). Either way, and after a Ctrl-C, the connection stays usable.
+        runs longer and raise :class:`~squall.errors.QueryTimeout`. :meth:`cancel` from another thread
+        raises :class:`~squall.errors.QueryCancelled` here. Either way, and after a Ctrl-C, the connection
+        stays usable.
         """
         if self._closed:
             raise OptionError("connection is closed")
@@ -367,7 +359,7 @@ class Connection:
 
             sql = bind(sql, params)
         limit = _check_timeout(timeout) if timeout is not None else self.timeout
-        query = _Query(self.platform, limit, cancel)
+        query = _Query(self.platform, limit)
         self._query = query
         try:
             return self._run(sql, query, progress)
@@ -393,14 +385,10 @@ class Connection:
             prestart()  # the worker pool starts while the query is planned
         driver_before = self.catalog.requests()
         compiled: dict[str, Any]  # plan_cache, planning_breakdown
-        with query.planning():  # a cancel interrupts the planning thread
-            if self._auto_cap is not None:
-                plan, compiled = (
-                    self._plan_with_choice(sql)[0],
-                    {"plan_cache": "n/a", "planning_breakdown": {}},
-                )
-            else:
-                plan, compiled = self._compile(sql, self.platform.world_size)
+        if self._auto_cap is not None:
+            plan, compiled = self._plan_with_choice(sql)[0], {"plan_cache": "n/a", "planning_breakdown": {}}
+        else:
+            plan, compiled = self._compile(sql, self.platform.world_size)
         planned = time.perf_counter()
         driver_requests = _delta(self.catalog.requests(), driver_before)
         query_id = f"q{uuid.uuid4().hex[:16]}"
@@ -408,7 +396,7 @@ class Connection:
         on_driver = _reads_nothing(plan)
         if on_driver:  # no table read, one stage: the driver's own sandbox answers, no worker starts
             predicted: Callable[[], dict[str, Any] | None] = lambda: None  # noqa: E731
-            execution = self._run_on_driver(plan, query)
+            execution = self._run_on_driver(plan)
         else:
             self._fit_platform(plan)
             predicted = self._stats_estimate(plan)
@@ -441,8 +429,7 @@ class Connection:
         """Run a write statement: plan its query as a write plan, run it, commit once every rank succeeded
         (see :mod:`squall.driver.write`); a failure leaves nothing at the target."""
         driver_before = self.catalog.requests()
-        with query.planning():
-            job, plan = self._write_job(statement)
+        job, plan = self._write_job(statement)
         planned = time.perf_counter()
         query_id = f"q{uuid.uuid4().hex[:16]}"
         reports: list[dict[str, Any]] = []
@@ -480,10 +467,9 @@ class Connection:
         stats["written"] = written_stats(committed.to_dict(), reports)
         return Result(table, stats, plan)
 
-    def _run_on_driver(self, plan: Plan, query: _Query | None = None) -> Execution:
+    def _run_on_driver(self, plan: Plan) -> Execution:
         """Run a plan that reads no table (one stage, no input) in the driver's sandboxed DuckDB (external
-        access off, configuration locked, as on a worker), reported as rank 0. It runs on a cursor of its own
-        (planning goes on meanwhile), which ``query``'s cancel interrupts."""
+        access off, configuration locked, as on a worker), reported as rank 0."""
         stage = plan.stages[0]
         report = WorkerReport(0)
         sr = StageReport(stage.id)
@@ -491,14 +477,10 @@ class Connection:
         with self._plan_lock:
             if self._db is None:
                 self._db = Sandbox(threads=1)
-            cursor = self._db.con.cursor()  # same locked instance, its own session
-        try:
-            with query.interrupting(cursor.interrupt) if query is not None else _nothing():
-                table = cursor.sql(stage.sql).to_arrow_table()
-        except USER_RUNTIME as err:
-            raise QueryRuntimeError(str(err).splitlines()[0]) from None
-        finally:
-            cursor.close()
+            try:
+                table = self._db.query(stage.sql)
+            except USER_RUNTIME as err:
+                raise QueryRuntimeError(str(err).splitlines()[0]) from None
         sr.compute_s = time.perf_counter() - start
         sr.rows_out, sr.bytes_out = table.num_rows, table.nbytes
         report.stages.append(sr)
@@ -532,106 +514,26 @@ class Connection:
             pass
 
 
-class _PlanningCancelled(QueryCancelled):
-    """Raised inside the planning thread of a cancelled query (see :meth:`_Query.planning`)."""
-
-
-def _raise_in(thread_id: int, exc: type[BaseException] | None) -> None:
-    """Raise ``exc`` in the thread ``thread_id`` at its next bytecode boundary (None: take back a pending one).
-    A C call in that thread (DuckDB, a lock) finishes first."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None
-    )
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
 class _Query:
-    """One ``sql()`` call's cancellation: by :meth:`Connection.cancel`, its ``cancel`` event or its timeout.
+    """One ``sql()`` call's cancellation: by :meth:`Connection.cancel` or its timeout.
 
-    Once cancelled, a thread calls ``Platform.cancel()`` until the query returns (a cancel that arrives before
-    the platform started the query is otherwise lost), interrupts the driver's DuckDB while it runs a
-    statement of the query (:meth:`interrupting`), and raises :class:`_PlanningCancelled` in the query's
-    thread while it plans (:meth:`planning`: pure Python, nothing else would stop it before planning ends).
+    Once cancelled, a thread calls ``Platform.cancel()`` until the query returns: a cancel that
+    arrives before the platform started the query is otherwise lost.
     """
 
-    def __init__(
-        self, platform: Platform, timeout: float | None, event: threading.Event | None = None
-    ) -> None:
+    def __init__(self, platform: Platform, timeout: float | None) -> None:
         self.platform = platform
         self.timeout = timeout
         self.reason: str | None = None
-        #: the thread that runs the query
-        self.owner = threading.get_ident()
         self._finished = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._interrupts: list[Callable[[], None]] = []
-        self._planner: int | None = None  # the owner's thread id while it plans
-        self._raised = False
         if timeout is not None:
             self._timer: threading.Timer | None = threading.Timer(timeout, self.cancel, ("timeout",))
             self._timer.daemon = True
             self._timer.start()
         else:
             self._timer = None
-        if event is not None:
-            threading.Thread(
-                target=self._watch, args=(event,), name="squall-cancel-watch", daemon=True
-            ).start()
-
-    def _watch(self, event: threading.Event) -> None:
-        while not self._finished.is_set():
-            if event.wait(0.05):
-                self.cancel("query cancelled")
-                return
-
-    @contextmanager
-    def planning(self) -> Iterator[None]:
-        """The owner thread plans inside this block: a cancel raises :class:`_PlanningCancelled` in it."""
-        self.check()
-        with self._lock:
-            self._planner = threading.get_ident()
-        try:
-            yield
-        finally:
-            with self._lock:  # after this no exception is raised in the thread; a pending one is taken back
-                self._planner = None
-                if self._raised:
-                    _raise_in(threading.get_ident(), None)
-        self.check()
-
-    @contextmanager
-    def suspended(self) -> Iterator[None]:
-        """Inside :meth:`planning`, a block that must not be interrupted (a query run on the platform)."""
-        me = threading.get_ident()
-        with self._lock:
-            saved = self._planner
-            if saved == me:
-                self._planner = None
-                if self._raised:
-                    _raise_in(me, None)
-        try:
-            self.check()
-            yield
-        finally:
-            with self._lock:
-                self._planner = saved
-
-    @contextmanager
-    def interrupting(self, interrupt: Callable[[], None]) -> Iterator[None]:
-        """A cancel calls ``interrupt`` (e.g. a DuckDB connection's) while the block runs."""
-        with self._lock:
-            self._interrupts.append(interrupt)
-        try:
-            self.check()
-            yield
-        finally:
-            with self._lock:
-                self._interrupts.remove(interrupt)
 
     def cancel(self, reason: str) -> None:
         with self._lock:
@@ -646,14 +548,10 @@ class _Query:
             with self._lock:
                 if self._finished.is_set():
                     return
-                for stop in (self.platform.cancel, *self._interrupts):
-                    try:
-                        stop()
-                    except Exception:
-                        pass
-                if self._planner is not None:
-                    self._raised = True
-                    _raise_in(self._planner, _PlanningCancelled)
+                try:
+                    self.platform.cancel()
+                except Exception:
+                    pass
             if self._finished.wait(0.2):
                 return
 

@@ -107,7 +107,7 @@ class _Watch:
         # keep cancelling until the query returns: a cancel before the platform started is a no-op
         while not self._done.is_set():
             try:
-                self.connection.cancel()  # planning, workers or the driver's own DuckDB
+                self.connection.platform.cancel()
             except Exception:
                 log.warning("platform cancel failed for %s", self.query_id, exc_info=True)
             self._done.wait(0.5)
