@@ -86,8 +86,8 @@ def _write(text: str) -> str:
 def too_deep(step: str, exc: RecursionError) -> NotSupportedError:
     """The one-line error for a query nested deeper than the planner's recursion allows (nothing logged)."""
     return NotSupportedError(
-        f"the query is nested too deeply to plan (the recursion limit was reached while {step}); "
-        "nest fewer parentheses or subqueries, e.g. with WITH clauses"
+        f"the query nests too deeply to plan (the recursion limit was reached while {step}): use fewer nested "
+        "parentheses, subqueries or chained set operations (UNION …), e.g. split it with WITH clauses"
     )
 
 

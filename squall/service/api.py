@@ -5,7 +5,8 @@ Endpoints (all JSON unless noted; errors are ``{"error", "detail"}``):
 =======  ===============================  ===================================================================
 POST     ``/v1/queries``                  ``{sql, workers?, format?, timeout_s?}`` → 202 ``{query_id, status}``
                                           with ``Location``; ``Idempotency-Key`` header: same key, same query
-GET      ``/v1/queries``                  history, newest first: ``?limit=`` (20), ``?page_token=`` → ``{queries,
+GET      ``/v1/queries``                  history, newest first: ``?limit=`` (20), ``?page_token=``,
+                                          ``?status=running,queued`` (only those) → ``{queries,
                                           next_page_token, next}``
 GET      ``/v1/queries/{id}``             status, progress, error, stats
 GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json`` (else by ``Accept``), ``?offset=``,
@@ -114,6 +115,9 @@ ROUTES = [
     )
 ]
 
+_STATUS = "(queued|running|succeeded|failed|cancelled)"
+_STATUS_LIST = f"^{_STATUS}(,{_STATUS})*$"
+
 Event = dict[str, Any]
 Handler = Callable[[Event, Any], dict[str, Any]]
 
@@ -209,11 +213,21 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         page_token: Annotated[
             str | None, Query(pattern=QUERY_ID.pattern, description="next_page_token of the previous page")
         ] = None,
+        status: Annotated[
+            str | None,
+            Query(
+                pattern=_STATUS_LIST,
+                description="only queries in these statuses, comma-separated (the operator's view: "
+                "running,queued); a page may then hold fewer than limit, follow next",
+            ),
+        ] = None,
     ) -> Response[QueryList]:
-        _only_params(app, "limit", "page_token")
-        doc = service.history(limit, page_token)
+        _only_params(app, "limit", "page_token", "status")
+        statuses = frozenset(status.split(",")) if status else None
+        doc = service.history(limit, page_token, statuses)
         token = doc["next_page_token"]
-        query = urlencode({"limit": limit, "page_token": token}) if token else None
+        params = {"limit": limit, "page_token": token, **({"status": status} if status else {})}
+        query = urlencode(params) if token else None
         doc["next"] = _location(app, f"/v1/queries?{query}") if query else None
         return Response(200, content_types.APPLICATION_JSON, QueryList.model_validate(doc))
 

@@ -85,6 +85,17 @@ class WrittenInfo(BaseModel):
     bytes: int
 
 
+class QueueInfo(BaseModel):
+    """Where a queued query waits (written by the scheduler while the query is queued)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    position: int | None = Field(default=None, description="1 for the next query to start")
+    ahead: int | None = Field(default=None, description="queries that start before this one")
+    estimated_wait_s: float | None = Field(default=None, description="seconds until it should start")
+    group: str | None = Field(default=None, description="the resource group it waits in")
+
+
 class QueryStatus(BaseModel):
     """``GET /v1/queries/{id}``."""
 
@@ -103,6 +114,7 @@ class QueryStatus(BaseModel):
     stats: dict[str, Any] | None = Field(default=None, description="Result.stats of the finished query")
     result: ResultInfo | None = None
     written: WrittenInfo | None = Field(default=None, description="a write statement: what it wrote")
+    queue: QueueInfo | None = Field(default=None, description="a queued query: its place in the queue")
 
 
 class ResultLink(BaseModel):
@@ -133,6 +145,7 @@ class QuerySummary(BaseModel):
     cost_usd: float | None = Field(default=None, description="what the query cost (Lambda platforms)")
     error: ErrorBody | None = None
     written: WrittenInfo | None = Field(default=None, description="a write statement: what it wrote")
+    queue: QueueInfo | None = Field(default=None, description="a queued query: its place in the queue")
 
 
 class QueryList(BaseModel):

@@ -15,11 +15,18 @@ presigned URLs: results larger than the inline limit are streamed from their fil
 ``/`` serves the web console (static files in ``squall/service/console``, through the same resolver).
 Finished queries expire after ``--result-ttl`` (default 24 h): a sweeper thread deletes their state, and the
 API answers 410 for them. Bound beyond loopback without a token, the server warns on stderr.
+
+At start (:mod:`squall.service.recovery`) the server marks the queries a stopped server left queued or running in
+``--state`` as failed (``ServerStopped``) and removes the worker folders, logs and exchange folders that stopped
+servers left in ``/dev/shm`` and ``$TMPDIR``. Threads it starts get a large stack and the recursion limit is
+raised (:data:`RECURSION_LIMIT`), so deeply nested SQL (hundreds of parentheses or nested subqueries) plans
+instead of hitting the limit; past it a query is a one-line 400.
 """
 
 from __future__ import annotations
 
 import base64
+import gc
 import ipaddress
 import json
 import logging
@@ -30,6 +37,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -38,6 +46,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from squall.errors import OptionError
 from squall.service.api import FILE_HEADER, Handler, make_handler
 from squall.service.backend import LocalBackend
+from squall.service.recovery import owner_stamp, remove_orphans
 from squall.service.service import DEFAULT_INLINE_LIMIT, DEFAULT_RESULT_TTL_S, Service
 from squall.service.state import state_store
 
@@ -51,6 +60,15 @@ LISTEN_BACKLOG = 128
 #: stack of every thread started after :func:`serve` begins (request threads, the runner): planning deeply nested
 #: SQL recurses deeply, and a thread's default stack would bound it before the recursion limit does
 THREAD_STACK = 64 * 1024 * 1024
+#: the interpreter's recursion limit in ``squall serve`` (Python's default, 1000, stops the planner at about
+#: 40 nested parentheses once a request thread's own frames are counted)
+RECURSION_LIMIT = 10_000
+#: garbage collection (see :func:`tune_gc`): young generations collected automatically with a larger first
+#: threshold than Python's 700 (fewer, still short pauses), full collections only by :func:`_collect_loop`
+GC_THRESHOLDS = (5000, 10, 1_000_000)
+#: a full collection runs this often, when no request is planning (at the latest after FULL_GC_DEFER_MAX_S)
+FULL_GC_EVERY_S = 10.0
+FULL_GC_DEFER_MAX_S = 60.0
 _COPY_CHUNK = 1024 * 1024
 
 
@@ -110,6 +128,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
     server: ApiServer
     protocol_version = "HTTP/1.1"
     server_version = "squall"
+    # headers and body leave in two writes: with Nagle's algorithm the second waits for the client's delayed
+    # ACK of the first (40 ms per keep-alive request)
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.access_log:
@@ -236,6 +257,52 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
+def deep_threads() -> None:
+    """Threads started from now on get :data:`THREAD_STACK` bytes of stack, and the recursion limit is at least
+    :data:`RECURSION_LIMIT` (see the module doc)."""
+    try:
+        threading.stack_size(THREAD_STACK)
+    except (ValueError, RuntimeError):  # a platform that cannot size thread stacks keeps Python's limit
+        return
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+
+
+def tune_gc() -> None:
+    """Garbage collection for a server whose requests may build millions of objects: planning a
+    100,000-element IN list makes ~1.6 M syntax-tree objects (cyclic: they hold their parents), and each of
+    Python's automatic full collections during it held the interpreter 200-500 ms (5.5 s of a 15 s plan),
+    stalling every other request. What is alive now (modules, the catalog) is frozen out of collections;
+    young generations are collected as objects come (:data:`GC_THRESHOLDS`); full collections run from
+    :func:`_collect_loop` between plans."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def _collect_loop(service: Service, stop: threading.Event) -> None:
+    """A full garbage collection every :data:`FULL_GC_EVERY_S` while no request plans (else it waits, at most
+    :data:`FULL_GC_DEFER_MAX_S`), until ``stop``."""
+    last = time.monotonic()
+    while not stop.wait(1.0):
+        since = time.monotonic() - last
+        if since >= FULL_GC_EVERY_S and (service.planning == 0 or since >= FULL_GC_DEFER_MAX_S):
+            gc.collect()
+            last = time.monotonic()
+
+
+def _clean_up_stopped_servers() -> None:
+    """Remove what servers (and other Squall processes) that stopped left in /dev/shm and $TMPDIR."""
+    try:
+        removed = remove_orphans()
+    except OSError:
+        log.warning("cannot remove what stopped servers left", exc_info=True)
+        return
+    if removed:
+        print(
+            f"removed {len(removed)} folders and files left by stopped servers", file=sys.stderr, flush=True
+        )
+
+
 def _sweep_loop(service: Service, stop: threading.Event, interval_s: float) -> None:
     """Delete expired queries now and then every ``interval_s`` until ``stop``."""
     while True:
@@ -269,19 +336,28 @@ def serve(
     ``result_ttl_s``: finished queries are deleted this long after they end (None: kept). ``catalogs``: named
     Iceberg catalogs (see :func:`squall.connect`); ``writable``: where write statements (COPY, CREATE TABLE AS, …)
     may write (none: every write is refused)."""
+    deep_threads()
+    _clean_up_stopped_servers()
     temp_state = None
     if state is None:
-        temp_state = tempfile.mkdtemp(prefix="squall-state-")
+        temp_state = tempfile.mkdtemp(prefix=f"squall-state-{os.getpid()}-")
         state = temp_state
     store = state_store(state)
     backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs, writable=writable)
-    service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
+    service = Service(
+        store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s, owner=owner_stamp()
+    )
     try:
+        stale = service.recover()
+        if stale:
+            print(f"marked {len(stale)} queries of a stopped server as failed", file=sys.stderr, flush=True)
         try:
-            server = ApiServer((host, port), serialized(make_handler(service)), access_log=access_log)
+            server = ApiServer((host, port), make_handler(service), access_log=access_log)
         except OSError as err:
             raise OptionError(f"cannot listen on {host}:{port}: {err.strerror}") from None
         stop = threading.Event()
+        tune_gc()
+        threading.Thread(target=_collect_loop, args=(service, stop), name="squall-gc", daemon=True).start()
         if result_ttl_s:
             interval = min(60.0, max(0.5, result_ttl_s / 10))
             threading.Thread(
