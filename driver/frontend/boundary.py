@@ -43,9 +43,10 @@ def log_path() -> Path:
     return Path(cache) / "squall" / LOG_NAME
 
 
-def _clip(text: str, limit: int = ENTRY_MAX_BYTES) -> str:
-    """``text`` cut to about ``limit`` characters: its head and its tail, with a line saying what was left out
-    (a RecursionError's traceback repeats the same frames thousands of times)."""
+def _clip(text: str, limit: int | None = None) -> str:
+    """``text`` cut to about ``limit`` (default :data:`ENTRY_MAX_BYTES`) characters: its head and its tail, with a
+    line saying what was left out (a deep recursion's traceback repeats the same frames thousands of times)."""
+    limit = ENTRY_MAX_BYTES if limit is None else limit
     if len(text) <= limit:
         return text
     half = limit // 2
