@@ -337,7 +337,6 @@ def serve(
     Iceberg catalogs (see :func:`squall.connect`); ``writable``: where write statements (COPY, CREATE TABLE AS, …)
     may write (none: every write is refused)."""
     deep_threads()
-    _clean_up_stopped_servers()
     temp_state = None
     if state is None:
         temp_state = tempfile.mkdtemp(prefix=f"squall-state-{os.getpid()}-")
@@ -348,6 +347,7 @@ def serve(
         store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s, owner=owner_stamp()
     )
     try:
+        _clean_up_stopped_servers()
         stale = service.recover()
         if stale:
             print(f"marked {len(stale)} queries of a stopped server as failed", file=sys.stderr, flush=True)
