@@ -66,7 +66,7 @@ class ConcurrentRestResolver(APIGatewayRestResolver):
     def current_event(self, value: BaseProxyEvent) -> None:
         self._state.event = value
 
-    @property  # type: ignore[override]
+    @property
     def lambda_context(self) -> Any:
         return self._state.lambda_context or BaseRouter.lambda_context
 
@@ -74,7 +74,7 @@ class ConcurrentRestResolver(APIGatewayRestResolver):
     def lambda_context(self, value: Any) -> None:
         self._state.lambda_context = value
 
-    @property  # type: ignore[override]
+    @property
     def context(self) -> dict[str, Any]:
         return self._state.context
 
@@ -82,7 +82,7 @@ class ConcurrentRestResolver(APIGatewayRestResolver):
     def context(self, value: dict[str, Any]) -> None:
         self._state.context = value
 
-    @property  # type: ignore[override]
+    @property
     def processed_stack_frames(self) -> list[str]:
         return self._state.processed_stack_frames
 
