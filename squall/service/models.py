@@ -86,14 +86,12 @@ class WrittenInfo(BaseModel):
 
 
 class QueueInfo(BaseModel):
-    """Where a queued query waits (written by the scheduler while the query is queued)."""
+    """Where a queued query stands (``squall serve``; see :mod:`squall.service.scheduler`)."""
 
-    model_config = ConfigDict(extra="allow")
-
-    position: int | None = Field(default=None, description="1 for the next query to start")
-    ahead: int | None = Field(default=None, description="queries that start before this one")
-    estimated_wait_s: float | None = Field(default=None, description="seconds until it should start")
-    group: str | None = Field(default=None, description="the resource group it waits in")
+    position: int = Field(description="1, 2, … among every queued query, in submission order")
+    ahead: int = Field(description="queries of its resource group that start before it")
+    estimated_wait_s: float = Field(description="seconds until it starts, from its group's recent run times")
+    group: str = Field(description="its resource group (fast: the fast lane; default: the others)")
 
 
 class QueryStatus(BaseModel):
@@ -110,11 +108,11 @@ class QueryStatus(BaseModel):
     finished_at: float | None = None
     cancel_requested: bool = False
     progress: ProgressInfo | None = None
+    queue: QueueInfo | None = Field(default=None, description="a queued query: where it stands")
     error: ErrorBody | None = None
     stats: dict[str, Any] | None = Field(default=None, description="Result.stats of the finished query")
     result: ResultInfo | None = None
     written: WrittenInfo | None = Field(default=None, description="a write statement: what it wrote")
-    queue: QueueInfo | None = Field(default=None, description="a queued query: its place in the queue")
 
 
 class ResultLink(BaseModel):

@@ -11,9 +11,8 @@ recorded) count as stopped only in a local state folder, which one server at a t
 (:func:`remove_orphans`): the workers' listener folder ``$TMPDIR/squall-<pid>-*``, the worker logs
 ``<root>/logs/worker-<pid>-<rank>-*.log`` and a query's exchange folder ``<root>/<query id>/`` (its ``.owner``
 file holds the pid; its result files ``<root>/results/<query id>-*`` go with it), where ``<root>`` is
-:func:`squall.exchange.local.default_root` (``/dev/shm/squall``). ``squall serve``'s temporary state folder is
-``$TMPDIR/squall-state-<pid>-*``. Only what belongs to a process that is gone is removed, never another live
-server's.
+:func:`squall.exchange.local.default_root` (``/dev/shm/squall``). Only what belongs to a process that is gone is
+removed, never another live server's.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ log = logging.getLogger("squall.service")
 STOPPED = "ServerStopped"
 STOPPED_DETAIL = "the server stopped before the query finished (it was not restarted); submit it again"
 
-_LISTENER = re.compile(r"^squall-(?:state-)?(\d+)-[A-Za-z0-9_]+$")
+_LISTENER = re.compile(r"^squall-(\d+)-[A-Za-z0-9_]+$")
 _WORKER_LOG = re.compile(r"^worker-(\d+)-\d+-[0-9a-f]+\.log$")
 
 

@@ -336,17 +336,16 @@ def serve(
     ``result_ttl_s``: finished queries are deleted this long after they end (None: kept). ``catalogs``: named
     Iceberg catalogs (see :func:`squall.connect`); ``writable``: where write statements (COPY, CREATE TABLE AS, …)
     may write (none: every write is refused)."""
-    deep_threads()
     temp_state = None
     if state is None:
-        temp_state = tempfile.mkdtemp(prefix=f"squall-state-{os.getpid()}-")
+        temp_state = tempfile.mkdtemp(prefix="squall-state-")
         state = temp_state
     store = state_store(state)
     backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs, writable=writable)
-    service = Service(
-        store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s, owner=owner_stamp()
-    )
+    service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
+        deep_threads()  # before the first request (and query) thread starts
+        service.owner = owner_stamp()  # this process runs the queries
         _clean_up_stopped_servers()
         stale = service.recover()
         if stale:

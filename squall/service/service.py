@@ -284,6 +284,19 @@ class Service:
         return Gone(f"query {query_id} has expired (results are kept {hours:g} h after the query ends)")
 
     def _raw_status(self, query_id: str) -> dict[str, Any]:
+        """The stored status as clients see it: a query whose server stopped reads failed (and is marked so),
+        ``queue`` only on a queued query, no ``server``, and an error's detail names none of the server's
+        folders."""
+        doc = self._stored_status(query_id)
+        if doc["status"] != "queued":
+            doc.pop("queue", None)
+        doc.pop("server", None)  # where it runs is the operator's business
+        error = doc.get("error")
+        if isinstance(error, dict) and isinstance(error.get("detail"), str):
+            doc["error"] = {**error, "detail": public_detail(error["detail"])}
+        return doc
+
+    def _stored_status(self, query_id: str) -> dict[str, Any]:
         if not records.valid_query_id(query_id):
             raise NotFound(f"no query {query_id!r}")
         cutoff = self._cutoff()
@@ -305,21 +318,13 @@ class Service:
         return doc
 
     def status(self, query_id: str) -> dict[str, Any]:
-        """The query's status document (see :mod:`squall.service.records`); NotFound for an unknown id. A
-        queued query's ``queue`` (position, ahead, estimated wait, group) is shown as the scheduler wrote it;
-        an error's detail names none of the server's folders."""
+        """The query's status document (see :mod:`squall.service.records`); NotFound for an unknown id."""
         doc = self._raw_status(query_id)
         if doc["status"] not in records.TERMINAL and self.store.exists(records.cancel_key(query_id)):
             doc["cancel_requested"] = True
             if doc["status"] == "queued":  # the runner will skip it
                 doc["status"] = "cancelled"
                 doc["error"] = {"error": "QueryCancelled", "detail": "query cancelled before it started"}
-        if doc["status"] != "queued":
-            doc.pop("queue", None)
-        doc.pop("server", None)  # where it runs is the operator's business
-        error = doc.get("error")
-        if isinstance(error, dict) and isinstance(error.get("detail"), str):
-            doc["error"] = {**error, "detail": public_detail(error["detail"])}
         return doc
 
     def cancel(self, query_id: str) -> dict[str, Any]:
