@@ -290,6 +290,17 @@ def _collect_loop(service: Service, stop: threading.Event) -> None:
             last = time.monotonic()
 
 
+def _recover(service: Service) -> None:
+    """Before the first request: deep threads, this process as the owner of the queries, and what stopped
+    servers left behind cleared (their queries failed, their folders removed)."""
+    deep_threads()  # before the first request (and query) thread starts
+    service.owner = owner_stamp()
+    _clean_up_stopped_servers()
+    stale = service.recover()
+    if stale:
+        print(f"marked {len(stale)} queries of a stopped server as failed", file=sys.stderr, flush=True)
+
+
 def _clean_up_stopped_servers() -> None:
     """Remove what servers (and other Squall processes) that stopped left in /dev/shm and $TMPDIR."""
     try:
@@ -344,12 +355,7 @@ def serve(
     backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs, writable=writable)
     service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
-        deep_threads()  # before the first request (and query) thread starts
-        service.owner = owner_stamp()  # this process runs the queries
-        _clean_up_stopped_servers()
-        stale = service.recover()
-        if stale:
-            print(f"marked {len(stale)} queries of a stopped server as failed", file=sys.stderr, flush=True)
+        _recover(service)
         try:
             server = ApiServer((host, port), make_handler(service), access_log=access_log)
         except OSError as err:
