@@ -7,6 +7,7 @@ Layout under the query folder ``<root>/<query_id>/``::
     x<exchange>/s<sender>.done                written last: the sender's parts are complete
     x<exchange>/z<sender>.size                "<rows> <bytes>" the sender published (``sizes``)
     ABORT                                     the query was aborted; holds the reason
+    .owner                                    the pid of the driver that made the folder (for orphan clean-up)
     claims/<item>                             a claimed work item; holds the owner's rank
 
 A claim (and a published size) is a hard link of a finished temporary file to ``claims/<item>``: ``link`` fails
@@ -53,6 +54,11 @@ FAST_POLL_FOR_S = 0.25
 SLOW_POLL_S = 0.01
 
 
+#: in a query's folder: the pid of the process that made it (a folder whose process is gone is an orphan, see
+#: squall.service.recovery)
+OWNER_FILE = ".owner"
+
+
 def default_root() -> Path:
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK):
@@ -78,6 +84,8 @@ class LocalExchange(Exchange):
     """Endpoint over the shared query folder (see module doc)."""
 
     name = "local"
+    #: ``aborted()`` is one stat: a worker asks it this often while a stage runs (a cancel interrupts the stage)
+    abort_poll_s = 0.1
 
     def __init__(self, config: Mapping[str, Any], rank: int, world_size: int) -> None:
         super().__init__(config, rank, world_size)
@@ -230,6 +238,7 @@ class LocalExchangeFactory(ExchangeFactory):
     def prepare(self, query_id: str, world_size: int) -> dict[str, Any]:
         folder = self.root / query_id
         folder.mkdir(parents=True, exist_ok=False)
+        (folder / OWNER_FILE).write_text(f"{os.getpid()}\n")  # whose it is, if it is ever left behind
         return {"name": self.name, "folder": str(folder), "timeout_s": self.timeout_s}
 
     def abort(self, config: Mapping[str, Any], reason: str = "query aborted") -> None:

@@ -8,13 +8,19 @@ receives that stage's output, receive it now (bulk-synchronous, see
 ``squall.exchange.base``); before each stage ask the exchange whether the query
 was aborted (``Exchange.aborted``) and stop with ExchangeAborted if so → rank 0 returns the result of the last stage →
 close the endpoint. Per-stage counters come back in :class:`WorkerReport`.
+
+An exchange whose ``aborted()`` is cheap (``abort_poll_s`` set: the local exchange, one ``stat``) is also watched
+while a stage runs: once the query is aborted, the sandbox's DuckDB is interrupted, so a cancel stops a long
+stage within that interval instead of at its end (:func:`abort_watch`).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -199,7 +205,8 @@ class Worker:
             reuse=self.reuse_sandbox,
             **self.sandbox_options,
         ) as db:
-            self._run_stages(db, views, received, report)
+            with abort_watch(self.exchange, db):
+                self._run_stages(db, views, received, report)
             result = self._result
         report.skipping = self._skipping
         report.elapsed_s = time.perf_counter() - start
@@ -451,3 +458,37 @@ class Worker:
             self.exchange.send(exchange_spec(self.query_id, stage), addressed)
         sr.send_s += time.perf_counter() - t2
         return table
+
+
+@contextmanager
+def abort_watch(exchange: Exchange, db: Sandbox) -> Iterator[None]:
+    """While the block runs, interrupt ``db``'s DuckDB every ``exchange.abort_poll_s`` seconds once the query is
+    aborted (a cancel, another rank's failure); the interrupted statement's error becomes ExchangeAborted. No
+    watch when the exchange sets no ``abort_poll_s`` (asking it costs a request)."""
+    poll = getattr(exchange, "abort_poll_s", None)
+    if not poll:
+        yield
+        return
+    done = threading.Event()
+    seen: list[bool] = []
+
+    def watch() -> None:
+        while not done.wait(poll):
+            try:
+                if exchange.aborted():
+                    seen.append(True)
+                    db.con.interrupt()
+            except Exception:  # the watch is a shortcut: the stage boundaries still check
+                return
+
+    thread = threading.Thread(target=watch, name="squall-abort-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    except duckdb.InterruptException:
+        if not seen:
+            raise
+        raise ExchangeAborted("query aborted while a stage ran") from None
+    finally:
+        done.set()
+        thread.join()

@@ -5,7 +5,8 @@ Endpoints (all JSON unless noted; errors are ``{"error", "detail"}``):
 =======  ===============================  ===================================================================
 POST     ``/v1/queries``                  ``{sql, workers?, format?, timeout_s?}`` → 202 ``{query_id, status}``
                                           with ``Location``; ``Idempotency-Key`` header: same key, same query
-GET      ``/v1/queries``                  history, newest first: ``?limit=`` (20), ``?page_token=`` → ``{queries,
+GET      ``/v1/queries``                  history, newest first: ``?limit=`` (20), ``?page_token=``,
+                                          ``?status=running,queued`` (only those) → ``{queries,
                                           next_page_token, next}``
 GET      ``/v1/queries/{id}``             status, progress, error, stats
 GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json`` (else by ``Accept``), ``?offset=``,
@@ -24,8 +25,12 @@ GET      ``/``, ``/console/<file>``       the web console (static files; no toke
 Status codes: squall.errors.UserError subclasses → 400 (``error`` is the class name), bad token → 401,
 unknown id or route → 404, known route with another method → 405, no format for ``Accept`` → 406, result
 not ready / query failed / reused Idempotency-Key → 409, query expired (older than the result TTL) → 410,
-malformed body or parameter → 422, full queue → 429. :func:`make_handler` adds the bearer-token check in
-front of the resolver, so an unauthenticated request gets 401 before any validation.
+malformed body or parameter (also a body nested too deeply to parse) → 422, full queue → 429, shutting down
+→ 503 (429 and 503 with ``Retry-After``). No message names the server's folders (see
+:func:`squall.service.errors.public_detail`). :func:`make_handler` adds the bearer-token check in front of the
+resolver, so an unauthenticated request gets 401 before any validation. The resolver holds no lock: planning a
+submitted query, converting a result and streaming a file run in the request's own thread, in parallel with
+every other request.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 import squall
 from squall.errors import InternalError, SquallError, UserError
 from squall.formats import TEXT_FORMATS
-from squall.service.errors import InvalidRequest, ServiceError, Unauthorized
+from squall.service.errors import InvalidRequest, ServiceError, Unauthorized, public_detail
 from squall.service.models import (
     ErrorBody,
     ExplainRequest,
@@ -67,6 +72,7 @@ from squall.service.models import (
     TablesResponse,
 )
 from squall.service.records import QUERY_ID
+from squall.service.resolver import ConcurrentRestResolver
 from squall.service.service import MAX_PAGE_ROWS, ResultBody, Service
 
 log = logging.getLogger("squall.service")
@@ -109,12 +115,15 @@ ROUTES = [
     )
 ]
 
+_STATUS = "(queued|running|succeeded|failed|cancelled)"
+_STATUS_LIST = f"^{_STATUS}(,{_STATUS})*$"
+
 Event = dict[str, Any]
 Handler = Callable[[Event, Any], dict[str, Any]]
 
 
 def _error(status: int, error: str, detail: str, headers: dict[str, str] | None = None) -> Response:
-    body = {"error": error, "detail": detail}
+    body = {"error": error, "detail": public_detail(detail)}
     return Response(status, content_types.APPLICATION_JSON, body, headers=headers)
 
 
@@ -123,7 +132,8 @@ def _errors(*codes: int) -> dict[int, Any]:
             406: "no result format matches Accept",
             409: "conflict: not ready, failed, or Idempotency-Key reuse",
             410: "the query expired (older than the server's result TTL)", 422: "malformed request",
-            429: "queue full"}  # fmt: skip
+            429: "too many queries: retry after Retry-After seconds",
+            503: "the server cannot take queries now (shutting down): retry after Retry-After seconds"}  # fmt: skip
     return {c: {"description": text[c], "content": {"application/json": {"model": ErrorBody}}} for c in codes}
 
 
@@ -131,7 +141,8 @@ def _validation_detail(exc: RequestValidationError) -> str:
     parts = []
     for e in exc.errors():
         where = ".".join(str(p) for p in e.get("loc", ()))
-        parts.append(f"{where}: {e.get('msg', e.get('type', 'invalid'))}")
+        why = (e.get("ctx") or {}).get("error") if e.get("type") == "json_invalid" else None
+        parts.append(f"{where}: {e.get('msg', e.get('type', 'invalid'))}{f' ({why})' if why else ''}")
     return "; ".join(parts)[:1000] or "invalid request"
 
 
@@ -152,8 +163,9 @@ def _location(app: APIGatewayRestResolver, path: str) -> str:
 
 
 def create_app(service: Service) -> APIGatewayRestResolver:
-    """The resolver with every route of the API bound to ``service``."""
-    app = APIGatewayRestResolver(enable_validation=True)
+    """The resolver with every route of the API bound to ``service``. It holds no lock: requests are resolved
+    in parallel, each in its own thread's request state (see :mod:`squall.service.resolver`)."""
+    app = ConcurrentRestResolver(enable_validation=True)
     _query_routes(app, service)
     _result_route(app, service)
     _catalog_routes(app, service)
@@ -171,7 +183,7 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         summary="Submit a query",
         responses={
             202: {"description": "accepted", "content": {"application/json": {"model": QueryAccepted}}},
-            **_errors(400, 401, 409, 422, 429),
+            **_errors(400, 401, 409, 422, 429, 503),
         },
     )
     def submit_query(
@@ -201,11 +213,21 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         page_token: Annotated[
             str | None, Query(pattern=QUERY_ID.pattern, description="next_page_token of the previous page")
         ] = None,
+        status: Annotated[
+            str | None,
+            Query(
+                pattern=_STATUS_LIST,
+                description="only queries in these statuses, comma-separated (the operator's view: "
+                "running,queued); a page may then hold fewer than limit, follow next",
+            ),
+        ] = None,
     ) -> Response[QueryList]:
-        _only_params(app, "limit", "page_token")
-        doc = service.history(limit, page_token)
+        _only_params(app, "limit", "page_token", "status")
+        statuses = frozenset(status.split(",")) if status else None
+        doc = service.history(limit, page_token, statuses)
         token = doc["next_page_token"]
-        query = urlencode({"limit": limit, "page_token": token}) if token else None
+        params = {"limit": limit, "page_token": token, **({"status": status} if status else {})}
+        query = urlencode(params) if token else None
         doc["next"] = _location(app, f"/v1/queries?{query}") if query else None
         return Response(200, content_types.APPLICATION_JSON, QueryList.model_validate(doc))
 
@@ -350,7 +372,7 @@ def _error_handlers(app: APIGatewayRestResolver) -> None:
 
     @app.exception_handler(ServiceError)
     def service_error(exc: ServiceError) -> Response:
-        return _error(exc.status, exc.error, exc.detail)
+        return _error(exc.status, exc.error, exc.detail, exc.headers or None)
 
     @app.exception_handler(UserError)
     def user_error(exc: UserError) -> Response:
@@ -463,7 +485,7 @@ def _proxy_error(
     return {
         "statusCode": status,
         "multiValueHeaders": {"Content-Type": ["application/json"], **extra},
-        "body": json.dumps({"error": error, "detail": detail}),
+        "body": json.dumps({"error": error, "detail": public_detail(detail)}),
         "isBase64Encoded": False,
     }
 

@@ -143,6 +143,7 @@ class QuerySummary(BaseModel):
     cost_usd: float | None = Field(default=None, description="what the query cost (Lambda platforms)")
     error: ErrorBody | None = None
     written: WrittenInfo | None = Field(default=None, description="a write statement: what it wrote")
+    queue: QueueInfo | None = Field(default=None, description="a queued query: its place in the queue")
 
 
 class QueryList(BaseModel):

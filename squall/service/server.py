@@ -2,9 +2,10 @@
 
 Each HTTP request becomes an API Gateway REST proxy event (``httpMethod``, ``path``, headers, query string,
 body — base64 when it is not UTF-8), goes through :func:`squall.service.api.make_handler` (token check, then
-the Powertools resolver, one request at a time, see :func:`serialized`) and the proxy response is written
-back. Stdlib only: ``ThreadingHTTPServer``, one
-thread per connection, so status polls and downloads are answered while a query runs.
+the Powertools resolver) and the proxy response is written back. Stdlib only: ``ThreadingHTTPServer``, one
+thread per connection and no lock around the resolver (:mod:`squall.service.resolver`), so ``/healthz``,
+status polls and downloads are answered while another request plans a large query or converts a large
+result. The listen backlog (:data:`LISTEN_BACKLOG`) absorbs bursts of connections.
 
 Queries run on a :class:`~squall.service.backend.LocalBackend`: one background thread, one query at a time,
 a FIFO queue of at most 32 waiting queries (then 429). State (status, results) goes to ``--state``: a folder
@@ -14,11 +15,18 @@ presigned URLs: results larger than the inline limit are streamed from their fil
 ``/`` serves the web console (static files in ``squall/service/console``, through the same resolver).
 Finished queries expire after ``--result-ttl`` (default 24 h): a sweeper thread deletes their state, and the
 API answers 410 for them. Bound beyond loopback without a token, the server warns on stderr.
+
+At start (:mod:`squall.service.recovery`) the server marks the queries a stopped server left queued or running in
+``--state`` as failed (``ServerStopped``) and removes the worker folders, logs and exchange folders that stopped
+servers left in ``/dev/shm`` and ``$TMPDIR``. Threads it starts get a large stack and the recursion limit is
+raised (:data:`RECURSION_LIMIT`), so deeply nested SQL (hundreds of parentheses or nested subqueries) plans
+instead of hitting the limit; past it a query is a one-line 400.
 """
 
 from __future__ import annotations
 
 import base64
+import gc
 import ipaddress
 import json
 import logging
@@ -29,6 +37,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +46,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from squall.errors import OptionError
 from squall.service.api import FILE_HEADER, Handler, make_handler
 from squall.service.backend import LocalBackend
+from squall.service.recovery import owner_stamp, remove_orphans
 from squall.service.service import DEFAULT_INLINE_LIMIT, DEFAULT_RESULT_TTL_S, Service
 from squall.service.settings import ServiceSettings
 from squall.service.state import state_store
@@ -45,6 +55,21 @@ log = logging.getLogger("squall.service")
 
 #: API Gateway's payload limit; larger request bodies get 413.
 MAX_BODY = 10 * 1024 * 1024
+#: connections the kernel queues before the server accepts them (the standard library's default is 5: a burst
+#: of clients would get connection resets)
+LISTEN_BACKLOG = 128
+#: stack of every thread started after :func:`serve` begins (request threads, the runner): planning deeply nested
+#: SQL recurses deeply, and a thread's default stack would bound it before the recursion limit does
+THREAD_STACK = 64 * 1024 * 1024
+#: the interpreter's recursion limit in ``squall serve`` (Python's default, 1000, stops the planner at about
+#: 40 nested parentheses once a request thread's own frames are counted)
+RECURSION_LIMIT = 10_000
+#: garbage collection (see :func:`tune_gc`): young generations collected automatically with a larger first
+#: threshold than Python's 700 (fewer, still short pauses), full collections only by :func:`_collect_loop`
+GC_THRESHOLDS = (5000, 10, 1_000_000)
+#: a full collection runs this often, when no request is planning (at the latest after FULL_GC_DEFER_MAX_S)
+FULL_GC_EVERY_S = 10.0
+FULL_GC_DEFER_MAX_S = 60.0
 _COPY_CHUNK = 1024 * 1024
 
 
@@ -104,6 +129,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
     server: ApiServer
     protocol_version = "HTTP/1.1"
     server_version = "squall"
+    # headers and body leave in two writes: with Nagle's algorithm the second waits for the client's delayed
+    # ACK of the first (40 ms per keep-alive request)
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.access_log:
@@ -190,6 +218,7 @@ class ApiServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], handler: Handler, *, access_log: bool = False) -> None:
         super().__init__(address, _RequestHandler)
@@ -210,17 +239,10 @@ class ApiServer(ThreadingHTTPServer):
 
 
 def serialized(handler: Handler) -> Handler:
-    """``handler`` made safe for many threads: one request at a time goes through the resolver. Powertools
-    keeps the request being resolved on the ``BaseRouter`` class (``current_event``) and on the resolver
-    (``context``), so two requests resolved at once could route or validate each other's data. Only the
-    resolver is serialized; streaming a large result file happens after it, in parallel."""
-    lock = threading.Lock()
-
-    def handler_in_turn(event: dict[str, Any], context: Any) -> dict[str, Any]:
-        with lock:
-            return handler(event, context)
-
-    return handler_in_turn
+    """``handler`` itself: the resolver of :func:`~squall.service.api.make_handler` is safe for many threads
+    (:class:`~squall.service.resolver.ConcurrentRestResolver`), so requests are no longer put in turn. Kept for
+    callers that wrapped their handler with it."""
+    return handler
 
 
 def is_loopback(host: str) -> bool:
@@ -234,6 +256,63 @@ def is_loopback(host: str) -> bool:
     except OSError:
         return False
     return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def deep_threads() -> None:
+    """Threads started from now on get :data:`THREAD_STACK` bytes of stack, and the recursion limit is at least
+    :data:`RECURSION_LIMIT` (see the module doc)."""
+    try:
+        threading.stack_size(THREAD_STACK)
+    except (ValueError, RuntimeError):  # a platform that cannot size thread stacks keeps Python's limit
+        return
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+
+
+def tune_gc() -> None:
+    """Garbage collection for a server whose requests may build millions of objects: planning a
+    100,000-element IN list makes ~1.6 M syntax-tree objects (cyclic: they hold their parents), and each of
+    Python's automatic full collections during it held the interpreter 200-500 ms (5.5 s of a 15 s plan),
+    stalling every other request. What is alive now (modules, the catalog) is frozen out of collections;
+    young generations are collected as objects come (:data:`GC_THRESHOLDS`); full collections run from
+    :func:`_collect_loop` between plans."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def _collect_loop(service: Service, stop: threading.Event) -> None:
+    """A full garbage collection every :data:`FULL_GC_EVERY_S` while no request plans (else it waits, at most
+    :data:`FULL_GC_DEFER_MAX_S`), until ``stop``."""
+    last = time.monotonic()
+    while not stop.wait(1.0):
+        since = time.monotonic() - last
+        if since >= FULL_GC_EVERY_S and (service.planning == 0 or since >= FULL_GC_DEFER_MAX_S):
+            gc.collect()
+            last = time.monotonic()
+
+
+def _recover(service: Service) -> None:
+    """Before the first request: deep threads, this process as the owner of the queries, and what stopped
+    servers left behind cleared (their queries failed, their folders removed)."""
+    deep_threads()  # before the first request (and query) thread starts
+    service.owner = owner_stamp()
+    _clean_up_stopped_servers()
+    stale = service.recover()
+    if stale:
+        print(f"marked {len(stale)} queries of a stopped server as failed", file=sys.stderr, flush=True)
+
+
+def _clean_up_stopped_servers() -> None:
+    """Remove what servers (and other Squall processes) that stopped left in /dev/shm and $TMPDIR."""
+    try:
+        removed = remove_orphans()
+    except OSError:
+        log.warning("cannot remove what stopped servers left", exc_info=True)
+        return
+    if removed:
+        print(
+            f"removed {len(removed)} folders and files left by stopped servers", file=sys.stderr, flush=True
+        )
 
 
 def _sweep_loop(service: Service, stop: threading.Event, interval_s: float) -> None:
@@ -280,11 +359,14 @@ def serve(
                            settings=settings)  # fmt: skip
     service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
     try:
+        _recover(service)
         try:
-            server = ApiServer((host, port), serialized(make_handler(service)), access_log=access_log)
+            server = ApiServer((host, port), make_handler(service), access_log=access_log)
         except OSError as err:
             raise OptionError(f"cannot listen on {host}:{port}: {err.strerror}") from None
         stop = threading.Event()
+        tune_gc()
+        threading.Thread(target=_collect_loop, args=(service, stop), name="squall-gc", daemon=True).start()
         if result_ttl_s:
             interval = min(60.0, max(0.5, result_ttl_s / 10))
             threading.Thread(

@@ -7,10 +7,16 @@ A :class:`Service` joins a :class:`~squall.service.state.StateStore` (query stat
 Results expire: with ``result_ttl_s`` a query that finished longer ago than that answers 410 (``Expired``),
 and :meth:`Service.sweep` deletes its state (``squall serve`` sweeps in a background thread; the deployed
 stack's bucket has lifecycle rules on the same prefix).
+
+With an ``owner`` (``squall serve``: this process, see :mod:`squall.service.recovery`) every query records the
+server that runs it; a query left queued or running by a server that stopped reads as failed
+(``ServerStopped``), and :meth:`Service.recover` marks all of them at start. Nothing here holds a lock while it
+plans, converts or reads: requests run in parallel.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -19,6 +25,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +33,11 @@ import pyarrow as pa
 
 from squall.errors import OptionError
 from squall.formats import CONTENT_TYPES, TEXT_FORMATS, decode_arrow, encode
-from squall.service import records
+from squall.service import records, recovery
 from squall.service.backend import Backend
-from squall.service.errors import Busy, Conflict, Gone, NotAcceptable, NotFound
+from squall.service.errors import Busy, Conflict, Gone, NotAcceptable, NotFound, public_detail
 from squall.service.models import SQL_PREVIEW
-from squall.service.state import Link, StateStore, state_store
+from squall.service.state import Link, LocalStateStore, StateStore, state_store
 
 log = logging.getLogger("squall.service")
 
@@ -43,6 +50,8 @@ DEFAULT_PAGE_ROWS = 1000
 MAX_PAGE_ROWS = 1_000_000
 #: ``squall serve --result-ttl`` default: a day.
 DEFAULT_RESULT_TTL_S = 24 * 3600
+#: ``GET /v1/queries?status=``: query ids whose status is read per request at most (then a page token)
+MAX_SCAN = 500
 
 #: Accept media types → result format.
 MEDIA_TYPES: dict[str, str] = {
@@ -127,7 +136,8 @@ class Service:
     ``inline_limit``: results up to this many bytes are returned inline, larger ones as a presigned URL
     (S3 store) or streamed from the file by ``squall serve`` (local store). ``link_expires_s``: lifetime of
     presigned URLs. ``token``: bearer token the API requires (None: no token check). ``result_ttl_s``: a
-    finished query expires this long after it finished (None: never).
+    finished query expires this long after it finished (None: never). ``owner``: the process that runs the
+    queries (:func:`squall.service.recovery.owner_stamp`; None when they run elsewhere, as on Lambda).
     """
 
     def __init__(
@@ -139,15 +149,35 @@ class Service:
         link_expires_s: int = 3600,
         token: str | None = None,
         result_ttl_s: float | None = None,
+        owner: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
+        self.owner = owner
         self.inline_limit = inline_limit
         self.link_expires_s = link_expires_s
         self.token = token or None
         self.result_ttl_s = result_ttl_s or None
         self._tables: OrderedDict[str, pa.Table] = OrderedDict()
         self._tables_lock = threading.Lock()
+        self._planning = 0  # requests planning a query now (see planning)
+        self._planning_lock = threading.Lock()
+
+    @property
+    def planning(self) -> int:
+        """How many requests are planning a query now (``squall serve`` defers full garbage collections
+        while one is: they would stall every request for as long as a large plan's objects take to scan)."""
+        return self._planning
+
+    @contextlib.contextmanager
+    def _plans(self) -> Iterator[None]:
+        with self._planning_lock:
+            self._planning += 1
+        try:
+            yield
+        finally:
+            with self._planning_lock:
+                self._planning -= 1
 
     @classmethod
     def from_env(cls) -> Service:
@@ -193,7 +223,8 @@ class Service:
         the same request get the same query id, with a different request a Conflict.
         """
         request = {"sql": sql, "workers": workers, "format": fmt, "timeout_s": timeout_s}
-        self.backend.check(sql, workers)
+        with self._plans():
+            self.backend.check(sql, workers)
         query_id = records.new_query_id()
         replayed = False
         if idempotency_key is not None:
@@ -230,6 +261,8 @@ class Service:
             "timeout_s": request["timeout_s"],
             "created_at": time.time(),
         }
+        if self.owner is not None:
+            status["server"] = self.owner
         self.store.put_json(records.status_key(query_id), status)
         try:
             self.backend.submit(query_id, self.store)
@@ -251,6 +284,19 @@ class Service:
         return Gone(f"query {query_id} has expired (results are kept {hours:g} h after the query ends)")
 
     def _raw_status(self, query_id: str) -> dict[str, Any]:
+        """The stored status as clients see it: a query whose server stopped reads failed (and is marked so),
+        ``queue`` only on a queued query, no ``server``, and an error's detail names none of the server's
+        folders."""
+        doc = self._stored_status(query_id)
+        if doc["status"] != "queued":
+            doc.pop("queue", None)
+        doc.pop("server", None)  # where it runs is the operator's business
+        error = doc.get("error")
+        if isinstance(error, dict) and isinstance(error.get("detail"), str):
+            doc["error"] = {**error, "detail": public_detail(error["detail"])}
+        return doc
+
+    def _stored_status(self, query_id: str) -> dict[str, Any]:
         if not records.valid_query_id(query_id):
             raise NotFound(f"no query {query_id!r}")
         cutoff = self._cutoff()
@@ -263,6 +309,8 @@ class Service:
                     raise self._gone(query_id)
                 raise NotFound(f"no query {query_id}")
             doc = {"query_id": query_id, "status": "queued", **request}
+        if self.owner is not None and recovery.stopped(doc):  # its server is gone: it never finishes
+            doc = recovery.fail_stopped(self.store, query_id, doc)
         if cutoff is not None and doc.get("status") in records.TERMINAL:
             finished = doc.get("finished_at") or doc.get("created_at")
             if isinstance(finished, (int, float)) and finished < cutoff:
@@ -282,10 +330,13 @@ class Service:
         return doc
 
     def cancel(self, query_id: str) -> dict[str, Any]:
-        """Ask the query to stop; Conflict if it already succeeded or failed."""
+        """Ask the query to stop; Conflict if it already succeeded or failed (also when its server stopped)."""
         doc = self._raw_status(query_id)
         if doc["status"] in ("succeeded", "failed"):
-            raise Conflict(f"query {query_id} already {doc['status']}")
+            why = (doc.get("error") or {}).get("detail") if doc["status"] == "failed" else None
+            raise Conflict(
+                f"query {query_id} already {doc['status']}" + (f": {public_detail(why)}" if why else "")
+            )
         if doc["status"] != "cancelled":
             self.store.put(records.cancel_key(query_id), b"", create_only=True)
             self.backend.cancel(query_id)
@@ -381,9 +432,17 @@ class Service:
 
     # --- history and expiry -----------------------------------------------------------------------
 
-    def history(self, limit: int = 20, page_token: str | None = None) -> dict[str, Any]:
+    def history(
+        self, limit: int = 20, page_token: str | None = None, statuses: frozenset[str] | None = None
+    ) -> dict[str, Any]:
         """Queries, newest first: ``{"queries": [summary, …], "next_page_token": id or None}``. Ids sort
-        newest first (see :mod:`~squall.service.records`), so a page is a listing after the last id seen."""
+        newest first (see :mod:`~squall.service.records`), so a page is a listing after the last id seen.
+
+        ``statuses`` (e.g. ``{"running", "queued"}``, the operator's view): only queries in one of them. At
+        most :data:`MAX_SCAN` queries are read per call; a page may then hold fewer than ``limit`` and the
+        token says where to go on."""
+        if statuses is not None:
+            return self._filtered(limit, page_token, statuses)
         names = self.store.children("", start_after=page_token or "q", limit=limit + 1)
         ids = [n for n in names if records.valid_query_id(n)]
         more = len(ids) > limit
@@ -395,6 +454,31 @@ class Service:
                 continue
             items.append(summary(doc))
         return {"queries": items, "next_page_token": ids[limit - 1] if more else None}
+
+    def _filtered(self, limit: int, page_token: str | None, statuses: frozenset[str]) -> dict[str, Any]:
+        names = self.store.children("", start_after=page_token or "q", limit=MAX_SCAN + 1)
+        ids = [n for n in names if records.valid_query_id(n)]
+        items: list[dict[str, Any]] = []
+        last = None
+        for query_id in ids[:MAX_SCAN]:
+            last = query_id
+            try:
+                doc = self.status(query_id)
+            except (NotFound, Gone):
+                continue
+            if doc["status"] in statuses:
+                items.append(summary(doc))
+                if len(items) == limit:
+                    break
+        more = last is not None and last != ids[-1]
+        return {"queries": items, "next_page_token": last if more else None}
+
+    def recover(self) -> list[str]:
+        """Mark the queries a stopped server left queued or running as failed (``squall serve`` at start); their
+        ids. In a local state folder a query that names no server counts as left by a stopped one too."""
+        if self.owner is None:
+            return []
+        return recovery.fail_all_stopped(self.store, unowned_stopped=isinstance(self.store, LocalStateStore))
 
     def sweep(self, now: float | None = None) -> int:
         """Delete the state of queries that finished more than ``result_ttl_s`` ago, and Idempotency-Keys
@@ -441,7 +525,8 @@ class Service:
         return self.backend.tables()
 
     def explain(self, sql: str, workers: int | None = None, *, estimate: bool = False) -> dict[str, Any]:
-        return self.backend.explain(sql, workers, estimate=estimate)
+        with self._plans():
+            return self.backend.explain(sql, workers, estimate=estimate)
 
     def close(self) -> None:
         self.backend.close()
@@ -468,4 +553,5 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
         "cost_usd": stats.get("cost_usd"),
         "error": error if isinstance(error, dict) else None,
         "written": doc.get("written"),
+        "queue": doc.get("queue") if doc["status"] == "queued" else None,
     }

@@ -254,3 +254,45 @@ def test_console_shows_progress_and_cancels(slow_server, browser, tmp_path):
     assert "QueryCancelled" in driver.find_element(By.ID, "error").text
     assert driver.find_element(By.ID, "run").is_enabled()
     print("screenshot:", shot(driver, tmp_path, "cancelled"))
+
+
+def test_console_shows_running_and_queued_queries(slow_server, browser, tmp_path):
+    """The operator's panel lists the running query and the one queued behind it (with its place in line when
+    the scheduler gives one), and its ✕ cancels a query."""
+    import requests
+
+    driver = browser
+    driver.get(slow_server.url + "/")
+    driver.execute_script("sessionStorage.clear()")  # an earlier test of this origin may have kept the token
+    open_console(driver, slow_server)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    ids = []
+    for sql in ("SELECT o_orderpriority, count(*) FROM orders GROUP BY 1", "SELECT count(*) FROM customer"):
+        response = requests.post(slow_server.url + "/v1/queries", json={"sql": sql}, headers=auth, timeout=30)
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["query_id"])
+
+    def shown(
+        d, query_id
+    ):  # the panel is redrawn every 2 s: read it in one script, not through kept elements
+        return d.execute_script(
+            "const li = document.querySelector(`#activity li[data-query-id='${arguments[0]}']`);"
+            "return li ? li.dataset.status : null;",
+            query_id,
+        )
+
+    until(driver, lambda d: shown(d, ids[0]) == "running", 30, "the running query in the panel")
+    until(driver, lambda d: shown(d, ids[1]) is not None, 30, "the second query in the panel")
+    count = driver.find_element(By.ID, "activity-count").text
+    assert "running" in count and "queued" in count
+    print("screenshot:", shot(driver, tmp_path, "activity"))
+    for query_id in ids:
+        driver.execute_script(
+            "const b = document.querySelector(`#activity li[data-query-id='${arguments[0]}'] button.stop`);"
+            "if (b) b.click();",
+            query_id,
+        )
+    until(driver, lambda d: all(shown(d, q) is None for q in ids), 60, "the panel to empty after the cancels")
+    for query_id in ids:
+        doc = requests.get(f"{slow_server.url}/v1/queries/{query_id}", headers=auth, timeout=30).json()
+        assert doc["status"] == "cancelled", doc

@@ -4,6 +4,8 @@
 (() => {
   const PAGE_ROWS = 100;
   const HISTORY_ROWS = 25;
+  const ACTIVITY_ROWS = 100;
+  const ACTIVITY_EVERY_MS = 2000;
   const TOKEN_KEY = "squall.token";
   const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
   const $ = (id) => document.getElementById(id);
@@ -19,6 +21,7 @@
     total: 0,
     historyToken: null,
     historyItems: [],
+    activityTimer: null,
   };
 
   // --- HTTP -------------------------------------------------------------------------------------
@@ -133,7 +136,8 @@
       state.startedAt = Date.now();
       state.tickTimer = setInterval(() => {
         if (state.doc && !TERMINAL.has(state.doc.status)) {
-          setStatus(state.doc.status, ((Date.now() - state.startedAt) / 1000).toFixed(1) + " s");
+          const q = state.doc.status === "queued" && state.doc.queue ? fmtQueue(state.doc.queue) + " · " : "";
+          setStatus(state.doc.status, q + ((Date.now() - state.startedAt) / 1000).toFixed(1) + " s");
         }
       }, 200);
     }
@@ -243,7 +247,8 @@
     if (TERMINAL.has(doc.status)) {
       await finish(doc);
     } else {
-      setStatus(doc.status, ((Date.now() - state.startedAt) / 1000).toFixed(1) + " s");
+      const waiting = doc.status === "queued" && doc.queue ? fmtQueue(doc.queue) + " · " : "";
+      setStatus(doc.status, waiting + ((Date.now() - state.startedAt) / 1000).toFixed(1) + " s");
       // 4 polls a second at first, slowing to one a second for long queries
       state.pollTimer = setTimeout(() => poll(id), Math.min(1000, 250 + (Date.now() - state.startedAt) / 20));
     }
@@ -463,6 +468,63 @@
     markHistory();
   }
 
+  // where a queued query waits: "#2 in line (1 ahead) · ~12 s · group adhoc"
+  function fmtQueue(queue) {
+    const parts = [];
+    if (queue.position !== null && queue.position !== undefined) {
+      parts.push("#" + queue.position + " in line" + (queue.ahead ? " (" + queue.ahead + " ahead)" : ""));
+    }
+    if (queue.estimated_wait_s !== null && queue.estimated_wait_s !== undefined) {
+      parts.push("~" + fmtSeconds(queue.estimated_wait_s));
+    }
+    if (queue.group) parts.push("group " + queue.group);
+    return parts.join(" · ");
+  }
+
+  // the operator's view: every running and queued query (queued ones by their place in line)
+  async function loadActivity() {
+    clearTimeout(state.activityTimer);
+    let doc;
+    try {
+      doc = await apiJson("GET", `v1/queries?status=running,queued&limit=${ACTIVITY_ROWS}`);
+    } catch (err) {
+      if (err.status !== 401) state.activityTimer = setTimeout(loadActivity, ACTIVITY_EVERY_MS * 2);
+      return;
+    }
+    const running = doc.queries.filter((q) => q.status === "running");
+    const queued = doc.queries.filter((q) => q.status === "queued");
+    const place = (q) => (q.queue && q.queue.position !== null && q.queue.position !== undefined ? q.queue.position : 1e9);
+    queued.sort((a, b) => place(a) - place(b) || (a.created_at || 0) - (b.created_at || 0));
+    const item = (q) => {
+      const meta = [LABELS[q.status]];
+      if (q.status === "queued" && q.queue) meta.push(fmtQueue(q.queue));
+      const since = q.status === "running" ? q.started_at : q.created_at;
+      if (since) meta.push(fmtSeconds(Math.max(0, Date.now() / 1000 - since)));
+      const stop = el("button", { type: "button", class: "ghost small stop", title: "Cancel this query" }, "✕");
+      stop.addEventListener("click", async (event) => {
+        event.stopPropagation();
+        try {
+          await api("DELETE", "v1/queries/" + q.query_id);
+        } catch (_) {
+          /* finished meanwhile */
+        }
+        loadActivity();
+      });
+      return el(
+        "li",
+        { "data-query-id": q.query_id, "data-status": q.status, title: q.sql, onclick: () => openQuery(q.query_id) },
+        el("span", { class: "dot " + q.status }),
+        el("span", { class: "sql" }, q.sql.replace(/\s+/g, " ")),
+        el("span", { class: "meta" }, meta.filter(Boolean).join(" · ")),
+        stop,
+      );
+    };
+    const items = running.concat(queued).map(item);
+    $("activity-count").textContent = `${running.length} running · ${queued.length} queued`;
+    $("activity").replaceChildren(...(items.length ? items : [el("li", { class: "muted" }, "nothing running")]));
+    if (!document.hidden) state.activityTimer = setTimeout(loadActivity, ACTIVITY_EVERY_MS);
+  }
+
   function markHistory() {
     for (const li of $("history").children) li.classList.toggle("current", li.dataset.queryId === state.queryId);
   }
@@ -521,6 +583,7 @@
     try {
       await loadTables();
       await loadHistory();
+      await loadActivity();
     } catch (err) {
       if (err.status !== 401) showError(err);
     }
@@ -534,6 +597,9 @@
     $("next-page").addEventListener("click", () => showPage(state.offset + PAGE_ROWS));
     $("history-refresh").addEventListener("click", () => loadHistory());
     $("history-more").addEventListener("click", () => loadHistory(true));
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) loadActivity();
+    });
     for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => selectTab(tab.dataset.tab));
     $("token-button").addEventListener("click", () => showTokenDialog());
     $("token-form").addEventListener("submit", (event) => {
