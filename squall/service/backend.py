@@ -34,7 +34,7 @@ from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.driver.write.locations import Writable, writable_list
 from squall.errors import OptionError, SquallError, UserError, squall_error
 from squall.service import records
-from squall.service.errors import Busy
+from squall.service.errors import Busy, Unavailable
 from squall.service.runner import describe_tables, explain_doc, fail_unstarted, run_query
 from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
 from squall.service.settings import ServiceSettings
@@ -166,7 +166,7 @@ class LocalBackend(Backend):
 
     def check(self, sql: str, workers: int | None) -> None:
         if self._closed.is_set():
-            raise Busy("the server is shutting down")
+            raise Unavailable("the server is shutting down")
         plan = self.connection_for(workers).plan(sql)
         self.limits.check_scan(planned_scan_bytes(plan))
 
@@ -181,7 +181,7 @@ class LocalBackend(Backend):
 
     def submit(self, query_id: str, store: StateStore) -> None:
         if self._closed.is_set():
-            raise Busy("the server is shutting down")
+            raise Unavailable("the server is shutting down")
         request = store.get_json(records.request_key(query_id)) or {}
         user = str(request.get("user") or ANONYMOUS)
         scan_bytes = self._scan_bytes(request)

@@ -120,10 +120,6 @@ def test_no_5xx_and_a_clean_server(load_run):
     assert load_run.exit_code == 0, load_run.log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the listen backlog is socketserver's default of 5: bursts of 16 clients overflow it (issue 34)",
-)
 def test_no_connection_turned_away(load_run):
     """No reset, no refusal, no handshake the server's kernel dropped (a SYN or ACK sent again on loopback,
     counted from the client socket's ``tcpi_total_retrans``): every symptom of a full listen queue. Resets
