@@ -28,10 +28,11 @@ requests = pytest.importorskip("requests")
 
 
 def _owned_by(pid: int) -> list[Path]:
-    """Exchange folders whose owner is ``pid``."""
+    """Exchange folders whose owner is ``pid`` (at the exchange root, or in a driver's ``proc-<pid>`` folder)."""
     found = []
     root = default_root()
-    for folder in root.iterdir() if root.is_dir() else []:
+    folders = [*root.iterdir(), *root.glob("proc-*/*")] if root.is_dir() else []
+    for folder in folders:
         try:
             if (folder / OWNER_FILE).read_text().split()[0] == str(pid):
                 found.append(folder)
