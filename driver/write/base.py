@@ -8,7 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.driver.write.commit import Committed
+from squall.driver.write.commit import Committed, check_target, cleanup, commit_files
+from squall.operators.sinks import Sink
 from squall.plan import WriteSpec
 
 #: (SQL) -> (column names, DuckDB types) of that query's result, bound against the catalog
@@ -46,6 +47,46 @@ class DoneJob(WriteJob):
         if self._action is not None:
             self._action()
         return Committed(self._target)
+
+    @property
+    def summary(self) -> str:
+        return self._status
+
+
+class FilesJob(WriteJob):
+    """Files at a path (``COPY … TO``, ``UNLOAD``; a folder table's CTAS and INSERT): the ranks' parts committed by
+    :func:`~squall.driver.write.commit.commit_files`. ``recheck``: check again at commit that the target is still
+    free to write (a COPY without OVERWRITE/APPEND); ``after``: called once the files are visible (a folder
+    table's marker and registration)."""
+
+    def __init__(
+        self,
+        query: str,
+        spec: WriteSpec,
+        sink: Sink,
+        mode: str,
+        status: str = "COPY",
+        *,
+        after: Callable[[], None] | None = None,
+        recheck: bool = True,
+    ) -> None:
+        self.query, self.spec, self.sink, self.mode, self._status = query, spec, sink, mode, status
+        self._after, self._recheck = after, recheck
+
+    def commit(self, manifest: pa.Table | None, rows: int, query_id: str) -> Committed:
+        assert manifest is not None and self.spec is not None
+        if self._recheck:
+            check_target(
+                self.sink, self.spec.target, self.mode, self.spec.single_file
+            )  # (still) free to write?
+        done = commit_files(self.spec, manifest, self.sink, query_id, self.mode, rows)
+        if self._after is not None:
+            self._after()
+        return done
+
+    def abort(self, query_id: str) -> None:
+        assert self.spec is not None
+        cleanup(self.spec, self.sink, query_id)
 
     @property
     def summary(self) -> str:

@@ -15,15 +15,13 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from squall.driver.write.base import Describe, DoneJob, WriteJob
-from squall.driver.write.commit import Committed, check_target, cleanup, commit_files
+from squall.driver.write.base import Describe, DoneJob, FilesJob, WriteJob
+from squall.driver.write.commit import check_target
 from squall.driver.write.locations import Writable
 from squall.driver.write.options import write_options
 from squall.driver.write.statements import WriteStatement
 from squall.errors import BindError, NotSupportedError, UnsafeQueryError
-from squall.operators.sinks import Sink, sink_for
+from squall.operators.sinks import sink_for
 from squall.plan import WriteSpec
 
 if TYPE_CHECKING:
@@ -62,34 +60,6 @@ def cast_to(query: str, names: tuple[str, ...], types: tuple[str, ...], given: t
         for n, t in zip(names, types)
     ]
     return f"SELECT {', '.join(cols)} FROM ({query}) AS q"
-
-
-class FolderJob(WriteJob):
-    """CREATE TABLE AS / INSERT INTO a folder table."""
-
-    def __init__(self, query: str, spec: WriteSpec, sink: Sink, mode: str, status: str, after: Any) -> None:
-        self.query, self.spec, self.sink, self.mode, self._status, self._after = (
-            query,
-            spec,
-            sink,
-            mode,
-            status,
-            after,
-        )
-
-    def commit(self, manifest: pa.Table | None, rows: int, query_id: str) -> Committed:
-        assert manifest is not None and self.spec is not None
-        done = commit_files(self.spec, manifest, self.sink, query_id, self.mode, rows)
-        self._after()
-        return done
-
-    def abort(self, query_id: str) -> None:
-        assert self.spec is not None
-        cleanup(self.spec, self.sink, query_id)
-
-    @property
-    def summary(self) -> str:
-        return self._status
 
 
 def folder_job(
@@ -155,7 +125,7 @@ def _create(statement: WriteStatement, catalog: Catalog, writable: Writable,
         catalog.register(name, target, format=checked.format)
 
     status = "CREATE OR REPLACE TABLE" if mode else "CREATE TABLE"
-    return FolderJob(statement.query, spec, sink, mode, status, after)
+    return FilesJob(statement.query, spec, sink, mode, status, after=after, recheck=False)
 
 
 def _insert(statement: WriteStatement, catalog: Catalog, writable: Writable,
@@ -187,7 +157,7 @@ def _insert(statement: WriteStatement, catalog: Catalog, writable: Writable,
     spec = WriteSpec(target, writable.staging(target), checked.format, checked.passed, checked.partition_by,
                      extension=checked.extension)  # fmt: skip
     # the table keeps how it was registered (options, scan kind): only what was read of its files goes
-    return FolderJob(query, spec, sink, "APPEND", "INSERT", lambda: catalog.refresh(name))
+    return FilesJob(query, spec, sink, "APPEND", "INSERT", after=lambda: catalog.refresh(name), recheck=False)
 
 
 #: a CSV table's reading options (``Connection.register(..., options=)``) as the writer's COPY options

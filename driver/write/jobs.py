@@ -16,40 +16,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from squall.driver.write.base import Describe, WriteJob
-from squall.driver.write.commit import Committed, check_target, cleanup, commit_files
+from squall.driver.write.base import Describe, FilesJob, WriteJob
+from squall.driver.write.commit import check_target
 from squall.driver.write.folder_tables import folder_job
 from squall.driver.write.locations import Writable
 from squall.driver.write.options import write_options
 from squall.driver.write.statements import WriteStatement
 from squall.errors import NotSupportedError
-from squall.operators.sinks import Sink, sink_for
+from squall.operators.sinks import sink_for
 from squall.plan import WriteSpec
 
 if TYPE_CHECKING:
     from squall.driver.catalog.tables import Catalog
-
-
-class FilesJob(WriteJob):
-    """``COPY … TO`` / ``UNLOAD``: files at a path (see :mod:`~squall.driver.write.commit`)."""
-
-    def __init__(self, query: str, spec: WriteSpec, sink: Sink, mode: str, status: str = "COPY") -> None:
-        self.query, self.spec, self.sink, self.mode, self._status = query, spec, sink, mode, status
-
-    def commit(self, manifest: pa.Table | None, rows: int, query_id: str) -> Committed:
-        assert manifest is not None and self.spec is not None
-        check_target(self.sink, self.spec.target, self.mode, self.spec.single_file)  # (still) free to write?
-        return commit_files(self.spec, manifest, self.sink, query_id, self.mode, rows)
-
-    def abort(self, query_id: str) -> None:
-        assert self.spec is not None
-        cleanup(self.spec, self.sink, query_id)
-
-    @property
-    def summary(self) -> str:
-        return self._status
 
 
 def prepare(
