@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from squall.driver.catalog.iceberg import METADATA_TABLES, IcebergSource
 from squall.driver.catalog.info import RowGroup, TableInfo
-from squall.driver.catalog.source import TableSource
+from squall.driver.catalog.source import TableSource, require_lake
 from squall.errors import DataError, OptionError
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ class NamedCatalogs:
             raise DataError(f"unknown catalog {name} (catalogs: {known})")
         with self._lock:
             if key not in self._opened:
+                require_lake("catalog " + name, "pyiceberg")
                 from pyiceberg.catalog import load_catalog
 
                 try:
@@ -115,9 +116,9 @@ class NamedCatalogs:
 
     def load_table(self, catalog: str, namespace: str, table: str) -> Any:
         """The catalog's table now (its current metadata); DataError naming what is unknown."""
+        opened = self.catalog(catalog)  # OptionError first when pyiceberg is missing
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-        opened = self.catalog(catalog)
         try:
             return opened.load_table((namespace, table))
         except NoSuchTableError:

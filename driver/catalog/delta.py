@@ -44,7 +44,7 @@ from sqlglot import exp
 from squall.driver.catalog.file_pruning import ColumnBounds, FileStats, may_match
 from squall.driver.catalog.info import ColumnChunkStats, RowGroup, TableInfo, chunk_stats
 from squall.driver.catalog.literals import column_constraint
-from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource
+from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource, require_lake
 from squall.errors import DataError, NotSupportedError
 from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.plan import FileRead
@@ -198,6 +198,7 @@ class DeltaSource(TableSource):
 
     def _open(self) -> Any:
         """The DeltaTable at the asked version (the latest by default); one-line errors."""
+        require_lake(f"the Delta table at {self.location}", "deltalake")
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError
 

@@ -32,7 +32,7 @@ from sqlglot import exp
 from squall.driver.catalog.iceberg_files import FilePlanner, arrow_schema, check_deletes, read_footers
 from squall.driver.catalog.iceberg_filters import row_filter
 from squall.driver.catalog.info import RowGroup, TableInfo
-from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource
+from squall.driver.catalog.source import FilterSupport, SourceFile, TableSource, require_lake
 from squall.errors import DataError, NotSupportedError
 from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.plan import FileRead
@@ -127,6 +127,7 @@ class IcebergSource(TableSource):
     def _load(self) -> Any:
         if self._loader is not None:
             return self._loader()
+        require_lake(f"the Iceberg table at {self.location}", "pyiceberg")
         from pyiceberg.table import StaticTable
 
         metadata = newest_metadata(self.storage, self.location)

@@ -153,3 +153,12 @@ def open_source(kind: str, name: str, location: str, storage: Storage) -> TableS
     """A source of kind ``kind`` for table ``name`` at ``location`` (OptionError naming the kinds when
     unknown); no I/O."""
     return SOURCES.get(kind)(name, location, storage)
+
+
+def require_lake(what: str, module: str) -> None:
+    """OptionError in one line when ``module`` (pyiceberg, deltalake: the ``lake`` extra) is not installed, so
+    ``what`` (a catalog, a lake table) cannot be opened."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise OptionError(f"{what} needs {module}, which is not installed: pip install 'squall[lake]'")
