@@ -204,15 +204,7 @@ class S3Storage(Storage):
     def client(self) -> Any:
         with self._init_lock:
             if self._client_obj is None:
-                opts = self.options
-                self._client_obj = aws.client(
-                    "s3",
-                    endpoint_url=opts.get("endpoint_url"),
-                    region=opts.get("region"),
-                    max_pool_connections=int(opts.get("max_pool_connections", 32)),
-                    max_retries=int(opts.get("max_retries", aws.MAX_RETRIES)),
-                    retry_mode=str(opts.get("retry_mode", aws.RETRY_MODE)),
-                )
+                self._client_obj = aws.s3_client(self.options)
             return self._client_obj
 
     @property

@@ -149,13 +149,7 @@ class S3Sink(Sink):
     def client(self) -> Any:
         with self._init_lock:
             if self._client_obj is None:
-                opts = self.options
-                self._client_obj = aws.client(
-                    "s3",
-                    endpoint_url=opts.get("endpoint_url"),
-                    region=opts.get("region"),
-                    max_pool_connections=int(opts.get("max_pool_connections", 32)),
-                )
+                self._client_obj = aws.s3_client(self.options)
             return self._client_obj
 
     def _transfer(self) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from squall.errors import DataError, UserError
@@ -104,6 +104,19 @@ def client(
     for hook in _client_hooks:
         hook(service, made)
     return made
+
+
+def s3_client(options: Mapping[str, Any]) -> Any:
+    """An S3 client from storage options (``endpoint_url``, ``region``, ``max_pool_connections``,
+    ``max_retries``, ``retry_mode``): what table scans and writes of one connection share."""
+    return client(
+        "s3",
+        endpoint_url=options.get("endpoint_url"),
+        region=options.get("region"),
+        max_pool_connections=int(options.get("max_pool_connections", 32)),
+        max_retries=int(options.get("max_retries", MAX_RETRIES)),
+        retry_mode=str(options.get("retry_mode", RETRY_MODE)),
+    )
 
 
 def is_s3_url(url: str) -> bool:
