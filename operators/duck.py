@@ -166,7 +166,8 @@ _INSTANCE_FATAL = (duckdb.FatalException, duckdb.InternalException)
 #: locked DuckDB instances kept for reuse (``Sandbox(reuse=True)``), by configuration, most recent last
 _INSTANCES: OrderedDict[tuple[object, ...], duckdb.DuckDBPyConnection] = OrderedDict()
 _INSTANCES_LOCK = threading.Lock()
-INSTANCES_KEPT = 4
+#: a worker cycling through a dashboard's queries finds their files' instance again (~3 MB each, idle)
+INSTANCES_KEPT = 16
 
 
 def _locked_instance(

@@ -13,6 +13,7 @@
     squall serve --data DIR|s3://… [--catalog NAME=PROPS …] [--port P] [--token T] [--workers W] [--state DIR|s3://…]
                  [--writable LOC …] [--max-running N] [--max-queued N] [--fast-lane-bytes SIZE]
                  [--max-scan-bytes SIZE] [--max-result-rows N] [--max-result-bytes SIZE] [--max-run-time DURATION]
+                 [--fixed-workers]
 
 ``query``, ``explain`` and ``tables`` run embedded with ``--data`` or against a service with
 ``--endpoint URL [--token T | --auth iam]`` (the token defaults to ``$SQUALL_TOKEN``).
@@ -292,6 +293,11 @@ def _service_args(s: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-run-time", metavar="DURATION", help="stop a query running longer (e.g. 90s, 30m; default 30m)"
     )
+    g.add_argument(
+        "--fixed-workers", action="store_true",
+        help="every query runs on --workers W, however busy the server (default: under load a query that names "
+        "no W runs on fewer, cores // queries at hand)",
+    )  # fmt: skip
 
 
 def _count_or_off(text: str) -> int | str:
@@ -773,6 +779,7 @@ def _serve(args: argparse.Namespace) -> int:
     flags = {key: getattr(args, key) for key in ("max_running", "max_queued", "fast_lane_bytes", "max_scan_bytes",
                                                  "max_result_rows", "max_result_bytes")}  # fmt: skip
     flags["max_run_time"] = args.max_run_time
+    flags["adaptive_workers"] = False if args.fixed_workers else None
     settings = ServiceSettings.load(args.service, flags, args.config_path or "squall.toml")
     serve(
         data=args.data,

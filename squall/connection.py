@@ -114,7 +114,7 @@ class Connection:
         self.planner_options = planner_options
         self._db: Sandbox | None = None
         self._plan_lock = threading.Lock()
-        self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None, int], Plan] = OrderedDict()
+        self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None], Plan] = OrderedDict()
         self._closed = False
         self._queries: dict[str, _Query] = {}  # running sql() calls by query id (cancel() stops them)
         #: guards _queries only: a cancel never waits for a plan (planning holds _plan_lock for seconds)
@@ -207,7 +207,7 @@ class Connection:
         )  # lake.ns.t: registered, and named as the plan names it
         sql = pin_versions(sql, self.catalog)  # the plan is cached under the versions the text travels to
         options = self._planner_options_at(world_size)
-        key = (sql, version, world_size, options, self.predicate_cache.generation)
+        key = (sql, version, world_size, options)
         checked = time.perf_counter()
         with self._plan_lock:  # held for the cache only: queries are planned side by side
             cached = self._plans.get(key)
@@ -228,6 +228,18 @@ class Connection:
             cached = dataclasses.replace(cached, notes=(*pivots.notes, *cached.notes))
             compiled["planning_breakdown"]["pivot_values_s"] = pivot_s
         return cached, compiled
+
+    def _learn(self, plan: Plan, reports: list[dict[str, Any]]) -> int:
+        """Keep what the run of ``plan`` found out about its predicates (the predicate cache) and, when that was
+        anything, drop ``plan`` from the plan cache: its next run is planned again and skips what was learned.
+        Other cached plans stay (still right, as the cache only ever adds row groups to skip) and pick the
+        outcomes up when they are next planned — learning never re-plans every query."""
+        learned = self.predicate_cache.learn(plan, reports)
+        if learned:
+            with self._plan_lock:
+                for key in [k for k, cached in self._plans.items() if cached is plan]:
+                    del self._plans[key]
+        return learned
 
     def _planner_options_at(self, world_size: int) -> PlannerOptions | None:
         """The planner options of a plan at ``world_size`` on this connection's platform: where its ranks
@@ -439,7 +451,7 @@ class Connection:
             plan_cache=compiled["plan_cache"],
             planning_breakdown=compiled["planning_breakdown"],
             driver_storage_requests=driver_requests,
-            cache_learned=self.predicate_cache.learn(plan, execution.reports),
+            cache_learned=self._learn(plan, execution.reports),
             details=execution.details,
             estimate=predicted(),
         )
@@ -488,7 +500,7 @@ class Connection:
             query_id=query_id, platform=self.platform.name, elapsed_s=done - start, planning_s=planned - start,
             execution_s=done - planned, ran_on="workers", plan_cache="n/a", planning_breakdown={},
             driver_storage_requests=_delta(self.catalog.requests(), driver_before),
-            cache_learned=self.predicate_cache.learn(plan, reports), details=details, estimate=None,
+            cache_learned=self._learn(plan, reports), details=details, estimate=None,
         )  # fmt: skip
         stats = assemble(plan, reports, table, facts)
         stats["written"] = written_stats(committed.to_dict(), reports)

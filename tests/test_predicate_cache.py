@@ -259,3 +259,21 @@ def test_unselective_scans_are_not_probed(data):
         assert wide["probed"] == 0 and "rows per row group expected to pass" in wide["probe_note"]
         narrow = _check(con, data, FIRST)  # ~0.06 rows per group expected
         assert narrow["probed"] == narrow["read"] > 0 and narrow["probe_note"] == ""
+
+
+def test_learning_replans_only_the_query_that_learned(data):
+    other = "SELECT count(*) AS n FROM lineitem WHERE l_quantity < 3"
+    with squall.connect(data=str(data), workers=1) as con:
+        con.sql(other).to_arrow()
+        con.sql(other).to_arrow()  # its own outcomes learned: planned again once, then kept
+        kept = con.sql(other)
+        first = con.sql(FIRST)
+        assert (
+            first.stats["plan_cache"] == "miss"
+            and first.stats["data_skipping"]["scans"][0]["probe_empty"] > 0
+        )
+        second = con.sql(FIRST)  # learned on its first run: planned again, skipping what it learned
+        assert second.stats["plan_cache"] == "miss" and second.stats["data_skipping"]["scans"][0]["cache"] > 0
+        assert con.sql(FIRST).stats["plan_cache"] == "hit"  # nothing new learned: the plan is kept
+        # another query's cached plan is kept although the cache learned since (it only skips less)
+        assert kept.stats["plan_cache"] == "hit" and con.sql(other).stats["plan_cache"] == "hit"

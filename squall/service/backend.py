@@ -89,7 +89,8 @@ class LocalBackend(Backend):
     """Embedded Connections over ``data``; the scheduler admits queries, each runs on a thread of its own.
 
     ``settings``: the scheduler's groups, the pool and the per-query limits (default:
-    :meth:`ServiceSettings.defaults`); ``max_queue`` overrides its ``max_queued``.
+    :meth:`ServiceSettings.defaults`); ``max_queue`` overrides its ``max_queued``; ``cores``: the cores the
+    queries share (default: this machine's; see :meth:`workers_for`).
     """
 
     def __init__(
@@ -106,8 +107,11 @@ class LocalBackend(Backend):
         catalogs: dict[str, dict[str, str]] | None = None,
         writable: list[str] | None = None,
         settings: ServiceSettings | None = None,
+        cores: int | None = None,
     ) -> None:
         self.data = data
+        #: the cores the queries share (see :meth:`workers_for`; default: this machine's)
+        self.cores = int(cores or os.cpu_count() or 1)
         self.catalogs = catalogs  # named Iceberg catalogs of every Connection
         #: where every Connection's write statements may write (none: writes are refused)
         self.writable = list(writable or [])
@@ -199,19 +203,45 @@ class LocalBackend(Backend):
     def _start(self, ticket: Ticket) -> None:
         """The scheduler admitted ``ticket``: run it on a thread of its own."""
         thread = threading.Thread(
-            target=self._run, args=(ticket.query_id,), name=f"squall-query-{ticket.query_id}", daemon=True
+            target=self._run, args=(ticket,), name=f"squall-query-{ticket.query_id}", daemon=True
         )
         with self._lock:
             self._threads[ticket.query_id] = thread
         thread.start()
 
-    def _run(self, query_id: str) -> None:
+    def workers_for(self, asked: int | None, load: int) -> tuple[int, str | None]:
+        """The workers of a query that asked for ``asked`` (None: the server's default) and started while
+        ``load`` queries (itself among them) were running or waiting, and why when fewer than the default.
+
+        A query that names its workers gets them. Otherwise, with ``adaptive_workers`` on, the machine's cores
+        are shared among the queries at hand: a query gets at most ``cores // load`` workers (at least one).
+        Alone it runs on the default W; under load each query runs on fewer ranks, so the exchange's cost
+        (partitioning, writing and reading every shuffled row) is not paid where no core is left to gain from
+        it: more queries per second at a little more latency each."""
+        if asked or not self.settings.adaptive_workers:
+            return int(asked or self.default_workers), None
+        cores = self.cores
+        share = max(1, cores // max(1, load))
+        if share >= self.default_workers:
+            return self.default_workers, None
+        why = (f"{load} queries were running or waiting on {cores} cores: "
+               f"{share} worker{'s' if share > 1 else ''} instead of {self.default_workers}")  # fmt: skip
+        return share, why
+
+    def _run(self, ticket: Ticket) -> None:
+        query_id = ticket.query_id
         with self._lock:
             store, event = self._queries[query_id]
+        request = store.get_json(records.request_key(query_id)) or {}
+        workers, why = self.workers_for(request.get("workers"), ticket.load)
+        scheduling: dict[str, Any] = {"group": ticket.group, "workers": workers, "load": ticket.load}
+        if why:
+            scheduling["workers_lowered"] = why
         try:
             run_query(
-                store, query_id, self.connection_for, cancel=event, poll_s=self.poll_s, limits=self.limits
-            )
+                store, query_id, lambda _asked: self.connection_for(workers), cancel=event,
+                poll_s=self.poll_s, limits=self.limits, scheduling=scheduling,
+            )  # fmt: skip
         except Exception:  # the store failed: nothing more to record
             log.exception("runner failed on %s", query_id)
         finally:

@@ -94,6 +94,17 @@ class QueueInfo(BaseModel):
     group: str = Field(description="its resource group (fast: the fast lane; default: the others)")
 
 
+class SchedulingInfo(BaseModel):
+    """What the scheduler decided for a query that started (``squall serve``)."""
+
+    group: str = Field(description="its resource group")
+    workers: int = Field(description="the workers it runs on")
+    load: int = Field(description="queries running or waiting (itself among them) when it started")
+    workers_lowered: str | None = Field(
+        default=None, description="why it runs on fewer workers than the server's default (adaptive_workers)"
+    )
+
+
 class QueryStatus(BaseModel):
     """``GET /v1/queries/{id}``."""
 
@@ -109,6 +120,9 @@ class QueryStatus(BaseModel):
     cancel_requested: bool = False
     progress: ProgressInfo | None = None
     queue: QueueInfo | None = Field(default=None, description="a queued query: where it stands")
+    scheduling: SchedulingInfo | None = Field(
+        default=None, description="a started query: its group and workers"
+    )
     error: ErrorBody | None = None
     stats: dict[str, Any] | None = Field(default=None, description="Result.stats of the finished query")
     result: ResultInfo | None = None

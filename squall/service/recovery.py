@@ -60,10 +60,17 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+_OWN_STAMPS: dict[int, dict[str, Any]] = {}  # pid -> its stamp (read once: status requests ask often)
+
+
 def owner_stamp() -> dict[str, Any]:
     """This process as the owner of the queries it runs: ``{host, boot, pid, start}``."""
     pid = os.getpid()
-    return {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "start": _start_ticks(pid)}
+    stamp = _OWN_STAMPS.get(pid)
+    if stamp is None:
+        stamp = {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "start": _start_ticks(pid)}
+        _OWN_STAMPS[pid] = stamp
+    return dict(stamp)
 
 
 def pid_alive(pid: int) -> bool:
@@ -84,6 +91,8 @@ def owner_alive(owner: Any) -> bool | None:
     host, or no owner recorded)."""
     if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
         return None
+    if owner == owner_stamp():  # this process
+        return True
     if owner.get("host") != socket.gethostname():
         return None
     boot = _boot_id()

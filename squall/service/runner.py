@@ -223,11 +223,13 @@ def run_query(
     poll_s: float = 1.0,
     progress_interval_s: float = 0.5,
     limits: Limits | None = None,
+    scheduling: dict[str, Any] | None = None,
 ) -> str:
     """Execute the stored query ``query_id`` and record its outcome; returns the final status.
 
     Safe to call twice for the same id (a retried Lambda event): a query that is already running or
-    finished is left alone. ``limits``: see :class:`Limits` (None: none).
+    finished is left alone. ``limits``: see :class:`Limits` (None: none). ``scheduling``: what the scheduler
+    decided for the query (its group, the workers it runs on and why), kept in its status and ``stats``.
     """
     request = store.get_json(records.request_key(query_id))
     if request is None:
@@ -246,7 +248,9 @@ def run_query(
         status.write(status="failed", finished_at=time.time(),
                      error={"error": "QueryCancelled", "detail": deadline[1]})  # fmt: skip
         return "failed"
-    status.write(status="running", started_at=time.time())
+    status.write(
+        status="running", started_at=time.time(), **({"scheduling": scheduling} if scheduling else {})
+    )
     try:
         connection = connection_for(request.get("workers"))
         with _Watch(store, query_id, connection, cancel, deadline, poll_s, status.flush) as watch:
@@ -318,6 +322,8 @@ def _store_result(
     fmt = request.get("format") or "arrow"
     stats = dict(result.stats)
     stats["engine_query_id"], stats["query_id"] = stats.get("query_id"), query_id
+    if "scheduling" in status.doc:
+        stats["scheduling"] = status.doc["scheduling"]
     arrow = encode(table, "arrow")
     store.put(records.result_key(query_id, "arrow"), arrow, content_type="application/octet-stream")
     sizes = {"arrow": len(arrow)}

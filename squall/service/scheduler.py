@@ -125,6 +125,8 @@ class Ticket:
     deadline: float | None = None  # (clock) the query's timeout ends; it then starts at once, only to fail
     started: float | None = None
     expired: bool = False
+    #: queries running or waiting (this one among them) when it started: how busy the server was
+    load: int = 1
 
 
 class QueueFull(Busy):
@@ -272,6 +274,7 @@ class Scheduler:
         group.queued.remove(ticket)
         group.running[ticket.query_id] = ticket
         ticket.started = now
+        ticket.load = self._running() + self._queued()
         return ticket
 
     def _refusal(self, group: _Group, ticket: Ticket) -> QueueFull | None:

@@ -18,6 +18,8 @@ key (flag)             meaning                                                  
 ``max_result_rows``    a larger result is refused (use COPY or ``--output``)           10,000,000
 ``max_result_bytes``   likewise, in bytes (Arrow)                                      256 MiB
 ``max_run_time``       the server's maximum run time of a query                        30m
+``adaptive_workers``   a query that names no W runs on at most ``cores // load``      true
+                       workers (``load``: queries running or waiting as it starts)
 =====================  ==============================================================  =========================
 
 Sizes are a number of bytes or a text such as ``"16MB"``, ``"1.5GiB"``; durations a number of seconds or
@@ -69,6 +71,7 @@ class ServiceSettings:
     max_result_rows: int | None = 10_000_000
     max_result_bytes: int | None = 256 * MIB
     max_run_time: float | None = 1800.0
+    adaptive_workers: bool = True
     groups: tuple[GroupSpec, ...] = ()
 
     @classmethod
@@ -141,6 +144,10 @@ def _value(key: str, value: Any, label: str) -> Any:
         return None if off and key != "fast_lane_bytes" else parse_size(value, label)
     if key == "max_run_time":
         return None if off else parse_duration(value, label)
+    if key == "adaptive_workers":
+        if not isinstance(value, bool):
+            raise OptionError(f"{label} must be true or false, got {value!r}")
+        return value
     if off and key in ("user_running", "user_queued", "max_result_rows", "pool_workers", "warm_workers"):
         return None
     if isinstance(value, bool) or not isinstance(value, int):

@@ -253,3 +253,36 @@ def test_closing_the_backend_stops_running_queries_and_fails_queued_ones(sf001, 
         "error": "ServerStopped",
         "detail": "the server stopped before the query started",
     }
+
+
+def test_busy_server_runs_queries_that_name_no_workers_on_fewer(sf001, tmp_path, monkeypatch):
+    from squall.service.backend import LocalBackend
+    from squall.service.service import Service
+    from squall.service.settings import ServiceSettings
+    from squall.service.state import state_store
+
+    monkeypatch.setenv("SQUALL_FAULTS", "delay:rank=1:stage=2:seconds=3600")  # W=2 queries run until stopped
+    settings = ServiceSettings(max_running=3, long_running=3, fast_lane_bytes=0, warm_workers=0)
+    backend = LocalBackend(str(sf001), workers=2, settings=settings, cores=2)
+    service = Service(state_store(str(tmp_path / "state")), backend)
+    try:
+        alone = service.submit(LONG)[0]["query_id"]  # alone on the server: the default W=2
+        while service.status(alone)["status"] != "running":
+            time.sleep(0.02)
+        named = service.submit(LONG, workers=2)[0]["query_id"]  # names its W: gets it however busy
+        busy = service.submit(LONG)[0]["query_id"]  # 3 at hand on 2 cores: W=1 (no rank 1: not delayed)
+        deadline = time.monotonic() + 120
+        while service.status(busy)["status"] in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        done = service.status(busy)
+        assert done["status"] == "succeeded", done
+        assert done["scheduling"]["workers"] == 1 and done["scheduling"]["load"] == 3
+        assert done["scheduling"]["workers_lowered"] == (
+            "3 queries were running or waiting on 2 cores: 1 worker instead of 2"
+        )
+        assert done["stats"]["scheduling"] == done["scheduling"] and done["stats"]["workers"] == 1
+        assert service.status(alone)["scheduling"] == {"group": "default", "workers": 2, "load": 1}
+        assert service.status(named)["scheduling"]["workers"] == 2
+        assert "workers_lowered" not in service.status(named)["scheduling"]
+    finally:
+        service.close()
