@@ -124,9 +124,8 @@ def test_limits_in_all_queue_positions_429_and_promotion(deployed):
     ids = [json.loads(r["body"])["query_id"] for r in accepted]
     assert deployed.fake.ids() == ids[:2]  # two run, two wait
     first = get_status(api, ids[0])
-    assert (
-        first["status"] == "queued" and first.get("queue") is None
-    )  # admitted; its driver has not started yet
+    # admitted; its driver has not started yet
+    assert first["status"] == "queued" and first.get("queue") is None
     waiting = [get_status(api, q) for q in ids[2:]]
     assert [w["queue"]["position"] for w in waiting] == [1, 2]
     assert [w["queue"]["ahead"] for w in waiting] == [0, 1] and waiting[0]["queue"]["group"] == "default"
