@@ -27,8 +27,8 @@ the limits allow. Keys (relative to the store's root, ``s3://$SQUALL_BUCKET/quer
   cancelled), gives back its slots — a conditional delete (``If-Match`` on the slot's ETag), so only its own —
   and promotes. The API also promotes on every submit and on every status request of a queued query, so a lost
   promotion (a driver that died) heals on the next request.
-- **Healing**: when every running slot is taken and queries wait, slots older than :data:`CHECK_AFTER_S` are
-  checked: a slot whose query has ended (or expired) is given back; one whose query has been running, or admitted
+- **Healing**: when every running slot is taken while queries wait (or every slot of a waiting query's user),
+  slots older than :data:`CHECK_AFTER_S` are checked: a slot whose query has ended (or expired) is given back; one whose query has been running, or admitted
   without its driver starting, for longer than ``stale_s`` (the Lambda maximum of 15 minutes and a margin) is
   failed ("the driver function stopped") and given back.
 
@@ -192,6 +192,8 @@ class Admission:
             if entry.ukey in blocked:
                 continue
             outcome = self._start(entry, free)
+            if outcome == "user" and self._heal(f"{USERS}/{entry.ukey}"):
+                outcome = self._start(entry, free)  # a slot of the user's was held by an ended query
             if outcome == "started":
                 started.append(entry.query_id)
             elif outcome == "user":
@@ -294,23 +296,25 @@ class Admission:
 
     # --- healing --------------------------------------------------------------------------------------
 
-    def _heal(self) -> bool:
-        """Give back running slots whose query ended without doing so (see the module doc); True if any."""
+    def _heal(self, prefix: str = RUNNING) -> bool:
+        """Give back the slots under ``prefix`` (running slots, or one user's) whose query ended without doing so
+        (see the module doc); True if any."""
         now = self.clock()
         healed = False
-        for slot in self._slots():
+        for slot in self.store.entries(prefix):
             age = now - slot.modified
-            if age < CHECK_AFTER_S or now - self._checked.get(slot.name, 0.0) < CHECK_AFTER_S:
+            key = f"{prefix}/{slot.name}"
+            if age < CHECK_AFTER_S or now - self._checked.get(key, 0.0) < CHECK_AFTER_S:
                 continue
-            self._checked[slot.name] = now
-            found = self.store.get_tagged(f"{RUNNING}/{slot.name}")
+            self._checked[key] = now
+            found = self.store.get_tagged(key)
             if found is None:
                 healed = True
                 continue
             qid = str(json.loads(found[0]).get("query_id"))
             if self._lost(qid, age):
-                claim = self.store.get_json(claim_key(qid)) or {}
-                self._release(qid, {**claim, "slot": slot.name})
+                self.store.delete_if(key, found[1])
+                self._release(qid, self.store.get_json(claim_key(qid)) or {})
                 healed = True
         return healed
 

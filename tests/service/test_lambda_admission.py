@@ -174,23 +174,28 @@ def test_limits_per_user(deployed):
     assert {e.name for e in store.entries("_admission/running")} == {"0", "1"}
 
 
-def test_cancel_a_queued_query_and_a_lost_promotion_heals(deployed, monkeypatch, connections, sf001):
-    api = deployed.api({"max_running": 1})
-    ids = [json.loads(post(api, QUICK, f"heal-{i}")["body"])["query_id"] for i in range(3)]
+@pytest.mark.parametrize("limit", ["max_running", "user_running"])
+def test_cancel_a_queued_query_and_a_lost_promotion_heals(deployed, monkeypatch, connections, sf001, limit):
+    """The first query runs, the others wait (at ``max_running`` = 1, or at ``user_running`` = 1 with room in all);
+    the first one's end hook is lost, and a status request gives its slots back."""
+    settings = {"max_running": 1} if limit == "max_running" else {"max_running": 3, "user_running": 1}
+    api = deployed.api(settings)
+    ids = [json.loads(post(api, QUICK, f"heal-{limit}-{i}")["body"])["query_id"] for i in range(3)]
     assert deployed.fake.ids() == ids[:1]
     response = api(query_event(ids[1], "DELETE"), None)
     assert response["statusCode"] == 202 and json.loads(response["body"])["status"] == "cancelled"
     assert deployed.store.get_json(records.status_key(ids[1]))["status"] == "cancelled"
 
-    # the driver runs the query but its end hook is lost (no promotion)
-    from squall.service.runner import handle_driver_event
+    from squall.service.runner import handle_driver_event  # a driver without the end hook
 
     event = {"op": "run", "query_id": ids[0], "state": STATE}
     assert handle_driver_event(event, lambda w: connections.get(sf001, w or 2)) == {"status": "succeeded"}
+    assert get_status(api, ids[2])["queue"]["position"] == 1  # slots younger than CHECK_AFTER_S: not checked
     monkeypatch.setattr(lambda_admission, "CHECK_AFTER_S", 0.0)
-    doc = get_status(api, ids[2])  # a status request heals: the slot of the ended query is given back
+    doc = get_status(api, ids[2])  # a status request heals: the slots of the ended query are given back
     assert doc["status"] == "queued" and doc.get("queue") is None
     assert deployed.fake.ids() == [ids[0], ids[2]]  # the cancelled one never starts
+    assert len(deployed.store.entries("_admission/running")) == 1
 
 
 @pytest.fixture
@@ -263,3 +268,20 @@ def test_deployed_limits_from_the_environment():
         deployed_limits(4, {"SQUALL_SERVICE": '{"max_queued": -1}'})
     with pytest.raises(OptionError, match="SQUALL_CONCURRENCY must be"):
         deployed_limits(4, {"SQUALL_CONCURRENCY": "many"})
+
+
+def test_a_driver_gone_for_longer_than_lambda_allows_fails_its_query(deployed, monkeypatch):
+    store = deployed.store
+    launched: list[str] = []
+    admission = lambda_admission.Admission(store, AdmissionLimits(1, 5), launched.append, stale_s=0.0)
+    backend = types.SimpleNamespace(store=store, submit=lambda qid, st: admission.submit(qid, "anonymous"))
+    first, second = submit_as(backend, store, "anonymous"), submit_as(backend, store, "anonymous")
+    assert launched == [first]
+    doc = store.get_json(records.status_key(first))
+    store.put_json(
+        records.status_key(first), {**doc, "status": "running", "started_at": doc.get("created_at", 0)}
+    )
+    monkeypatch.setattr(lambda_admission, "CHECK_AFTER_S", 0.0)
+    assert admission.promote() == [second] and launched == [first, second]
+    error = store.get_json(records.status_key(first))["error"]
+    assert error["error"] == "DriverStopped" and "Lambda timeout or crash" in error["detail"]
