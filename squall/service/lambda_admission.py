@@ -226,6 +226,12 @@ class Admission:
         """Start one queued query: "started", "taken" (another instance has it), "user" (its user is at the
         limit), "full" (no running slot left) or "gone" (cancelled meanwhile)."""
         qid = entry.query_id
+        user_limit = self.limits.user_running
+        held = (
+            {e.name for e in self.store.entries(f"{USERS}/{entry.ukey}")} if user_limit is not None else set()
+        )
+        if user_limit is not None and len(held) >= user_limit:
+            return "user"  # (a slot is taken with a conditional write: this listing only saves a claim)
         claim: dict[str, Any] = {"user_key": entry.ukey, "claimed_at": self.clock()}
         if not self.store.put_json(claim_key(qid), claim, create_only=True):
             self._settle_claimed(entry)
@@ -235,17 +241,19 @@ class Admission:
             record_cancelled(self.store, qid)
             return "gone"
         user_slot = None
-        if self.limits.user_running is not None:
-            user_slot = self._take(f"{USERS}/{entry.ukey}", range(self.limits.user_running), qid)
+        if user_limit is not None:
+            user_slot = self._take(
+                f"{USERS}/{entry.ukey}", [n for n in range(user_limit) if str(n) not in held], qid
+            )
             if user_slot is None:
                 self.store.delete(claim_key(qid))
                 return "user"
         slot = self._take(RUNNING, free, qid)
+        del free[: len(free) if slot is None else free.index(slot) + 1]  # taken: by this query, or by others
         if slot is None:
             self._release(qid, {"user_key": entry.ukey, "user_slot": user_slot})
             self.store.delete(claim_key(qid))
             return "full"
-        free.remove(slot)
         claim.update(slot=slot, user_slot=user_slot, started_at=self.clock())
         self.store.put_json(claim_key(qid), claim)
         self.store.delete(entry.key)
@@ -258,14 +266,12 @@ class Admission:
             return "full"
         return "started"
 
-    def _take(self, prefix: str, numbers: Any, query_id: str) -> int | None:
-        """Create the first free ``prefix/<n>`` of ``numbers`` (create-only); its number, or None."""
-        taken = {e.name for e in self.store.entries(prefix)}
-        for n in list(numbers):
-            if str(n) in taken:
-                continue
+    def _take(self, prefix: str, numbers: list[int], query_id: str) -> int | None:
+        """Create the first of ``prefix/<n>`` for the free ``numbers`` that is still free (create-only: a slot
+        another instance took meanwhile is skipped); its number, or None."""
+        for n in numbers:
             if self.store.put_json(f"{prefix}/{n}", {"query_id": query_id}, create_only=True):
-                return int(n)
+                return n
         return None
 
     def _release(self, query_id: str, claim: dict[str, Any]) -> None:
