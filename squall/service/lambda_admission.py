@@ -68,6 +68,9 @@ CHECK_AFTER_S = 30.0
 CLAIM_TTL_S = 60.0
 #: a query running (or admitted and not started) longer than this has lost its driver: Lambda's 15 min + margin
 STALE_S = 960.0
+#: a status request promotes at most this often per API instance (seconds): a listing of the queued queries
+#: reads the status of each
+PROMOTE_EVERY_S = 1.0
 #: run times kept for the wait estimate, and the run time assumed before any is known (seconds)
 HISTORY = 20
 FIRST_GUESS_S = 10.0
@@ -157,6 +160,7 @@ class Admission:
         self.clock = clock
         self.stale_s = stale_s
         self._checked: dict[str, float] = {}  # running slot → when this instance last checked it
+        self._promoted_at = float("-inf")  # when queue_info last promoted
 
     # --- submit, promote, end -------------------------------------------------------------------------
 
@@ -356,8 +360,11 @@ class Admission:
 
     def queue_info(self, query_id: str) -> dict[str, Any] | None:
         """``{"position", "ahead", "estimated_wait_s", "group"}`` of a queued query after a promotion (which may
-        start it); None when it does not wait (anymore)."""
-        self.promote()
+        start it; at most one every :data:`PROMOTE_EVERY_S` here); None when it does not wait (anymore)."""
+        now = self.clock()
+        if now - self._promoted_at >= PROMOTE_EVERY_S:  # (a listing of queued queries asks for each of them)
+            self._promoted_at = now
+            self.promote()
         queue = self.queue()
         index = next((i for i, e in enumerate(queue) if e.query_id == query_id), None)
         if index is None:

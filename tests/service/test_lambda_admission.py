@@ -65,6 +65,7 @@ def deployed(monkeypatch, connections, sf001):
         for key, value in {"SQUALL_BUCKET": BUCKET, "SQUALL_QUERIES_PREFIX": "queries/",
                            "SQUALL_DRIVER_FUNCTION": "squall-driver", "POWERTOOLS_TRACE_DISABLED": "1"}.items():  # fmt: skip
             monkeypatch.setenv(key, value)
+        monkeypatch.setattr(lambda_admission, "PROMOTE_EVERY_S", 0.0)  # every status request promotes
         fake = FakeLambda()
         monkeypatch.setattr(LambdaBackend, "client", property(lambda self: fake))
         from squall.functions import api, driver
@@ -285,3 +286,18 @@ def test_a_driver_gone_for_longer_than_lambda_allows_fails_its_query(deployed, m
     assert admission.promote() == [second] and launched == [first, second]
     error = store.get_json(records.status_key(first))["error"]
     assert error["error"] == "DriverStopped" and "Lambda timeout or crash" in error["detail"]
+
+
+def test_status_requests_promote_at_most_once_a_second_per_instance(deployed, monkeypatch):
+    monkeypatch.setattr(lambda_admission, "PROMOTE_EVERY_S", 1.0)
+    store, now, launched = deployed.store, [1000.0], []
+    admission = lambda_admission.Admission(
+        store, AdmissionLimits(1, 5), launched.append, clock=lambda: now[0]
+    )
+    backend = types.SimpleNamespace(store=store, submit=lambda qid, st: admission.submit(qid, "anonymous"))
+    first, second = submit_as(backend, store, "anonymous"), submit_as(backend, store, "anonymous")
+    assert admission.queue_info(second)["position"] == 1  # promoted: nothing could start
+    store.delete("_admission/running/0")  # the first one's slot is given back behind this instance's back
+    assert admission.queue_info(second)["position"] == 1 and launched == [first]  # no promotion yet
+    now[0] += 1.0
+    assert admission.queue_info(second) is None and launched == [first, second]
