@@ -141,9 +141,8 @@ def estimate_wait(running_ages: list[float], free: int, mean: float, ahead: int)
 
 
 class Admission:
-    """Admission over ``store`` (see the module doc). ``launch(query_id)`` starts an admitted query's driver;
-    ``user_limits(user)``, when given, tells a user's own ``(user_running, user_queued)`` (e.g. from a users
-    file), else those of ``limits`` apply."""
+    """Admission over ``store`` (see the module doc) with ``limits`` for every user. ``launch(query_id)`` starts
+    an admitted query's driver (asynchronously); ``clock``: wall-clock seconds; ``stale_s``: see :data:`STALE_S`."""
 
     def __init__(
         self,
