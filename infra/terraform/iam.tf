@@ -135,7 +135,7 @@ data "aws_iam_policy_document" "driver" {
   }
   statement {
     sid       = "S3Queries"
-    actions   = ["s3:GetObject", "s3:PutObject"]
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
     resources = ["${local.bucket_arn}/queries/*"]
   }
   statement {
@@ -189,9 +189,12 @@ data "aws_iam_policy_document" "driver" {
     }
   }
   statement {
-    sid       = "InvokeSquallFunctions"
-    actions   = ["lambda:InvokeFunction"]
-    resources = [local.function_arns["worker"], "${local.function_arns["worker"]}:*"]
+    sid     = "InvokeSquallFunctions"
+    actions = ["lambda:InvokeFunction"]
+    resources = [
+      local.function_arns["worker"], "${local.function_arns["worker"]}:*",
+      local.function_arns["driver"], "${local.function_arns["driver"]}:*",
+    ]
   }
   dynamic "statement" {
     for_each = var.tracing ? [1] : []
@@ -216,7 +219,7 @@ data "aws_iam_policy_document" "api" {
   }
   statement {
     sid       = "S3Queries"
-    actions   = ["s3:GetObject", "s3:PutObject"]
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
     resources = ["${local.bucket_arn}/queries/*"]
   }
   statement {

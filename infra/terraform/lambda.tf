@@ -27,6 +27,8 @@ locals {
     SQUALL_WORKER_MEMORY_MB       = tostring(var.worker_memory_mb)
     SQUALL_WORKER_TIMEOUT_SECONDS = tostring(var.timeout_seconds)
     SQUALL_RESULTS_TTL_DAYS       = tostring(var.results_ttl_days)
+    SQUALL_SERVICE                = var.service_settings # admission limits (squall/service/lambda_admission.py)
+    SQUALL_CONCURRENCY            = tostring(var.lambda_concurrency)
     POWERTOOLS_SERVICE_NAME       = "squall"
     POWERTOOLS_METRICS_NAMESPACE  = "Squall"
     POWERTOOLS_LOG_LEVEL          = "INFO"

@@ -92,6 +92,26 @@ variable "reserved_concurrency" {
   default     = null
 }
 
+variable "service_settings" {
+  description = "The service's [service] settings as a JSON object (SQUALL_SERVICE): admission limits max_running, max_queued, user_running, user_queued (squall/service/README.md)."
+  type        = string
+  default     = "{}"
+  validation {
+    condition     = can(keys(jsondecode(var.service_settings)))
+    error_message = "service_settings must be a JSON object, e.g. {\"max_running\": 10}."
+  }
+}
+
+variable "lambda_concurrency" {
+  description = "Concurrent executions the queries may use (SQUALL_CONCURRENCY): the account's limit, or the worker's reserved_concurrency; max_running defaults to it // (1 + max_workers)."
+  type        = number
+  default     = 1000
+  validation {
+    condition     = var.lambda_concurrency >= 1
+    error_message = "lambda_concurrency must be at least 1."
+  }
+}
+
 variable "bucket_name" {
   description = "Existing bucket to use; null = create one (lifecycle rules only on a created bucket)."
   type        = string

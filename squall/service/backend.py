@@ -10,7 +10,9 @@
   ``max_scan_bytes`` is refused then too); the limits of :class:`~squall.service.settings.ServiceSettings`
   apply to every query.
 - :class:`LambdaBackend` — the deployed API: every query is an asynchronous invocation of the driver
-  function (``SQUALL_DRIVER_FUNCTION``), which runs :func:`squall.service.runner.handle_driver_event`;
+  function (``SQUALL_DRIVER_FUNCTION``), which runs :func:`squall.service.runner.handle_driver_event`, once
+  :mod:`~squall.service.lambda_admission` admits it (running and queued limits per user and in all, kept in the
+  state store because many API function instances decide at once; a full queue is a 429 with ``Retry-After``);
   ``tables`` and ``explain`` are synchronous invocations. Submitting only checks the SQL's syntax and
   safety (the API function does not read the data), so catalog errors show up as a failed query; a write
   statement's query is checked the same way, and a COPY's target against ``SQUALL_WRITABLE`` (the locations the
@@ -25,6 +27,7 @@ import logging
 import os
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from squall import aws
@@ -35,6 +38,13 @@ from squall.driver.write.locations import Writable, writable_list
 from squall.errors import OptionError, SquallError, UserError, squall_error
 from squall.service import records
 from squall.service.errors import Busy, Unavailable
+from squall.service.lambda_admission import (
+    DEFAULT_CONCURRENCY,
+    Admission,
+    AdmissionLimits,
+    default_max_running,
+    record_cancelled,
+)
 from squall.service.runner import describe_tables, explain_doc, fail_unstarted, run_query
 from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
 from squall.service.settings import ServiceSettings
@@ -42,7 +52,7 @@ from squall.service.state import StateStore
 
 log = logging.getLogger("squall.service")
 
-__all__ = ["Backend", "LambdaBackend", "LocalBackend", "describe_tables"]
+__all__ = ["Backend", "LambdaBackend", "LocalBackend", "deployed_limits", "describe_tables"]
 
 #: seconds between the scheduler's checks for queries whose timeout passed in the queue
 TICK_S = 0.5
@@ -305,19 +315,76 @@ def writable_here() -> Writable:
     return Writable(writable_list(os.environ.get("SQUALL_WRITABLE")))
 
 
-class LambdaBackend(Backend):
-    """Queries run in the driver Lambda function; see :func:`squall.service.runner.handle_driver_event`."""
+def deployed_limits(max_workers: int, environ: Mapping[str, str] | None = None) -> AdmissionLimits:
+    """The deployed API's admission limits: the ``[service]`` settings as JSON in ``SQUALL_SERVICE`` (``max_running``,
+    ``max_queued``, ``user_running``, ``user_queued``; the stack's ``serviceSettings``) — ``max_running`` by default
+    from ``SQUALL_CONCURRENCY``, the concurrent Lambda executions the queries share (default 1000, an account's
+    default): :func:`~squall.service.lambda_admission.default_max_running` with ``max_workers`` workers a query."""
+    env = os.environ if environ is None else environ
+    try:
+        table = json.loads(env.get("SQUALL_SERVICE") or "{}")
+    except ValueError as err:
+        raise OptionError(f"SQUALL_SERVICE must be the [service] settings as a JSON object: {err}") from None
+    settings = ServiceSettings.load(table, source="SQUALL_SERVICE")
+    max_running = settings.max_running
+    if not isinstance(table, dict) or table.get("max_running") is None:
+        text = env.get("SQUALL_CONCURRENCY") or str(DEFAULT_CONCURRENCY)
+        if not text.strip().isdigit() or int(text) < 1:
+            raise OptionError(f"SQUALL_CONCURRENCY must be a whole number of at least 1, got {text!r}")
+        max_running = default_max_running(int(text), max_workers)
+    return AdmissionLimits(max_running, settings.max_queued, settings.user_running, settings.user_queued)
 
-    def __init__(self, driver_function: str, *, max_workers: int = 64, client: Any = None) -> None:
+
+class LambdaBackend(Backend):
+    """Queries run in the driver Lambda function (see :func:`squall.service.runner.handle_driver_event`), as
+    admitted by :class:`~squall.service.lambda_admission.Admission` over the state store: ``limits`` (default:
+    :func:`deployed_limits`) per user (``request["user"]``) and in all; a query over them waits ``queued`` (its
+    status tells its place) and starts when a running one ends, or is refused with 429 when the queue is full.
+    ``store``: the service's state store (the one queries are submitted to is used when not given)."""
+
+    def __init__(
+        self,
+        driver_function: str,
+        *,
+        max_workers: int = 64,
+        client: Any = None,
+        store: StateStore | None = None,
+        limits: AdmissionLimits | None = None,
+    ) -> None:
         self.driver_function = driver_function
         self.max_workers = max_workers
         self._client = client
+        self.store = store
+        self.limits = limits or deployed_limits(max_workers)
+        self._admissions: dict[str, Admission] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, store: StateStore | None = None) -> LambdaBackend:
+        """The deployed functions' backend: ``SQUALL_DRIVER_FUNCTION``, ``SQUALL_MAX_WORKERS``, the limits of
+        :func:`deployed_limits`."""
+        driver = os.environ.get("SQUALL_DRIVER_FUNCTION")
+        if not driver:
+            raise OptionError("set SQUALL_DRIVER_FUNCTION: the function that runs queries")
+        return cls(driver, max_workers=int(os.environ.get("SQUALL_MAX_WORKERS", "64")), store=store)
 
     @property
     def client(self) -> Any:
         if self._client is None:
             self._client = aws.client("lambda", max_retries=2, read_timeout_s=28)
         return self._client
+
+    def admission(self, store: StateStore) -> Admission:
+        """The admission over ``store`` (one per store)."""
+        with self._lock:
+            found = self._admissions.get(store.url)
+            if found is None:
+
+                def launch(query_id: str) -> None:
+                    self._invoke({"op": "run", "query_id": query_id, "state": store.url}, asynchronous=True)
+
+                found = self._admissions[store.url] = Admission(store, self.limits, launch)
+            return found
 
     def check(self, sql: str, workers: int | None) -> None:
         from squall.driver.frontend.bind import check_safe, parse
@@ -349,7 +416,28 @@ class LambdaBackend(Backend):
         return body
 
     def submit(self, query_id: str, store: StateStore) -> None:
-        self._invoke({"op": "run", "query_id": query_id, "state": store.url}, asynchronous=True)
+        if self.store is None:
+            self.store = store
+        request = store.get_json(records.request_key(query_id)) or {}
+        self.admission(store).submit(query_id, str(request.get("user") or ANONYMOUS))
+
+    def cancel(self, query_id: str) -> None:
+        if self.store is not None and self.admission(self.store).cancel(query_id):
+            record_cancelled(self.store, query_id)  # it was queued: it never runs
+
+    def queue_info(self, query_id: str) -> dict[str, Any] | None:
+        if self.store is None:
+            return None
+        try:
+            return self.admission(self.store).queue_info(query_id)
+        except Exception:  # a status answer does not depend on it
+            log.warning("cannot tell where %s stands in the queue", query_id, exc_info=True)
+            return None
+
+    def query_ended(self, query_id: str, store: StateStore) -> list[str]:
+        """The driver function's end-of-query hook: give back the query's running slots when it has ended and
+        start the next queued queries (ids returned)."""
+        return self.admission(store).finished(query_id)
 
     def tables(self) -> list[dict[str, Any]]:
         return list(self._invoke({"op": "tables"})["tables"])

@@ -2,16 +2,24 @@
 
 ``squall.functions.driver.handler`` runs the API's events with
 :func:`squall.service.runner.handle_driver_event` on the Connections :func:`connection_for` returns: one
-per worker count, kept while the execution environment is warm.
+per worker count, kept while the execution environment is warm; after a ``run`` event it calls
+:func:`query_ended` (the admission's end-of-query hook).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from squall.connection import Connection
+from squall.service.backend import LambdaBackend
+from squall.service.state import StateStore, state_store
+
+log = logging.getLogger("squall.service")
 
 _connections: dict[int, Connection] = {}
+_backend: LambdaBackend | None = None
+_stores: dict[str, StateStore] = {}
 
 
 def connection_for(workers: int | None) -> Connection:
@@ -30,3 +38,20 @@ def connection_for(workers: int | None) -> Connection:
         writable = os.environ.get("SQUALL_WRITABLE") or None
         _connections[count] = Connection(data, workers=count, platform=platform, writable=writable)
     return _connections[count]
+
+
+def query_ended(query_id: str, state: str) -> list[str]:
+    """The driver function's end-of-query hook: when the query ``query_id`` of the state store ``state`` has ended,
+    give back its admission slots and start the next queued queries (their ids;
+    :meth:`~squall.service.backend.LambdaBackend.query_ended`). Never raises: a failed promotion heals on the
+    API's next submit or status request."""
+    global _backend
+    try:
+        if _backend is None:
+            _backend = LambdaBackend.from_env()
+        if state not in _stores:
+            _stores[state] = state_store(state)
+        return _backend.query_ended(query_id, _stores[state])
+    except Exception:
+        log.warning("cannot promote queued queries after %s", query_id, exc_info=True)
+        return []

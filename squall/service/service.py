@@ -182,7 +182,8 @@ class Service:
     @classmethod
     def from_env(cls) -> Service:
         """The deployed API's service: S3 state (``SQUALL_STATE`` or ``s3://$SQUALL_BUCKET/$SQUALL_QUERIES_PREFIX``),
-        queries on the driver function (``SQUALL_DRIVER_FUNCTION``), ``SQUALL_MAX_WORKERS``,
+        queries on the driver function (``SQUALL_DRIVER_FUNCTION``) as admitted by the limits of ``SQUALL_SERVICE``
+        and ``SQUALL_CONCURRENCY`` (:func:`~squall.service.backend.deployed_limits`), ``SQUALL_MAX_WORKERS``,
         ``SQUALL_INLINE_LIMIT``, ``SQUALL_API_TOKEN`` (optional bearer token), ``SQUALL_RESULT_TTL`` (e.g.
         ``7d``: answer 410 for older queries; the bucket's lifecycle rule deletes them)."""
         from squall.service.backend import LambdaBackend
@@ -196,9 +197,12 @@ class Service:
         driver = os.environ.get("SQUALL_DRIVER_FUNCTION")
         if not driver:
             raise OptionError("set SQUALL_DRIVER_FUNCTION: the function that runs queries")
-        backend = LambdaBackend(driver, max_workers=int(os.environ.get("SQUALL_MAX_WORKERS", "64")))
+        store = state_store(url)  # the backend's admission state lives there too
+        backend = LambdaBackend(
+            driver, max_workers=int(os.environ.get("SQUALL_MAX_WORKERS", "64")), store=store
+        )
         return cls(
-            state_store(url),
+            store,
             backend,
             inline_limit=int(os.environ.get("SQUALL_INLINE_LIMIT", DEFAULT_INLINE_LIMIT)),
             token=os.environ.get("SQUALL_API_TOKEN"),

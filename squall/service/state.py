@@ -16,10 +16,12 @@ so its link is the file path and ``squall serve`` streams the file through the H
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import threading
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -39,6 +41,16 @@ class Link:
 
     url: str | None = None
     path: str | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An object directly under a prefix: its ``name``, when it was last written (``modified``, seconds since the
+    epoch) and its ``tag`` (S3: the ETag), which :meth:`StateStore.delete_if` compares."""
+
+    name: str
+    modified: float
+    tag: str
 
 
 def check_key(key: str) -> str:
@@ -86,6 +98,19 @@ class StateStore(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object at ``key`` and every object under ``key/`` (nothing to remove is no error)."""
+
+    @abstractmethod
+    def entries(self, prefix: str) -> list[Entry]:
+        """The objects directly under ``prefix`` (not the folders), in ascending order of name."""
+
+    @abstractmethod
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object at ``key`` and its tag (see :class:`Entry`), or None if there is none."""
+
+    @abstractmethod
+    def delete_if(self, key: str, tag: str) -> bool:
+        """Remove the single object at ``key`` only if its tag is still ``tag`` (S3: a conditional
+        ``DeleteObject`` with ``If-Match``); False if it changed or is gone."""
 
     def put_json(self, key: str, value: Any, *, create_only: bool = False) -> bool:
         """Write ``value`` as JSON (see :meth:`put`)."""
@@ -171,6 +196,37 @@ class LocalStateStore(StateStore):
             shutil.rmtree(target, ignore_errors=True)
         else:
             target.unlink(missing_ok=True)
+
+    def entries(self, prefix: str) -> list[Entry]:
+        out = []
+        for name in self.children(prefix):
+            path = self.path(f"{prefix}/{name}")
+            try:
+                if path.is_file():
+                    out.append(Entry(name, path.stat().st_mtime, _tag(path.read_bytes())))
+            except FileNotFoundError:  # removed in between
+                continue
+        return out
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        data = self.get(key)
+        return None if data is None else (data, _tag(data))
+
+    def delete_if(self, key: str, tag: str) -> bool:
+        with _LOCAL_DELETE:  # atomic within this process, which is all a local folder serves
+            found = self.get_tagged(key)
+            if found is None or found[1] != tag:
+                return False
+            self.path(key).unlink(missing_ok=True)
+            return True
+
+
+_LOCAL_DELETE = threading.Lock()
+
+
+def _tag(data: bytes) -> str:
+    """A local object's tag: the MD5 of its bytes, as S3's ETag of a single-part upload."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 class S3StateStore(StateStore):
@@ -295,6 +351,40 @@ class S3StateStore(StateStore):
                 break
         names = sorted(set(names))
         return names[:limit] if limit is not None else names
+
+    def entries(self, prefix: str) -> list[Entry]:
+        base = self._key(prefix) + "/"
+        out = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=base, Delimiter="/"
+        ):
+            for obj in page.get("Contents", []):
+                modified = obj["LastModified"].timestamp()
+                out.append(Entry(obj["Key"][len(base) :], modified, obj["ETag"].strip('"')))
+        return sorted(out, key=lambda e: e.name)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as err:
+            if self._missing(err):
+                return None
+            raise
+        return response["Body"].read(), str(response["ETag"]).strip('"')
+
+    def delete_if(self, key: str, tag: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key), IfMatch=f'"{tag}"')
+        except ClientError as err:
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if self._missing(err) or status == 412:
+                return False
+            raise
+        return True
 
     def delete(self, key: str) -> None:
         full = self._key(key)

@@ -80,6 +80,8 @@ def test_environment(default, alt):
             "SQUALL_WORKER_MEMORY_MB": "4096",
             "SQUALL_WORKER_TIMEOUT_SECONDS": "300",
             "SQUALL_RESULTS_TTL_DAYS": "7",
+            "SQUALL_SERVICE": "{}",
+            "SQUALL_CONCURRENCY": "1000",
             "POWERTOOLS_SERVICE_NAME": "squall",
             "POWERTOOLS_METRICS_NAMESPACE": "Squall",
             "POWERTOOLS_LOG_LEVEL": "INFO",
@@ -180,15 +182,20 @@ def test_iam_grants_per_function(default):
     assert grants(statements["api"]) == {
         "OwnLogGroup": {"logs:CreateLogStream", "logs:PutLogEvents"},
         "S3Results": {"s3:GetObject"},
-        "S3Queries": {"s3:GetObject", "s3:PutObject"},
+        "S3Queries": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
         "S3ListPrefixes": {"s3:ListBucket"},
         "InvokeSquallFunctions": {"lambda:InvokeFunction"},
     }
-    # nobody but the driver deletes, nobody writes data/
+    # deletes: the driver in exchange/, the driver and the API in queries/ (admission slots, queue entries);
+    # nobody writes data/
     for role, sts in statements.items():
         for st in sts:
             if "s3:DeleteObject" in as_list(st["Action"]):
-                assert (role, st["Sid"]) == ("driver", "S3Exchange")
+                assert (role, st["Sid"]) in {
+                    ("driver", "S3Exchange"),
+                    ("driver", "S3Queries"),
+                    ("api", "S3Queries"),
+                }
             if st["Sid"] == "S3Data":
                 assert as_list(st["Action"]) == ["s3:GetObject"]
 
@@ -271,7 +278,7 @@ def test_invoke_targets(default):
         targets[role] = {re.sub(r"^.*:function:", "", r) for r in st["Resource"]}
     assert targets == {
         "worker": {"Squall-worker", "Squall-worker:*"},
-        "driver": {"Squall-worker", "Squall-worker:*"},
+        "driver": {"Squall-worker", "Squall-worker:*", "Squall-driver", "Squall-driver:*"},
         "api": {"Squall-driver", "Squall-driver:*"},
     }
 

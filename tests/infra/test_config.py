@@ -140,3 +140,16 @@ def test_bad_output_prefix_is_rejected(prefix):
 def test_output_prefix_overlapping_squall_areas_is_rejected(prefixes):
     with pytest.raises(config.ConfigError, match="outputPrefixes"):
         config.SquallConfig.from_mapping({"bucketName": "mine", "outputPrefixes": json.dumps(prefixes)})
+
+
+def test_service_settings_reach_the_functions_as_json():
+    cfg = config.SquallConfig.from_mapping({"serviceSettings": '{"user_running": 2, "max_running": 10}'})
+    assert cfg.service_settings == '{"max_running":10,"user_running":2}'
+    assert config.SquallConfig.from_mapping({"serviceSettings": {"max_queued": 5}}).service_settings == (
+        '{"max_queued":5}'
+    )
+    for bad in ("[1]", "{", "10"):
+        with pytest.raises(config.ConfigError, match="context serviceSettings: not"):
+            config.SquallConfig.from_mapping({"serviceSettings": bad})
+    with pytest.raises(config.ConfigError, match="lambdaConcurrency must be at least 1"):
+        config.SquallConfig.from_mapping({"lambdaConcurrency": "0"})

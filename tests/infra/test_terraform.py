@@ -109,10 +109,11 @@ def test_iam_scoping_in_terraform():
             if st["sid"] in ("S3Exchange", "S3Results", "S3Queries"):
                 assert resources == [f"${{local.bucket_arn}}/{st['sid'][2:].lower()}/*"]
             if st["sid"] == "InvokeSquallFunctions":
-                target = "driver" if role == "api" else "worker"
+                targets = {"api": ["driver"], "driver": ["worker", "driver"]}.get(role, ["worker"])
                 assert resources == [
-                    f'${{local.function_arns["{target}"]}}',
-                    f'${{local.function_arns["{target}"]}}:*',
+                    arn
+                    for t in targets
+                    for arn in (f'${{local.function_arns["{t}"]}}', f'${{local.function_arns["{t}"]}}:*')
                 ]
         for dyn in documents[role].get("dynamic", []):
             for statement in as_list(dyn.get("statement", [])):

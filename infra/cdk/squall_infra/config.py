@@ -76,6 +76,17 @@ def _to_list(value: Any) -> list[str]:
     return [str(v).strip() for v in items if str(v).strip()]
 
 
+def _to_json_object(value: Any) -> str:
+    """A JSON object (a mapping, or its JSON text) as compact JSON text."""
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else value
+    except ValueError as err:
+        raise ConfigError(f"not JSON: {err}") from None
+    if not isinstance(parsed, Mapping):
+        raise ConfigError(f"not a JSON object: {value!r}")
+    return json.dumps(parsed, separators=(",", ":"), sort_keys=True)
+
+
 def _param(default: Any, doc: str, convert: Callable[[Any], Any]) -> Any:
     meta = {"doc": doc, "convert": convert, "default": default}
     if isinstance(default, list):
@@ -98,6 +109,18 @@ class SquallConfig:
     max_workers: int = _param(64, "upper bound on workers per query (SQUALL_MAX_WORKERS)", _to_int)
     reserved_concurrency: int | None = _param(
         None, "reserved concurrency of the worker function; none = use the account pool", _to_optional_int
+    )
+    service_settings: str = _param(
+        "{}",
+        "the service's [service] settings as a JSON object (SQUALL_SERVICE): admission limits max_running, "
+        "max_queued, user_running, user_queued (squall/service/README.md)",
+        _to_json_object,
+    )
+    lambda_concurrency: int = _param(
+        1000,
+        "concurrent executions the queries may use (SQUALL_CONCURRENCY): the account's limit, or the worker's "
+        "reservedConcurrency; max_running defaults to it // (1 + maxWorkers)",
+        _to_int,
     )
     bucket_name: str | None = _param(
         None,
@@ -183,6 +206,7 @@ class SquallConfig:
                 self.reserved_concurrency is None or self.reserved_concurrency >= 1,
                 "reservedConcurrency must be at least 1 (or none)",
             ),
+            (self.lambda_concurrency >= 1, "lambdaConcurrency must be at least 1"),
             (self.exchange_ttl_days >= 1, "exchangeTtlDays must be at least 1"),
             (self.results_ttl_days >= 1, "resultsTtlDays must be at least 1"),
             (

@@ -15,7 +15,8 @@ Resources (``cdk synth`` shows all of them):
 
 IAM is least privilege, per function (:data:`GRANTS`): S3 actions on the bucket's ``data/`` (read),
 ``exchange/``, ``results/``, ``queries/`` prefixes only, ``lambda:InvokeFunction`` on the worker
-(driver, worker: invocation tree) or driver (api) only, logs on the function's own log group. Writes
+(driver, worker: invocation tree) or driver (api; the driver too: it starts the next queued query) only, logs on
+the function's own log group. Writes
 (:data:`WRITES`) go only under the ``outputPrefixes``, and with none there is no write grant at all.
 """
 
@@ -80,11 +81,12 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # the driver writes the run's plan reference and ABORT marker there, and deletes the run's objects
         Grant("exchange", ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
         Grant("results", ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload")),
-        Grant("queries", ("s3:GetObject", "s3:PutObject")),
+        # DeleteObject: admission slots and queue entries (_admission/ under queries/) are given back
+        Grant("queries", ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
     ),
     "api": (
         Grant("results", ("s3:GetObject",)),
-        Grant("queries", ("s3:GetObject", "s3:PutObject")),
+        Grant("queries", ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
     ),
 }
 #: Prefixes each function may list (``s3:ListBucket`` with an ``s3:prefix`` condition).
@@ -122,7 +124,12 @@ WRITES: dict[str, WriteGrant] = {
     ),
 }
 #: Which functions each function may invoke.
-INVOKES: dict[str, tuple[str, ...]] = {"worker": ("worker",), "driver": ("worker",), "api": ("driver",)}
+#: (the driver invokes the driver too: when its query ends it starts the next queued ones)
+INVOKES: dict[str, tuple[str, ...]] = {
+    "worker": ("worker",),
+    "driver": ("worker", "driver"),
+    "api": ("driver",),
+}
 
 
 class SquallStack(cdk.Stack):
@@ -241,6 +248,9 @@ class SquallStack(cdk.Stack):
             "SQUALL_WORKER_MEMORY_MB": str(cfg.worker_memory_mb),
             "SQUALL_WORKER_TIMEOUT_SECONDS": str(cfg.timeout_seconds),
             "SQUALL_RESULTS_TTL_DAYS": str(cfg.results_ttl_days),
+            # admission (squall/service/lambda_admission.py): the [service] limits and the concurrency they share
+            "SQUALL_SERVICE": cfg.service_settings,
+            "SQUALL_CONCURRENCY": str(cfg.lambda_concurrency),
             "POWERTOOLS_SERVICE_NAME": "squall",
             "POWERTOOLS_METRICS_NAMESPACE": "Squall",
             "POWERTOOLS_LOG_LEVEL": "INFO",
