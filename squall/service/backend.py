@@ -35,10 +35,11 @@ from squall.driver.write.locations import Writable, writable_list
 from squall.errors import OptionError, SquallError, UserError, squall_error
 from squall.service import records
 from squall.service.errors import Busy, Unavailable
-from squall.service.runner import describe_tables, explain_doc, fail_unstarted, run_query
+from squall.service.runner import Limits, OnEnd, describe_tables, explain_doc, fail_unstarted, run_query
 from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
 from squall.service.settings import ServiceSettings
 from squall.service.state import StateStore
+from squall.service.users import User, check_plan
 
 log = logging.getLogger("squall.service")
 
@@ -49,9 +50,11 @@ TICK_S = 0.5
 
 
 class Backend(ABC):
-    """Runs the service's queries. Lifecycle: made with the Service, :meth:`close` when it stops."""
+    """Runs the service's queries. Lifecycle: made with the Service, :meth:`close` when it stops.
+    ``on_end(request, status)``: called when a query that runs here ends (the Service's audit log)."""
 
     max_workers: int
+    on_end: OnEnd | None = None
 
     def check_workers(self, workers: int | None) -> None:
         if workers is not None and not 1 <= workers <= self.max_workers:
@@ -60,6 +63,10 @@ class Backend(ABC):
     @abstractmethod
     def check(self, sql: str, workers: int | None) -> None:
         """Raise a UserError if ``sql`` cannot be accepted (before anything is stored)."""
+
+    def check_user(self, sql: str, workers: int | None, user: User) -> None:  # noqa: B027 - optional
+        """Raise a UserError if ``user`` may not run ``sql`` (a table outside their catalogs, more bytes than
+        their ``max_bytes_scanned``). Here: nothing (the driver checks the plan before it runs the query)."""
 
     @abstractmethod
     def submit(self, query_id: str, store: StateStore) -> None:
@@ -170,6 +177,20 @@ class LocalBackend(Backend):
         plan = self.connection_for(workers).plan(sql)
         self.limits.check_scan(planned_scan_bytes(plan))
 
+    def check_user(self, sql: str, workers: int | None, user: User) -> None:
+        """PermissionDenied for a table outside the user's catalogs, LimitExceeded for a plan that reads more
+        than the user's ``max_bytes_scanned`` (the plan is the one :meth:`check` made: cached)."""
+        if user.catalogs is None and user.max_bytes_scanned is None:
+            return
+        try:
+            plan = self.connection_for(workers).plan(sql)
+        except UserError:  # a statement without a plan (DROP TABLE): nothing it reads
+            return
+        named = self.connection_for(workers).catalog.catalogs
+        check_plan(user, plan, named.names() if named is not None else ())
+        if user.max_bytes_scanned is not None:
+            Limits(max_scan_bytes=user.max_bytes_scanned, user=user.name).check_scan(planned_scan_bytes(plan))
+
     def _scan_bytes(self, request: dict[str, Any]) -> int:
         """What the request's plan reads (its plan is cached since :meth:`check`); 0 when it has none."""
         try:
@@ -185,12 +206,14 @@ class LocalBackend(Backend):
         request = store.get_json(records.request_key(query_id)) or {}
         user = str(request.get("user") or ANONYMOUS)
         scan_bytes = self._scan_bytes(request)
+        own = request.get("limits") or {}
         with self._lock:
             self._queries[query_id] = (store, threading.Event())
         try:
             self.scheduler.submit(
-                query_id, user=user, scan_bytes=scan_bytes, timeout_s=request.get("timeout_s")
-            )
+                query_id, user=user, scan_bytes=scan_bytes, timeout_s=request.get("timeout_s"),
+                user_limits=(own.get("max_running"), own.get("max_queued")),
+            )  # fmt: skip
         except Busy:
             with self._lock:
                 self._queries.pop(query_id, None)
@@ -209,9 +232,8 @@ class LocalBackend(Backend):
         with self._lock:
             store, event = self._queries[query_id]
         try:
-            run_query(
-                store, query_id, self.connection_for, cancel=event, poll_s=self.poll_s, limits=self.limits
-            )
+            run_query(store, query_id, self.connection_for, cancel=event, poll_s=self.poll_s,
+                      limits=self.limits, on_end=self.on_end)  # fmt: skip
         except Exception:  # the store failed: nothing more to record
             log.exception("runner failed on %s", query_id)
         finally:
@@ -237,7 +259,7 @@ class LocalBackend(Backend):
         if self.scheduler.cancel(query_id):  # it was queued: record it cancelled now
             with self._lock:
                 self._queries.pop(query_id, None)
-            run_query(store, query_id, self.connection_for, cancel=event)
+            run_query(store, query_id, self.connection_for, cancel=event, on_end=self.on_end)
 
     def queue_info(self, query_id: str) -> dict[str, Any] | None:
         return self.scheduler.queue_info(query_id)
@@ -258,7 +280,7 @@ class LocalBackend(Backend):
         for query_id, (store, event) in queries.items():
             event.set()
             if self.scheduler.cancel(query_id):  # queued: it will never run
-                fail_unstarted(store, query_id, "the server stopped before the query started")
+                fail_unstarted(store, query_id, "the server stopped before the query started", self.on_end)
         for thread in threads:
             thread.join(timeout=30)
         with self._lock:
