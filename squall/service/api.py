@@ -217,10 +217,9 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         body: QueryRequest,
         idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
     ) -> Response[QueryAccepted]:
-        event = app.current_event.raw_event
         status, replayed = service.submit(
             body.sql, workers=body.workers, fmt=body.format, timeout_s=body.timeout_s,
-            idempotency_key=idempotency_key, user=request_user(event), client=client_address(event),
+            idempotency_key=idempotency_key, user=_user(app), client=client_address(app.current_event.raw_event),
         )  # fmt: skip
         headers = {"Location": _location(app, f"/v1/queries/{status['query_id']}")}
         if replayed:

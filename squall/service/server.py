@@ -337,6 +337,30 @@ def _sweep_loop(service: Service, stop: threading.Event, interval_s: float) -> N
             return
 
 
+def _announce(server: ApiServer, service: Service, host: str, where: str, writable: list[str]) -> None:
+    """``serving on URL (…)`` on stderr (what tests and scripts wait for), after a warning when the server
+    is reachable beyond this machine with no token."""
+    count = len(service.users.users)
+    auth = (
+        f"{count} user{'s' if count != 1 else ''}, bearer token required"
+        if service.users.need_token
+        else "no token"
+    )
+    if not service.users.need_token and not is_loopback(host):
+        print(
+            f"warning: listening on {host} without --token: anyone who can reach port "
+            f"{server.server_address[1]} can run queries (set --token, $SQUALL_TOKEN or --users)",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        f"serving on {server.url} (web console: {server.url}/; {where}, {auth}"
+        f"{', writable ' + ', '.join(writable) if writable else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def serve(
     *,
     data: str | None,
@@ -395,25 +419,7 @@ def serve(
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _terminate)
             signal.signal(signal.SIGINT, _terminate)
-        count = len(service.users.users)
-        auth = (
-            f"{count} user{'s' if count != 1 else ''}, bearer token required"
-            if service.users.need_token
-            else "no token"
-        )
-        if not service.users.need_token and not is_loopback(host):
-            print(
-                f"warning: listening on {host} without --token: anyone who can reach port "
-                f"{server.server_address[1]} can run queries (set --token or $SQUALL_TOKEN)",
-                file=sys.stderr,
-                flush=True,
-            )
-        print(
-            f"serving on {server.url} (web console: {server.url}/; data {data}, state {store.url}, {auth}"
-            f"{', writable ' + ', '.join(backend.writable) if backend.writable else ''})",
-            file=sys.stderr,
-            flush=True,
-        )
+        _announce(server, service, host, f"data {data}, state {store.url}", backend.writable)
         if ready is not None:
             ready.set()
         with server:

@@ -107,9 +107,8 @@ class User:
         ``lake.ns.t``) the user may not read."""
         for table in tables:
             if not self.may_read(table):
-                raise PermissionDenied(
-                    f"user {self.name} may not read table {table} (catalogs: {', '.join(self.catalogs) or 'none'})"
-                )
+                allowed = ", ".join(self.catalogs or ()) or "none"
+                raise PermissionDenied(f"user {self.name} may not read table {table} (catalogs: {allowed})")
 
 
 ADMIN_ANONYMOUS = User(ANONYMOUS, role="admin")

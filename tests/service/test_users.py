@@ -15,11 +15,11 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from .conftest import Server
+from .test_lambda_api import event, lambda_api, with_query_id  # noqa: F401 - lambda_api: a fixture
 
 requests = pytest.importorskip("requests")
 
@@ -146,7 +146,11 @@ def test_a_table_outside_the_users_catalogs_is_refused_before_running(users_serv
     names = {t["name"] for t in call(srv, "bob", "GET", "/v1/tables").json()["tables"]}
     assert names == {"nation", "region"}
     assert "customer" in {t["name"] for t in call(srv, "alice", "GET", "/v1/tables").json()["tables"]}
-    assert submit(srv, "alice", "SELECT count(*) FROM customer")["status"] in ("queued", "running", "succeeded")
+    assert submit(srv, "alice", "SELECT count(*) FROM customer")["status"] in (
+        "queued",
+        "running",
+        "succeeded",
+    )
 
 
 def test_per_user_limits_name_the_limit(users_server):
@@ -254,8 +258,6 @@ def test_scheduler_applies_a_users_own_limits_over_every_group():
 
 # --- the deployed API: the IAM principal is the user ---------------------------------------------------------
 
-from .test_lambda_api import BUCKET, event, lambda_api, with_query_id  # noqa: E402, F401
-
 ANALYST = "arn:aws:iam::123456789012:user/analyst"  # the sample events' caller
 
 
@@ -265,7 +267,7 @@ def as_principal(e: dict, arn: str) -> dict:
     return e
 
 
-def test_lambda_handler_maps_the_iam_principal_to_the_user(lambda_api, monkeypatch, capsys):
+def test_lambda_handler_maps_the_iam_principal_to_the_user(lambda_api, monkeypatch, capsys):  # noqa: F811
     users = {"users": {"analyst": {"iam_principal": ANALYST, "catalogs": ["nation"]},
                        "other": {"iam_principal": "arn:aws:iam::123456789012:user/other"},
                        "ops": {"iam_principal": ["arn:aws:iam::123456789012:role/ops"], "role": "admin"}}}  # fmt: skip
@@ -296,5 +298,10 @@ def test_lambda_handler_maps_the_iam_principal_to_the_user(lambda_api, monkeypat
     assert "region" in doc["error"]["detail"]
     audit = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     ends = {(a["query_id"], a["event"]): a for a in audit}
-    assert ends[(query_id, "submit")]["user"] == "analyst" and ends[(query_id, "end")]["status"] == "succeeded"
-    assert ends[(query_id, "submit")]["client"] == "203.0.113.7" and ends[(refused_id, "end")]["status"] == "failed"
+    assert (
+        ends[(query_id, "submit")]["user"] == "analyst" and ends[(query_id, "end")]["status"] == "succeeded"
+    )
+    assert (
+        ends[(query_id, "submit")]["client"] == "203.0.113.7"
+        and ends[(refused_id, "end")]["status"] == "failed"
+    )

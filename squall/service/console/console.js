@@ -570,10 +570,18 @@
     $("token-button").classList.toggle("set", Boolean(token()));
   }
 
+  async function loadWhoami() {
+    const who = await apiJson("GET", "v1/whoami");
+    const shown = who.user === "anonymous" ? "" : who.user + (who.role === "admin" ? " (admin)" : "");
+    $("whoami").textContent = shown ? "Signed in as " + shown : "";
+    $("whoami").title = who.catalogs ? "may read: " + who.catalogs.join(", ") : "may read every table";
+  }
+
   // --- wiring -----------------------------------------------------------------------------------
 
   async function init() {
     updateTokenButton();
+    $("whoami").textContent = "";
     try {
       const health = await (await fetch("healthz")).json();
       $("version").textContent = "v" + health.version;
@@ -581,6 +589,7 @@
       /* an older server */
     }
     try {
+      await loadWhoami();
       await loadTables();
       await loadHistory();
       await loadActivity();
