@@ -64,9 +64,12 @@ class Backend(ABC):
     def check(self, sql: str, workers: int | None) -> None:
         """Raise a UserError if ``sql`` cannot be accepted (before anything is stored)."""
 
-    def check_user(self, sql: str, workers: int | None, user: User) -> None:  # noqa: B027 - optional
-        """Raise a UserError if ``user`` may not run ``sql`` (a table outside their catalogs, more bytes than
-        their ``max_bytes_scanned``). Here: nothing (the driver checks the plan before it runs the query)."""
+    def check_user(  # noqa: B027 - optional
+        self, sql: str, workers: int | None, user: User, *, scan: bool = True
+    ) -> None:
+        """Raise a UserError if ``user`` may not run ``sql`` (a table outside their catalogs; with ``scan``,
+        more bytes than their ``max_bytes_scanned``). Here: nothing (the driver checks the plan before it runs
+        the query)."""
 
     @abstractmethod
     def submit(self, query_id: str, store: StateStore) -> None:
@@ -177,10 +180,11 @@ class LocalBackend(Backend):
         plan = self.connection_for(workers).plan(sql)
         self.limits.check_scan(planned_scan_bytes(plan))
 
-    def check_user(self, sql: str, workers: int | None, user: User) -> None:
-        """PermissionDenied for a table outside the user's catalogs, LimitExceeded for a plan that reads more
-        than the user's ``max_bytes_scanned`` (the plan is the one :meth:`check` made: cached)."""
-        if user.catalogs is None and user.max_bytes_scanned is None:
+    def check_user(self, sql: str, workers: int | None, user: User, *, scan: bool = True) -> None:
+        """PermissionDenied for a table outside the user's catalogs, LimitExceeded (with ``scan``) for a plan
+        that reads more than the user's ``max_bytes_scanned`` (the plan is the one :meth:`check` made: cached)."""
+        scan = scan and user.max_bytes_scanned is not None
+        if user.catalogs is None and not scan:
             return
         try:
             plan = self.connection_for(workers).plan(sql)
@@ -188,7 +192,7 @@ class LocalBackend(Backend):
             return
         named = self.connection_for(workers).catalog.catalogs
         check_plan(user, plan, named.names() if named is not None else ())
-        if user.max_bytes_scanned is not None:
+        if scan:
             Limits(max_scan_bytes=user.max_bytes_scanned, user=user.name).check_scan(planned_scan_bytes(plan))
 
     def _scan_bytes(self, request: dict[str, Any]) -> int:

@@ -588,10 +588,11 @@ class Service:
     def explain(
         self, sql: str, workers: int | None = None, *, estimate: bool = False, user: User | None = None
     ) -> dict[str, Any]:
-        """The plan of ``sql`` (PermissionDenied for a table ``user`` may not read)."""
+        """The plan of ``sql`` (PermissionDenied for a table ``user`` may not read; a plan beyond the user's
+        ``max_bytes_scanned`` is shown: explain is how to see what a query would read)."""
         with self._plans():
             if user is not None:
-                self.backend.check_user(sql, workers, user)
+                self.backend.check_user(sql, workers, user, scan=False)
             return self.backend.explain(sql, workers, estimate=estimate)
 
     def close(self) -> None:

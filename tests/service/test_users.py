@@ -160,6 +160,8 @@ def test_per_user_limits_name_the_limit(users_server):
     detail = refused.json()["detail"]
     assert refused.json()["error"] == "LimitExceeded" and "carol" in detail and "max_bytes_scanned" in detail
     assert "19.5 KiB" in detail  # 20KB
+    # explain shows what it would read (the limit applies to running it)
+    assert call(srv, "carol", "POST", "/v1/explain", json={"sql": "SELECT sum(l_quantity) FROM lineitem"}).ok
     # the same query is fine for alice (the server's limits are wider)
     assert submit(srv, "alice", "SELECT sum(l_quantity) FROM lineitem")["query_id"]
     # a result larger than carol's max_result_rows: found while running, the query fails naming it
@@ -305,3 +307,22 @@ def test_lambda_handler_maps_the_iam_principal_to_the_user(lambda_api, monkeypat
         ends[(query_id, "submit")]["client"] == "203.0.113.7"
         and ends[(refused_id, "end")]["status"] == "failed"
     )
+
+
+def test_authenticate_rest_and_http_api_principals_tokens_and_no_users():
+    from squall.service.api import authenticate
+    from squall.service.users import User, Users, sha256_hex
+
+    users = Users([User("ana", iam_principals=(ANALYST,)), User("tok", token_sha256=sha256_hex("t0k"))])
+    rest = {"requestContext": {"identity": {"userArn": ANALYST}}}
+    http = {"requestContext": {"authorizer": {"iam": {"userArn": ANALYST}}}}
+    assert authenticate(users, rest).name == authenticate(users, http).name == "ana"  # type: ignore[union-attr]
+    stranger = authenticate(users, {"requestContext": {"identity": {"userArn": ANALYST + "x"}}})
+    assert isinstance(stranger, dict) and stranger["statusCode"] == 403
+    bearer = {"headers": {"Authorization": "Bearer t0k"}}
+    assert authenticate(users, bearer).name == "tok"  # type: ignore[union-attr]
+    wrong = authenticate(users, {"headers": {"Authorization": "Bearer nope"}})
+    assert isinstance(wrong, dict) and wrong["statusCode"] == 401 and "nope" not in wrong["body"]
+    # no users file: every IAM principal is a user of its own (an admin); no principal: anonymous
+    assert authenticate(Users(), rest).name == ANALYST  # type: ignore[union-attr]
+    assert authenticate(Users(), {}).name == "anonymous"  # type: ignore[union-attr]
