@@ -39,7 +39,7 @@ from squall.service.runner import Limits, OnEnd, describe_tables, explain_doc, f
 from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
 from squall.service.settings import ServiceSettings
 from squall.service.state import StateStore
-from squall.service.users import User, check_plan
+from squall.service.users import User, check_plan, sql_tables
 
 log = logging.getLogger("squall.service")
 
@@ -64,12 +64,13 @@ class Backend(ABC):
     def check(self, sql: str, workers: int | None) -> None:
         """Raise a UserError if ``sql`` cannot be accepted (before anything is stored)."""
 
-    def check_user(  # noqa: B027 - optional
-        self, sql: str, workers: int | None, user: User, *, scan: bool = True
-    ) -> None:
+    def check_user(self, sql: str, workers: int | None, user: User, *, scan: bool = True) -> None:
         """Raise a UserError if ``user`` may not run ``sql`` (a table outside their catalogs; with ``scan``,
-        more bytes than their ``max_bytes_scanned``). Here: nothing (the driver checks the plan before it runs
-        the query)."""
+        more bytes than their ``max_bytes_scanned``). Here, for a backend that does not plan on submit (the
+        deployed API): the tables the SQL names (:func:`~squall.service.users.sql_tables`); the driver checks
+        the plan, and the user's bytes, before it runs the query."""
+        if user.catalogs is not None:
+            user.check_tables(sql_tables(sql))
 
     @abstractmethod
     def submit(self, query_id: str, store: StateStore) -> None:

@@ -287,6 +287,31 @@ def plan_tables(plan: Any, catalog_names: Iterable[str]) -> list[str]:
     return out
 
 
+def sql_tables(sql: str) -> list[str]:
+    """The tables ``sql`` names in its FROM clauses (a write statement: its query's), as written (``nation``,
+    ``lake.ns.t``), without the names of its CTEs; what the deployed API checks before the driver plans. It
+    may miss a table a plan reads (a CTE named like a table), never names one it does not."""
+    import sqlglot.expressions as exp
+
+    from squall.driver.frontend.bind import parse
+    from squall.driver.write.statements import parse_write
+
+    statement = parse_write(sql)
+    text = sql if statement is None else statement.query
+    if not text:
+        return []
+    tree = parse(text)
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    out: list[str] = []
+    for table in tree.find_all(exp.Table):
+        if not table.name or (not table.db and table.name.lower() in ctes):
+            continue
+        name = ".".join(p for p in (table.catalog, table.db, table.name) if p).split("$", 1)[0]
+        if name not in out:
+            out.append(name)
+    return out
+
+
 def check_plan(user: User, plan: Any, catalog_names: Iterable[str]) -> None:
     """PermissionDenied when ``plan`` reads a table ``user`` may not read (see :meth:`User.check_tables`)."""
     if user.catalogs is not None:

@@ -18,8 +18,12 @@ import time
 
 import pytest
 
+from squall.service import records
+from squall.service.runner import handle_driver_event
+from squall.service.state import state_store
+
 from .conftest import Server
-from .test_lambda_api import event, lambda_api, with_query_id  # noqa: F401 - lambda_api: a fixture
+from .test_lambda_api import BUCKET, event, lambda_api, with_query_id  # noqa: F401 - lambda_api: a fixture
 
 requests = pytest.importorskip("requests")
 
@@ -269,34 +273,44 @@ def as_principal(e: dict, arn: str) -> dict:
     return e
 
 
-def test_lambda_handler_maps_the_iam_principal_to_the_user(lambda_api, monkeypatch, capsys):  # noqa: F811
+def test_lambda_handler_maps_the_iam_principal_to_the_user(request, monkeypatch, capsys, connections, sf001):
     users = {"users": {"analyst": {"iam_principal": ANALYST, "catalogs": ["nation"]},
                        "other": {"iam_principal": "arn:aws:iam::123456789012:user/other"},
                        "ops": {"iam_principal": ["arn:aws:iam::123456789012:role/ops"], "role": "admin"}}}  # fmt: skip
     monkeypatch.setenv("SQUALL_USERS", json.dumps(users))
-    accepted = lambda_api.handler(event("post_query"), None)
+    api = request.getfixturevalue("lambda_api")  # the API handler, its service made on the first call
+    accepted = api.handler(event("post_query"), None)
     assert accepted["statusCode"] == 202, accepted
     query_id = json.loads(accepted["body"])["query_id"]
-    doc = json.loads(lambda_api.handler(with_query_id(event("get_query"), query_id), None)["body"])
+    doc = json.loads(api.handler(with_query_id(event("get_query"), query_id), None)["body"])
     assert doc["user"] == "analyst" and doc["status"] == "succeeded"
 
     other = as_principal(with_query_id(event("get_query"), query_id), "arn:aws:iam::123456789012:user/other")
-    assert lambda_api.handler(other, None)["statusCode"] == 404
+    assert api.handler(other, None)["statusCode"] == 404
     session = "arn:aws:sts::123456789012:assumed-role/ops/alice-session"  # a session of the admin role
-    ops = lambda_api.handler(as_principal(with_query_id(event("get_query"), query_id), session), None)
+    ops = api.handler(as_principal(with_query_id(event("get_query"), query_id), session), None)
     assert ops["statusCode"] == 200 and json.loads(ops["body"])["user"] == "analyst"
     stranger = as_principal(event("get_query", path="/v1/whoami"), "arn:aws:iam::123456789012:user/stranger")
-    denied = lambda_api.handler(stranger, None)
+    denied = api.handler(stranger, None)
     assert denied["statusCode"] == 403 and "stranger" in json.loads(denied["body"])["detail"]
-    whoami = json.loads(lambda_api.handler(event("get_query", path="/v1/whoami"), None)["body"])
+    whoami = json.loads(api.handler(event("get_query", path="/v1/whoami"), None)["body"])
     assert whoami["user"] == "analyst" and whoami["catalogs"] == ["nation"]
 
-    # a table outside analyst's catalogs: the driver refuses it from the plan before running
+    # a table outside analyst's catalogs: the API refuses the SQL that names it (it does not plan) ...
     post = event("post_query", body=json.dumps({"sql": "SELECT count(*) FROM region"}))
     post["headers"]["Idempotency-Key"] = post["multiValueHeaders"]["Idempotency-Key"][0] = "region-1"
-    refused_id = json.loads(lambda_api.handler(post, None)["body"])["query_id"]
-    doc = json.loads(lambda_api.handler(with_query_id(event("get_query"), refused_id), None)["body"])
-    assert doc["status"] == "failed" and doc["error"]["error"] == "PermissionDenied"
+    refused = api.handler(post, None)
+    assert refused["statusCode"] == 403 and "region" in json.loads(refused["body"])["detail"]
+    # ... and the driver refuses it from the plan before running (a request stored with the user's catalogs)
+    store = state_store(f"s3://{BUCKET}/queries/")
+    refused_id = "q" + "f" * 32
+    store.put_json(records.request_key(refused_id), {"sql": "SELECT count(*) FROM region", "user": "analyst",
+                                                     "catalogs": ["nation"], "client": "203.0.113.7"})  # fmt: skip
+    store.put_json(records.status_key(refused_id), {"query_id": refused_id, "status": "queued"})
+    out = handle_driver_event({"op": "run", "query_id": refused_id, "state": store.url},
+                              lambda w: connections.get(sf001, w or 2))  # fmt: skip
+    doc = store.get_json(records.status_key(refused_id))
+    assert out == {"status": "failed"} and doc["error"]["error"] == "PermissionDenied"
     assert "region" in doc["error"]["detail"]
     audit = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     ends = {(a["query_id"], a["event"]): a for a in audit}
@@ -326,3 +340,14 @@ def test_authenticate_rest_and_http_api_principals_tokens_and_no_users():
     # no users file: every IAM principal is a user of its own (an admin); no principal: anonymous
     assert authenticate(Users(), rest).name == ANALYST  # type: ignore[union-attr]
     assert authenticate(Users(), {}).name == "anonymous"  # type: ignore[union-attr]
+
+
+def test_sql_tables_names_the_tables_of_from_clauses_not_ctes():
+    from squall.service.users import User, sql_tables
+
+    sql = "WITH x AS (SELECT * FROM region) SELECT * FROM x, nation JOIN lake.ns.t ON true"
+    assert sorted(sql_tables(sql)) == ["lake.ns.t", "nation", "region"]
+    assert sql_tables("SELECT * FROM range(3)") == [] and sql_tables('SELECT * FROM "t$snapshots"') == ["t"]
+    user = User("u", token_sha256="0" * 64, catalogs=("data",))
+    assert user.may_read("nation") and not user.may_read("lake.ns.t")
+    assert User("v", catalogs=("lake", "nation")).may_read("lake.ns.t")
