@@ -22,6 +22,7 @@ by the backend when it accepts the query).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -475,6 +476,17 @@ def explain_doc(con: Connection, sql: str, estimate: bool = False) -> dict[str, 
     return doc
 
 
+_audit_logs: dict[str, AuditLog | None] = {}
+
+
+def _driver_audit() -> AuditLog | None:
+    """The driver function's audit log (:meth:`AuditLog.from_env`), opened once per ``SQUALL_AUDIT_LOG``."""
+    key = os.environ.get("SQUALL_AUDIT_LOG") or ""
+    if key not in _audit_logs:
+        _audit_logs[key] = AuditLog.from_env()
+    return _audit_logs[key]
+
+
 def handle_driver_event(
     event: dict[str, Any], connection_for: ConnectionFor, store: StateStore | None = None
 ) -> dict[str, Any]:
@@ -494,7 +506,7 @@ def handle_driver_event(
     try:
         if op == "run":
             target = store or state_store(event["state"])
-            audit = AuditLog.from_env()  # stdout: CloudWatch Logs
+            audit = _driver_audit()  # stdout: CloudWatch Logs
             ended = audit.ended if audit is not None else None
             return {"status": run_query(target, event["query_id"], connection_for, on_end=ended)}
         if op == "tables":
