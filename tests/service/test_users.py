@@ -28,7 +28,7 @@ from .test_lambda_api import BUCKET, event, lambda_api, with_query_id  # noqa: F
 requests = pytest.importorskip("requests")
 
 TOKENS = {"alice": "alice-secret-token-1", "bob": "bob-secret-token-2", "root": "root-secret-token-3",
-          "carol": "carol-secret-token-4", "dave": "dave-secret-token-5"}  # fmt: skip
+          "carol": "carol-secret-token-4", "dave": "dave-secret-token-5", "erin": "erin-secret-token-6"}  # fmt: skip
 
 
 def sha(token: str) -> str:
@@ -57,6 +57,10 @@ max_result_rows = 10
 token_sha256 = "{sha(TOKENS["dave"])}"
 max_running = 1
 max_queued = 1
+
+[users.erin]
+token_sha256 = "{sha(TOKENS["erin"])}"
+max_run_time = "1s"
 """
 
 
@@ -244,6 +248,13 @@ def test_users_running_and_queued_limits_go_through_the_scheduler(slow_users_ser
     for query_id in (first, second):
         assert wait(srv, "dave", query_id)["status"] == "succeeded"
     assert wait(srv, "alice", other)["status"] == "succeeded"
+
+
+def test_a_users_max_run_time_stops_the_query(slow_users_server):
+    query_id = submit(slow_users_server, "erin", "SELECT count(*) FROM nation")["query_id"]
+    doc = wait(slow_users_server, "erin", query_id)
+    assert doc["status"] == "failed" and doc["error"]["error"] == "QueryCancelled", doc
+    assert "user erin's maximum run time (max_run_time 1 s)" in doc["error"]["detail"]
 
 
 def test_scheduler_applies_a_users_own_limits_over_every_group():
