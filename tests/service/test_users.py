@@ -351,6 +351,11 @@ def test_authenticate_rest_and_http_api_principals_tokens_and_no_users():
     # no users file: every IAM principal is a user of its own (an admin); no principal: anonymous
     assert authenticate(Users(), rest).name == ANALYST  # type: ignore[union-attr]
     assert authenticate(Users(), {}).name == "anonymous"  # type: ignore[union-attr]
+    # --token beside a users file: one more user, an admin called admin
+    both = users.with_token("t0k2")
+    assert authenticate(both, {"headers": {"Authorization": "Bearer t0k2"}}).role == "admin"  # type: ignore[union-attr]
+    with pytest.raises(Exception, match="already has a user called admin"):
+        Users([User("admin", token_sha256=sha256_hex("x"))]).with_token("y")
 
 
 def test_sql_tables_names_the_tables_of_from_clauses_not_ctes():
