@@ -13,7 +13,7 @@
     squall serve --data DIR|s3://… [--catalog NAME=PROPS …] [--port P] [--token T] [--workers W] [--state DIR|s3://…]
                  [--writable LOC …] [--max-running N] [--max-queued N] [--fast-lane-bytes SIZE]
                  [--max-scan-bytes SIZE] [--max-result-rows N] [--max-result-bytes SIZE] [--max-run-time DURATION]
-                 [--fixed-workers]
+                 [--fixed-workers] [--users FILE] [--audit-log FILE]
 
 ``query``, ``explain`` and ``tables`` run embedded with ``--data`` or against a service with
 ``--endpoint URL [--token T | --auth iam]`` (the token defaults to ``$SQUALL_TOKEN``).
@@ -22,7 +22,8 @@ Defaults: ``--data`` from ``$SQUALL_DATA``, else from a config file (the first o
 and ``~/.config/squall/config.toml``, ``$XDG_CONFIG_HOME`` honoured) with keys ``data``, ``workers``,
 ``platform``, ``writable`` (a list of folders or ``s3://`` prefixes; ``--writable`` replaces it) and
 ``[catalogs.NAME]`` tables of pyiceberg catalog properties (``--catalog NAME=…`` wins for its name), and for
-``serve`` a ``[service]`` table (scheduler, worker pool and per-query limits: :mod:`squall.service.settings`);
+``serve`` a ``[service]`` table (scheduler, worker pool and per-query limits: :mod:`squall.service.settings`;
+``audit_log``) and ``[users.NAME]`` tables (:mod:`squall.service.users`; ``--users FILE`` replaces them);
 flags win over both.
 
 Writes: ``COPY``, ``UNLOAD``, ``CREATE TABLE AS``, ``INSERT INTO`` and ``DROP TABLE`` run where ``--writable``
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
 TABLE_ROWS = 40
 #: config files for defaults (``data``, ``workers``, ``platform``), the first that exists wins
-CONFIG_KEYS = ("data", "workers", "platform", "catalogs", "writable", "service")
+CONFIG_KEYS = ("data", "workers", "platform", "catalogs", "writable", "service", "users")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -259,7 +260,18 @@ def _parser() -> argparse.ArgumentParser:
         "--state", default=None, help="query state: a folder or s3://bucket/prefix (default: temp)"
     )
     s.add_argument("--inline-limit", type=int, default=None, help="results up to this many bytes go inline")
-    s.add_argument("--access-log", action="store_true", help="log every request on stderr")
+    s.add_argument(
+        "--access-log", action="store_true", help="log every request on stderr (time, client, user)"
+    )
+    s.add_argument(
+        "--users", metavar="FILE",
+        help="TOML file of [users.NAME] tables: hashed tokens, roles, own limits, catalogs (default: "
+        "[users.*] of squall.toml)",
+    )  # fmt: skip
+    s.add_argument(
+        "--audit-log", metavar="FILE",
+        help="append a JSON line per submitted and per ended query (- : stdout; default: [service] audit_log)",
+    )  # fmt: skip
     s.add_argument(
         "--result-ttl", default="24h", metavar="DURATION",
         help="delete finished queries and their results this long after they end (e.g. 30m, 24h, 7d; "
@@ -780,7 +792,9 @@ def _serve(args: argparse.Namespace) -> int:
                                                  "max_result_rows", "max_result_bytes")}  # fmt: skip
     flags["max_run_time"] = args.max_run_time
     flags["adaptive_workers"] = False if args.fixed_workers else None
+    flags["audit_log"] = args.audit_log
     settings = ServiceSettings.load(args.service, flags, args.config_path or "squall.toml")
+    users = _users(args)
     serve(
         data=args.data,
         catalogs=args.catalogs,
@@ -795,8 +809,19 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         result_ttl_s=parse_ttl(args.result_ttl),
         settings=settings,
+        users=users,
+        audit_log=settings.audit_log,
     )
     return 0
+
+
+def _users(args: argparse.Namespace) -> Any:
+    """``serve``'s users: ``--users FILE``, else the config file's ``[users.NAME]`` tables (none: no users)."""
+    from squall.service.users import Users
+
+    if args.users:
+        return Users.from_file(args.users)
+    return Users.load(args.config_users, f"config file {args.config_path}")
 
 
 def _config() -> tuple[dict[str, Any], str | None]:
@@ -853,7 +878,7 @@ def _apply_defaults(args: argparse.Namespace) -> None:
     if hasattr(args, "writable"):
         args.writables = _writables(args.writable, config.get("writable"), path)
     if args.command == "serve":
-        args.service, args.config_path = config.get("service"), path
+        args.service, args.config_path, args.config_users = config.get("service"), path, config.get("users")
 
 
 def _writables(flags: list[str] | None, configured: Any, path: str | None) -> list[str]:

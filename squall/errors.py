@@ -49,6 +49,10 @@ class LimitExceeded(UserError):
     """The query would go beyond a limit of the service that runs it (bytes scanned, result rows or bytes)."""
 
 
+class PermissionDenied(UserError):
+    """The user may not do this: read a table outside their catalogs (the service's users file)."""
+
+
 class QueryRuntimeError(UserError):
     """The query failed while running for a reason in the data (e.g. a failed cast)."""
 

@@ -2,6 +2,9 @@
 
 Modules, bottom up:
 
+- :mod:`~squall.service.sizes` — sizes and durations of settings and users files (``"16MB"``, ``"30m"``);
+- :mod:`~squall.service.users` — users (hashed tokens, IAM principals), roles, per-user limits and catalogs;
+- :mod:`~squall.service.audit` — the audit trail: a JSON line per submitted and per ended query;
 - :mod:`~squall.service.state` — where query state lives (``StateStore``: local folder or S3), by URL scheme;
 - :mod:`~squall.service.runner` — runs one stored query on a Connection and records status, progress, result;
 - :mod:`~squall.service.backend` — where queries run: an embedded Connection on a thread (``squall serve``)

@@ -15,7 +15,8 @@ GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json`` (el
                                           The bytes when small; when large 303 to a presigned URL (S3
                                           state), or streamed by ``squall serve``
 DELETE   ``/v1/queries/{id}``             cancel → 202 with the status
-GET      ``/v1/tables``                   the catalog with schemas
+GET      ``/v1/tables``                   the catalog with schemas (the tables the user may read)
+GET      ``/v1/whoami``                   the signed-in user: name, role, own limits, catalogs
 POST     ``/v1/explain``                  ``{sql, workers?, estimate?}`` → the distributed plan (+ cost)
 GET      ``/v1/openapi.json``             this API's OpenAPI 3.1 document (no token needed)
 GET      ``/healthz``                     liveness and version (no token needed)
@@ -23,19 +24,21 @@ GET      ``/``, ``/console/<file>``       the web console (static files; no toke
 =======  ===============================  ===================================================================
 
 Status codes: squall.errors.UserError subclasses → 400 (``error`` is the class name), bad token → 401,
-unknown id or route → 404, known route with another method → 405, no format for ``Accept`` → 406, result
+a table the user may not read (``PermissionDenied``) or an IAM principal that is no user → 403, unknown id
+(or another user's) or route → 404, known route with another method → 405, no format for ``Accept`` → 406, result
 not ready / query failed / reused Idempotency-Key → 409, query expired (older than the result TTL) → 410,
 malformed body or parameter (also a body nested too deeply to parse) → 422, full queue → 429, shutting down
 → 503 (429 and 503 with ``Retry-After``). No message names the server's folders (see
-:func:`squall.service.errors.public_detail`). :func:`make_handler` adds the bearer-token check in front of the
-resolver, so an unauthenticated request gets 401 before any validation. The resolver holds no lock: planning a
+:func:`squall.service.errors.public_detail`). :func:`make_handler` authenticates in front of the resolver
+(:mod:`squall.service.users`: a bearer token, or on the deployed API the IAM principal of the request context),
+so an unauthenticated request gets 401 before any validation; the routes act for that user (their own
+queries only, unless an admin). The resolver holds no lock: planning a
 submitted query, converting a result and streaming a file run in the request's own thread, in parallel with
 every other request.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import re
@@ -55,7 +58,7 @@ from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
 import squall
-from squall.errors import InternalError, SquallError, UserError
+from squall.errors import InternalError, PermissionDenied, SquallError, UserError
 from squall.formats import TEXT_FORMATS
 from squall.service.errors import InvalidRequest, ServiceError, Unauthorized, public_detail
 from squall.service.models import (
@@ -70,10 +73,12 @@ from squall.service.models import (
     ResultFormat,
     ResultLink,
     TablesResponse,
+    WhoAmI,
 )
 from squall.service.records import QUERY_ID
 from squall.service.resolver import ConcurrentRestResolver
 from squall.service.service import MAX_PAGE_ROWS, ResultBody, Service
+from squall.service.users import ADMIN_ANONYMOUS, User, Users
 
 log = logging.getLogger("squall.service")
 
@@ -96,6 +101,9 @@ CONSOLE_HEADERS = {
     "form-action 'none'; frame-ancestors 'none'",
 }
 _PUBLIC_PATHS = frozenset({OPENAPI_PATH, HEALTH_PATH, "/"})
+#: the key of the event under which :func:`make_handler` leaves the authenticated :class:`User` (set by the
+#: handler on every request: a client cannot send it)
+USER_KEY = "squall.user"
 
 #: (method, path pattern) of every route, to answer 405 with ``Allow`` for a known path.
 ROUTES = [
@@ -107,6 +115,7 @@ ROUTES = [
         ("DELETE", "/v1/queries/<query_id>"),
         ("GET", "/v1/queries/<query_id>/result"),
         ("GET", "/v1/tables"),
+        ("GET", "/v1/whoami"),
         ("POST", "/v1/explain"),
         ("GET", OPENAPI_PATH),
         ("GET", HEALTH_PATH),
@@ -128,7 +137,8 @@ def _error(status: int, error: str, detail: str, headers: dict[str, str] | None 
 
 
 def _errors(*codes: int) -> dict[int, Any]:
-    text = {400: "bad SQL or option", 401: "missing or wrong token", 404: "unknown query",
+    text = {400: "bad SQL or option, or a limit of the server or the user", 401: "missing or wrong token",
+            403: "a table the user may not read", 404: "unknown query (or another user's)",
             406: "no result format matches Accept",
             409: "conflict: not ready, failed, or Idempotency-Key reuse",
             410: "the query expired (older than the server's result TTL)", 422: "malformed request",
@@ -157,6 +167,23 @@ def _only_params(app: APIGatewayRestResolver, *allowed: str) -> None:
         )
 
 
+def request_user(event: Event) -> User:
+    """The user :func:`make_handler` authenticated for ``event`` (none: the anonymous admin)."""
+    user = event.get(USER_KEY)
+    return user if isinstance(user, User) else ADMIN_ANONYMOUS
+
+
+def _user(app: APIGatewayRestResolver) -> User:
+    return request_user(app.current_event.raw_event)
+
+
+def client_address(event: Event) -> str | None:
+    """The caller's address from the request context (REST v1 ``identity.sourceIp``, HTTP v2 ``http.sourceIp``)."""
+    context = event.get("requestContext") or {}
+    address = (context.get("identity") or {}).get("sourceIp") or (context.get("http") or {}).get("sourceIp")
+    return str(address) if address else None
+
+
 def _location(app: APIGatewayRestResolver, path: str) -> str:
     stage = (app.current_event.get("requestContext") or {}).get("stage")
     return f"/{stage}{path}" if stage and stage != "$default" else path
@@ -183,7 +210,7 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         summary="Submit a query",
         responses={
             202: {"description": "accepted", "content": {"application/json": {"model": QueryAccepted}}},
-            **_errors(400, 401, 409, 422, 429, 503),
+            **_errors(400, 401, 403, 409, 422, 429, 503),
         },
     )
     def submit_query(
@@ -192,7 +219,7 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
     ) -> Response[QueryAccepted]:
         status, replayed = service.submit(
             body.sql, workers=body.workers, fmt=body.format, timeout_s=body.timeout_s,
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, user=_user(app), client=client_address(app.current_event.raw_event),
         )  # fmt: skip
         headers = {"Location": _location(app, f"/v1/queries/{status['query_id']}")}
         if replayed:
@@ -224,7 +251,7 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
     ) -> Response[QueryList]:
         _only_params(app, "limit", "page_token", "status")
         statuses = frozenset(status.split(",")) if status else None
-        doc = service.history(limit, page_token, statuses)
+        doc = service.history(limit, page_token, statuses, _user(app))
         token = doc["next_page_token"]
         params = {"limit": limit, "page_token": token, **({"status": status} if status else {})}
         query = urlencode(params) if token else None
@@ -240,7 +267,7 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         },
     )
     def get_query(query_id: str) -> Response[QueryStatus]:
-        doc = QueryStatus.model_validate(service.status(query_id))
+        doc = QueryStatus.model_validate(service.status(query_id, _user(app)))
         return Response(200, content_types.APPLICATION_JSON, doc)
 
     @app.delete(
@@ -252,7 +279,7 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         },
     )
     def cancel_query(query_id: str) -> Response[QueryStatus]:
-        doc = QueryStatus.model_validate(service.cancel(query_id))
+        doc = QueryStatus.model_validate(service.cancel(query_id, _user(app)))
         return Response(202, content_types.APPLICATION_JSON, doc)
 
 
@@ -292,7 +319,7 @@ def _result_route(app: APIGatewayRestResolver, service: Service) -> None:
     ):
         _only_params(app, "format", "offset", "limit")
         accept = _header(app.current_event.raw_event, "accept")
-        body = service.result(query_id, format, accept=accept, offset=offset, limit=limit)
+        body = service.result(query_id, format, accept=accept, offset=offset, limit=limit, user=_user(app))
         headers = {"Content-Disposition": f'attachment; filename="{body.filename}"', "Vary": "Accept",
                    **_page_headers(app, query_id, body)}  # fmt: skip
         if body.data is not None:
@@ -324,19 +351,31 @@ def _catalog_routes(app: APIGatewayRestResolver, service: Service) -> None:
         },
     )
     def list_tables() -> Response[TablesResponse]:
-        doc = TablesResponse.model_validate({"tables": service.tables()})
+        doc = TablesResponse.model_validate({"tables": service.tables(_user(app))})
         return Response(200, content_types.APPLICATION_JSON, doc)
+
+    @app.get(
+        "/v1/whoami",
+        summary="The signed-in user: name, role, own limits and catalogs",
+        responses={
+            200: {"description": "the user", "content": {"application/json": {"model": WhoAmI}}},
+            **_errors(401),
+        },
+    )
+    def whoami() -> Response[WhoAmI]:
+        return Response(200, content_types.APPLICATION_JSON, WhoAmI.model_validate(_user(app).public()))
 
     @app.post(
         "/v1/explain",
         summary="The distributed plan of a query (nothing runs)",
         responses={
             200: {"description": "the plan", "content": {"application/json": {"model": ExplainResponse}}},
-            **_errors(400, 401, 422),
+            **_errors(400, 401, 403, 422),
         },
     )
     def explain(body: ExplainRequest) -> Response[ExplainResponse]:
-        doc = ExplainResponse.model_validate(service.explain(body.sql, body.workers, estimate=body.estimate))
+        explained = service.explain(body.sql, body.workers, estimate=body.estimate, user=_user(app))
+        doc = ExplainResponse.model_validate(explained)
         return Response(200, content_types.APPLICATION_JSON, doc)
 
 
@@ -363,7 +402,7 @@ def _public_routes(app: APIGatewayRestResolver, service: Service) -> None:
     @app.get(OPENAPI_PATH, include_in_schema=False)
     def openapi_document():  # returns Response; unannotated like get_result
         if "doc" not in openapi:
-            openapi["doc"] = openapi_json(app, secured=service.token is not None)
+            openapi["doc"] = openapi_json(app, secured=service.users.need_token)
         return Response(200, content_types.APPLICATION_JSON, openapi["doc"])
 
 
@@ -376,7 +415,10 @@ def _error_handlers(app: APIGatewayRestResolver) -> None:
 
     @app.exception_handler(UserError)
     def user_error(exc: UserError) -> Response:
-        return _error(400, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        status = 403 if isinstance(exc, PermissionDenied) else 400
+        return _error(
+            status, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        )
 
     @app.exception_handler(SquallError)
     def engine_error(exc: SquallError) -> Response:
@@ -502,23 +544,63 @@ def _json_body(event: Event) -> bool:
     return declared == "application/json" or declared.endswith("+json")
 
 
+def iam_principal(event: Event) -> str | None:
+    """The IAM principal API Gateway verified for ``event``: REST v1 ``requestContext.identity.userArn``, HTTP
+    v2 ``requestContext.authorizer.iam.userArn`` (None: not an IAM-authorized request)."""
+    context = event.get("requestContext") or {}
+    arn = (context.get("identity") or {}).get("userArn")
+    if not arn:
+        arn = ((context.get("authorizer") or {}).get("iam") or {}).get("userArn")
+    return str(arn) if arn else None
+
+
+def _forbidden(detail: str) -> dict[str, Any]:
+    return _proxy_error(403, "Forbidden", detail)
+
+
+def authenticate(users: Users, event: Event) -> User | dict[str, Any]:
+    """The user of ``event``, or the 401/403 proxy response. An IAM principal (the deployed API) is looked up
+    by ARN: a users file that names principals admits only those (403 for others); one that names none (or no
+    users file) lets the bearer-token check decide, and with no tokens either the principal is a user of its
+    own (an admin). Else the bearer token's hash picks the user (401 when missing or unknown)."""
+    arn = iam_principal(event)
+    if arn is not None:
+        user = users.by_principal(arn)
+        if user is not None:
+            return user
+        if any(u.iam_principals for u in users.users.values()):
+            return _forbidden(f"IAM principal {arn} is not a user of this service (SQUALL_USERS)")
+    if not users.need_token:
+        if arn is not None:
+            return User(arn, role="admin")
+        if users:
+            return _unauthorized("no user of this server matches the request")
+        return ADMIN_ANONYMOUS
+    given = _header(event, "authorization") or ""
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return _unauthorized("this server needs a bearer token (Authorization: Bearer <token>)")
+    user = users.by_token(value.strip())
+    return user if user is not None else _unauthorized("wrong token: no user of this server has it")
+
+
 def make_handler(service: Service, app: APIGatewayRestResolver | None = None) -> Handler:
-    """A Lambda-style ``handler(event, context)``: bearer-token check (when the service has a token), a
-    JSON-only body check (415 otherwise), then the resolver. The OpenAPI document, ``/healthz`` and the
-    console's static files need no token (the console sends it with its API calls)."""
+    """A Lambda-style ``handler(event, context)``: authentication (:func:`authenticate`: the request's user
+    is left in the event under :data:`USER_KEY`), a JSON-only body check (415 otherwise), then the resolver.
+    The OpenAPI document, ``/healthz`` and the console's static files need no token (the console sends it with
+    its API calls)."""
     resolver = app or create_app(service)
-    token = service.token
+    users = service.users
 
     def handler(event: Event, context: Any) -> dict[str, Any]:
         path = str(event.get("path") or "")
         public = path in _PUBLIC_PATHS or path.startswith("/console/")
-        if token is not None and not public:
-            given = _header(event, "authorization") or ""
-            scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not value:
-                return _unauthorized("this server needs a bearer token (Authorization: Bearer <token>)")
-            if not hmac.compare_digest(value.strip().encode(), token.encode()):
-                return _unauthorized("wrong token")
+        event.pop(USER_KEY, None)
+        if not public:
+            user = authenticate(users, event)
+            if not isinstance(user, User):
+                return user
+            event[USER_KEY] = user
         if not _json_body(event):
             return _proxy_error(415, "UnsupportedMediaType", "send the body as application/json")
         return resolver.resolve(event, context)

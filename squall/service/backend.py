@@ -45,10 +45,11 @@ from squall.service.lambda_admission import (
     default_max_running,
     record_cancelled,
 )
-from squall.service.runner import describe_tables, explain_doc, fail_unstarted, run_query
+from squall.service.runner import Limits, OnEnd, describe_tables, explain_doc, fail_unstarted, run_query
 from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
 from squall.service.settings import ServiceSettings
 from squall.service.state import StateStore
+from squall.service.users import User, check_plan, sql_tables
 
 log = logging.getLogger("squall.service")
 
@@ -59,9 +60,11 @@ TICK_S = 0.5
 
 
 class Backend(ABC):
-    """Runs the service's queries. Lifecycle: made with the Service, :meth:`close` when it stops."""
+    """Runs the service's queries. Lifecycle: made with the Service, :meth:`close` when it stops.
+    ``on_end(request, status)``: called when a query that runs here ends (the Service's audit log)."""
 
     max_workers: int
+    on_end: OnEnd | None = None
 
     def check_workers(self, workers: int | None) -> None:
         if workers is not None and not 1 <= workers <= self.max_workers:
@@ -70,6 +73,14 @@ class Backend(ABC):
     @abstractmethod
     def check(self, sql: str, workers: int | None) -> None:
         """Raise a UserError if ``sql`` cannot be accepted (before anything is stored)."""
+
+    def check_user(self, sql: str, workers: int | None, user: User, *, scan: bool = True) -> None:
+        """Raise a UserError if ``user`` may not run ``sql`` (a table outside their catalogs; with ``scan``,
+        more bytes than their ``max_bytes_scanned``). Here, for a backend that does not plan on submit (the
+        deployed API): the tables the SQL names (:func:`~squall.service.users.sql_tables`); the driver checks
+        the plan, and the user's bytes, before it runs the query."""
+        if user.catalogs is not None:
+            user.check_tables(sql_tables(sql))
 
     @abstractmethod
     def submit(self, query_id: str, store: StateStore) -> None:
@@ -184,6 +195,21 @@ class LocalBackend(Backend):
         plan = self.connection_for(workers).plan(sql)
         self.limits.check_scan(planned_scan_bytes(plan))
 
+    def check_user(self, sql: str, workers: int | None, user: User, *, scan: bool = True) -> None:
+        """PermissionDenied for a table outside the user's catalogs, LimitExceeded (with ``scan``) for a plan
+        that reads more than the user's ``max_bytes_scanned`` (the plan is the one :meth:`check` made: cached)."""
+        scan = scan and user.max_bytes_scanned is not None
+        if user.catalogs is None and not scan:
+            return
+        try:
+            plan = self.connection_for(workers).plan(sql)
+        except UserError:  # a statement without a plan (DROP TABLE): nothing it reads
+            return
+        named = self.connection_for(workers).catalog.catalogs
+        check_plan(user, plan, named.names() if named is not None else ())
+        if scan:
+            Limits(max_scan_bytes=user.max_bytes_scanned, user=user.name).check_scan(planned_scan_bytes(plan))
+
     def _scan_bytes(self, request: dict[str, Any]) -> int:
         """What the request's plan reads (its plan is cached since :meth:`check`); 0 when it has none."""
         try:
@@ -199,12 +225,14 @@ class LocalBackend(Backend):
         request = store.get_json(records.request_key(query_id)) or {}
         user = str(request.get("user") or ANONYMOUS)
         scan_bytes = self._scan_bytes(request)
+        own = request.get("limits") or {}
         with self._lock:
             self._queries[query_id] = (store, threading.Event())
         try:
             self.scheduler.submit(
-                query_id, user=user, scan_bytes=scan_bytes, timeout_s=request.get("timeout_s")
-            )
+                query_id, user=user, scan_bytes=scan_bytes, timeout_s=request.get("timeout_s"),
+                user_limits=(own.get("max_running"), own.get("max_queued")),
+            )  # fmt: skip
         except Busy:
             with self._lock:
                 self._queries.pop(query_id, None)
@@ -250,7 +278,7 @@ class LocalBackend(Backend):
         try:
             run_query(
                 store, query_id, lambda _asked: self.connection_for(workers), cancel=event,
-                poll_s=self.poll_s, limits=self.limits, scheduling=scheduling,
+                poll_s=self.poll_s, limits=self.limits, scheduling=scheduling, on_end=self.on_end,
             )  # fmt: skip
         except Exception:  # the store failed: nothing more to record
             log.exception("runner failed on %s", query_id)
@@ -277,7 +305,7 @@ class LocalBackend(Backend):
         if self.scheduler.cancel(query_id):  # it was queued: record it cancelled now
             with self._lock:
                 self._queries.pop(query_id, None)
-            run_query(store, query_id, self.connection_for, cancel=event)
+            run_query(store, query_id, self.connection_for, cancel=event, on_end=self.on_end)
 
     def queue_info(self, query_id: str) -> dict[str, Any] | None:
         return self.scheduler.queue_info(query_id)
@@ -298,7 +326,7 @@ class LocalBackend(Backend):
         for query_id, (store, event) in queries.items():
             event.set()
             if self.scheduler.cancel(query_id):  # queued: it will never run
-                fail_unstarted(store, query_id, "the server stopped before the query started")
+                fail_unstarted(store, query_id, "the server stopped before the query started", self.on_end)
         for thread in threads:
             thread.join(timeout=30)
         with self._lock:

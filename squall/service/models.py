@@ -110,6 +110,7 @@ class QueryStatus(BaseModel):
 
     query_id: str
     status: Status
+    user: str | None = Field(default=None, description="who submitted it (the users file's name)")
     sql: str | None = None
     workers: int | None = None
     format: ResultFormat | None = None
@@ -147,6 +148,7 @@ class QuerySummary(BaseModel):
 
     query_id: str
     status: Status
+    user: str | None = Field(default=None, description="who submitted it")
     sql: str = Field(description=f"the query text, cut to {SQL_PREVIEW} characters")
     workers: int | None = None
     created_at: float | None = Field(default=None, description="submitted (seconds since the epoch)")
@@ -166,6 +168,17 @@ class QueryList(BaseModel):
     queries: list[QuerySummary]
     next_page_token: str | None = Field(default=None, description="pass as ?page_token= for the next page")
     next: str | None = Field(default=None, description="the next page's path (null: this is the last)")
+
+
+class WhoAmI(BaseModel):
+    """``GET /v1/whoami``: the signed-in user (never a token or its hash)."""
+
+    user: str
+    role: Literal["user", "admin"]
+    limits: dict[str, Any] = Field(
+        description="the user's own limits (the users file); the server's apply too"
+    )
+    catalogs: list[str] | None = Field(default=None, description="what the user may read (null: everything)")
 
 
 class Health(BaseModel):

@@ -22,6 +22,7 @@ by the backend when it accepts the query).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -35,43 +36,78 @@ from squall.driver.platforms.base import Progress
 from squall.errors import DataError, LimitExceeded, NotSupportedError, SquallError, UserError
 from squall.formats import encode
 from squall.service import records
+from squall.service.audit import AuditLog
+from squall.service.scheduler import planned_scan_bytes
 from squall.service.state import StateStore, state_store
+from squall.service.users import ANONYMOUS, User, check_plan
 
 log = logging.getLogger("squall.service")
 
 ConnectionFor = Callable[[int | None], Connection]
+#: ``on_end(request, final status)``: called once when a query ends (the audit log's end line)
+OnEnd = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one query of a service may take (None: no limit). See the module doc."""
+    """What one query of a service may take (None: no limit). See the module doc. ``user``: these are a user's
+    own limits (the users file's ``max_bytes_scanned``, …), and refusals name the user and the key."""
 
     max_result_rows: int | None = None
     max_result_bytes: int | None = None
     max_scan_bytes: int | None = None
     max_run_s: float | None = None
+    user: str | None = None
+
+    @classmethod
+    def of_request(cls, request: dict[str, Any]) -> Limits | None:
+        """The user's own limits stored in a query's request (``request["limits"]``), None when it has none."""
+        doc = request.get("limits")
+        if not isinstance(doc, dict) or not doc:
+            return None
+        return cls(doc.get("max_result_rows"), doc.get("max_result_bytes"), doc.get("max_bytes_scanned"),
+                   doc.get("max_run_time"), user=str(request.get("user") or "anonymous"))  # fmt: skip
+
+    def _whose(self, key: str, value: str, server: str, user: str) -> str:
+        """``server (value)``, or for a user's limits ``user USER may … (key value)``."""
+        return f"user {self.user} may {user} ({key} {value})" if self.user else f"{server} ({value})"
 
     def check_scan(self, scan_bytes: int) -> None:
         """LimitExceeded when a plan that reads ``scan_bytes`` may not run here."""
         if self.max_scan_bytes is not None and scan_bytes > self.max_scan_bytes:
+            limit = self._whose("max_bytes_scanned", _size(self.max_scan_bytes),
+                                "this server lets one query read", "read in one query")  # fmt: skip
             raise LimitExceeded(
-                f"the query would read {_size(scan_bytes)}, more than this server lets one query read "
-                f"({_size(self.max_scan_bytes)}): filter on fewer rows or columns"
+                f"the query would read {_size(scan_bytes)}, more than {limit}: filter on fewer rows or columns"
             )
 
     def check_result(self, table: pa.Table) -> None:
-        """LimitExceeded when ``table`` is larger than a result this server keeps."""
+        """LimitExceeded when ``table`` is larger than a result this server (or user) keeps."""
         rows, size = table.num_rows, table.nbytes
         if self.max_result_rows is not None and rows > self.max_result_rows:
-            what = f"{rows:,} rows, more than this server returns ({self.max_result_rows:,})"
+            limit = self._whose(
+                "max_result_rows", f"{self.max_result_rows:,}", "this server returns", "fetch"
+            )
+            what = f"{rows:,} rows, more than {limit}"
         elif self.max_result_bytes is not None and size > self.max_result_bytes:
-            what = f"{_size(size)}, more than this server returns ({_size(self.max_result_bytes)})"
+            limit = self._whose(
+                "max_result_bytes", _size(self.max_result_bytes), "this server returns", "fetch"
+            )
+            what = f"{_size(size)}, more than {limit}"
         else:
             return
         raise LimitExceeded(
             f"the result has {what}: write it with COPY (query) TO 'target' or squall query --output, "
             "or aggregate or LIMIT it"
         )
+
+    def run_time_detail(self) -> str:
+        """The error of a query stopped at ``max_run_s``."""
+        assert self.max_run_s is not None
+        if self.user:
+            return (f"query ran longer than user {self.user}'s maximum run time (max_run_time {self.max_run_s:g} s) "
+                    "and was stopped")  # fmt: skip
+        return f"query ran longer than this server's maximum run time ({self.max_run_s:g} s) and was stopped"
 
 
 def _size(n: float) -> str:
@@ -171,9 +207,17 @@ class _Watch:
 class _StatusWriter:
     """The query's status document; writes are serialized and stop after the final one."""
 
-    def __init__(self, store: StateStore, query_id: str, doc: dict[str, Any], interval_s: float) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        query_id: str,
+        doc: dict[str, Any],
+        interval_s: float,
+        on_end: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.store, self.query_id, self.doc = store, query_id, doc
         self.interval_s = interval_s
+        self.on_end = on_end
         self._lock = threading.Lock()
         self._last = 0.0
         self._final = False
@@ -187,6 +231,11 @@ class _StatusWriter:
             self._final = self.doc["status"] in records.TERMINAL
             self.store.put_json(records.status_key(self.query_id), self.doc)
             self._last = time.monotonic()
+            if self._final and self.on_end is not None:
+                try:
+                    self.on_end(dict(self.doc))
+                except Exception:  # the audit must not fail the query
+                    log.warning("cannot record the end of %s", self.query_id, exc_info=True)
 
     def progress(self, state: Progress) -> None:
         """Record progress; written at most every ``interval_s`` (the watcher flushes the last one)."""
@@ -224,12 +273,15 @@ def run_query(
     progress_interval_s: float = 0.5,
     limits: Limits | None = None,
     scheduling: dict[str, Any] | None = None,
+    on_end: OnEnd | None = None,
 ) -> str:
     """Execute the stored query ``query_id`` and record its outcome; returns the final status.
 
     Safe to call twice for the same id (a retried Lambda event): a query that is already running or
-    finished is left alone. ``limits``: see :class:`Limits` (None: none). ``scheduling``: what the scheduler
-    decided for the query (its group, the workers it runs on and why), kept in its status and ``stats``.
+    finished is left alone. ``limits``: the server's, see :class:`Limits` (None: none); the user's own limits
+    and catalogs come with the request (``limits``, ``catalogs``: :func:`check_request`). ``on_end(request,
+    status)`` is called once with the final status (the audit log's end line). ``scheduling``: what the
+    scheduler decided for the query (its group, the workers it runs on and why), kept in its status and ``stats``.
     """
     request = store.get_json(records.request_key(query_id))
     if request is None:
@@ -238,21 +290,28 @@ def run_query(
     doc = store.get_json(records.status_key(query_id)) or {"query_id": query_id, "status": "queued"}
     if doc.get("status") != "queued":
         return str(doc.get("status"))
-    status = _StatusWriter(store, query_id, doc, progress_interval_s)
+    ended = (lambda final: on_end(request, final)) if on_end is not None else None
+    status = _StatusWriter(store, query_id, doc, progress_interval_s, ended)
     if (cancel is not None and cancel.is_set()) or store.exists(records.cancel_key(query_id)):
         status.write(status="cancelled", finished_at=time.time(),
                      error={"error": "QueryCancelled", "detail": "query cancelled before it started"})  # fmt: skip
         return "cancelled"
-    deadline = _deadline(request, doc, limits or Limits())
+    user_limits = Limits.of_request(request)
+    deadline = _deadline(request, doc, limits or Limits(), user_limits)
     if deadline is not None and deadline[0] <= time.monotonic():
         status.write(status="failed", finished_at=time.time(),
                      error={"error": "QueryCancelled", "detail": deadline[1]})  # fmt: skip
+        return "failed"
+    try:
+        connection = connection_for(request.get("workers"))
+        check_request(connection, request, user_limits)
+    except UserError as err:  # a table the user may not read, a plan beyond the user's bytes: never runs
+        status.write(status="failed", finished_at=time.time(), error=error_doc(err))
         return "failed"
     status.write(
         status="running", started_at=time.time(), **({"scheduling": scheduling} if scheduling else {})
     )
     try:
-        connection = connection_for(request.get("workers"))
         with _Watch(store, query_id, connection, cancel, deadline, poll_s, status.flush) as watch:
             try:
                 result = connection.sql(request["sql"], progress=status.progress, query_id=query_id)
@@ -266,7 +325,7 @@ def run_query(
                                  error={"error": "QueryCancelled", "detail": watch.timeout_detail})  # fmt: skip
                     return "failed"
                 raise
-        _store_result(store, query_id, request, result, status, limits or Limits())
+        _store_result(store, query_id, request, result, status, (limits or Limits(), user_limits))
         return "succeeded"
     except Exception as err:
         if not isinstance(err, SquallError):  # a bug: the traceback helps
@@ -277,7 +336,7 @@ def run_query(
         return "failed"
 
 
-def fail_unstarted(store: StateStore, query_id: str, detail: str) -> None:
+def fail_unstarted(store: StateStore, query_id: str, detail: str, on_end: OnEnd | None = None) -> None:
     """Record a query that never started as failed (``ServerStopped``: the server stopped with it queued)."""
     doc = store.get_json(records.status_key(query_id))
     if doc is not None and doc.get("status") == "queued":
@@ -285,11 +344,34 @@ def fail_unstarted(store: StateStore, query_id: str, detail: str) -> None:
             status="failed", finished_at=time.time(), error={"error": "ServerStopped", "detail": detail}
         )
         store.put_json(records.status_key(query_id), doc)
+        if on_end is not None:
+            on_end(store.get_json(records.request_key(query_id)) or {}, doc)
 
 
-def _deadline(request: dict[str, Any], doc: dict[str, Any], limits: Limits) -> tuple[float, str] | None:
+def check_request(connection: Connection, request: dict[str, Any], user_limits: Limits | None) -> None:
+    """PermissionDenied when the query reads a table outside the request's ``catalogs`` (the user's), and
+    LimitExceeded when its plan reads more than the user's ``max_bytes_scanned``; nothing to check (no such
+    limits, or a statement without a plan such as DROP TABLE): nothing is planned."""
+    catalogs = request.get("catalogs")
+    if catalogs is None and (user_limits is None or user_limits.max_scan_bytes is None):
+        return
+    try:
+        plan = connection.plan(str(request.get("sql")))
+    except UserError:  # no plan to check: running it reports its own error
+        return
+    if catalogs is not None:
+        user = User(str(request.get("user") or ANONYMOUS), catalogs=tuple(catalogs))
+        named = connection.catalog.catalogs
+        check_plan(user, plan, named.names() if named is not None else ())
+    if user_limits is not None:
+        user_limits.check_scan(planned_scan_bytes(plan))
+
+
+def _deadline(
+    request: dict[str, Any], doc: dict[str, Any], limits: Limits, user_limits: Limits | None = None
+) -> tuple[float, str] | None:
     """When the query must end (``time.monotonic()``) and what its error says then: its ``timeout_s`` counted
-    from submission, or the server's maximum run time from now, whichever comes first."""
+    from submission, or the server's (or the user's) maximum run time from now, whichever comes first."""
     options: list[tuple[float, str]] = []
     now_wall, now = time.time(), time.monotonic()
     timeout_s = request.get("timeout_s")
@@ -300,11 +382,9 @@ def _deadline(request: dict[str, Any], doc: dict[str, Any], limits: Limits) -> t
         if waited >= 0.05:
             detail += f" (counted from submission: it waited {waited:.1f} s in the queue)"
         options.append((now + float(timeout_s) - waited, detail))
-    if limits.max_run_s:
-        detail = (
-            f"query ran longer than this server's maximum run time ({limits.max_run_s:g} s) and was stopped"
-        )
-        options.append((now + limits.max_run_s, detail))
+    for each in (limits, user_limits):
+        if each is not None and each.max_run_s:
+            options.append((now + each.max_run_s, each.run_time_detail()))
     return min(options, key=lambda o: o[0]) if options else None
 
 
@@ -314,11 +394,14 @@ def _store_result(
     request: dict[str, Any],
     result: Any,
     status: _StatusWriter,
-    limits: Limits,
+    limits: tuple[Limits, Limits | None],
 ) -> None:
-    """Check the result against the limits, write it (Arrow, and the requested format) and the final status."""
+    """Check the result against the limits (the server's, the user's), write it (Arrow, and the requested
+    format) and the final status."""
     table = result.to_arrow()
-    limits.check_result(table)
+    for each in limits:
+        if each is not None:
+            each.check_result(table)
     fmt = request.get("format") or "arrow"
     stats = dict(result.stats)
     stats["engine_query_id"], stats["query_id"] = stats.get("query_id"), query_id
@@ -399,6 +482,17 @@ def explain_doc(con: Connection, sql: str, estimate: bool = False) -> dict[str, 
     return doc
 
 
+_audit_logs: dict[str, AuditLog | None] = {}
+
+
+def _driver_audit() -> AuditLog | None:
+    """The driver function's audit log (:meth:`AuditLog.from_env`), opened once per ``SQUALL_AUDIT_LOG``."""
+    key = os.environ.get("SQUALL_AUDIT_LOG") or ""
+    if key not in _audit_logs:
+        _audit_logs[key] = AuditLog.from_env()
+    return _audit_logs[key]
+
+
 def handle_driver_event(
     event: dict[str, Any], connection_for: ConnectionFor, store: StateStore | None = None
 ) -> dict[str, Any]:
@@ -406,7 +500,8 @@ def handle_driver_event(
 
     Events (sent by :class:`~squall.service.backend.LambdaBackend`):
 
-    - ``{"op": "run", "query_id": ID, "state": URL}`` (asynchronous) → runs the stored query;
+    - ``{"op": "run", "query_id": ID, "state": URL}`` (asynchronous) → runs the stored query (with the
+      user's limits and catalogs stored in its request; its audit end line on stdout, ``SQUALL_AUDIT_LOG``);
     - ``{"op": "tables"}`` → ``{"tables": [...]}`` (the catalog with schemas);
     - ``{"op": "explain", "sql": SQL, "workers": W, "estimate"?: true}`` → ``{"text": ..., "plan": {...}}``
       (+ ``"estimate"``, see :func:`explain_doc`).
@@ -417,7 +512,9 @@ def handle_driver_event(
     try:
         if op == "run":
             target = store or state_store(event["state"])
-            return {"status": run_query(target, event["query_id"], connection_for)}
+            audit = _driver_audit()  # stdout: CloudWatch Logs
+            ended = audit.ended if audit is not None else None
+            return {"status": run_query(target, event["query_id"], connection_for, on_end=ended)}
         if op == "tables":
             return {"tables": describe_tables(connection_for(None))}
         if op == "explain":

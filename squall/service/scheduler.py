@@ -9,7 +9,9 @@ Every submitted query goes to one **resource group**, the first whose selector t
 - ``default`` takes the rest; it runs at most ``long_running`` at once.
 
 A group has a limit of running and of queued queries, both also per user (``user_running``, ``user_queued``;
-the user is ``"anonymous"`` until requests carry one), and a scheduling **weight**. All groups together run at
+the user is the request's, ``"anonymous"`` without users), and a scheduling **weight**. A user of the users
+file may have limits of their own over every group (``max_running``, ``max_queued``: a submission beyond them
+is a 429 naming them). All groups together run at
 most ``max_running`` queries and queue at most ``max_queued``. When a query finishes, the next one starts from
 the group with the least running queries for its weight (Trino's ``weighted_fair``) among those with a query
 that may start; within a group first come, first served, skipping users at their limit. A submission beyond a
@@ -127,6 +129,9 @@ class Ticket:
     expired: bool = False
     #: queries running or waiting (this one among them) when it started: how busy the server was
     load: int = 1
+    #: the user's own limits over every group (the users file's max_running, max_queued; None: none)
+    user_running: int | None = None
+    user_queued: int | None = None
 
 
 class QueueFull(Busy):
@@ -147,11 +152,12 @@ class _Group:
     def users_running(self, user: str) -> int:
         return sum(1 for t in self.running.values() if t.user == user)
 
-    def next_ticket(self) -> Ticket | None:
-        """The first queued ticket whose user is under the group's per-user limit."""
+    def next_ticket(self, may_start: Callable[[Ticket], bool]) -> Ticket | None:
+        """The first queued ticket whose user is under the group's per-user limit (and ``may_start``: under
+        the user's own)."""
         limit = self.spec.user_running
         for ticket in self.queued:
-            if limit is None or self.users_running(ticket.user) < limit:
+            if (limit is None or self.users_running(ticket.user) < limit) and may_start(ticket):
                 return ticket
         return None
 
@@ -182,16 +188,24 @@ class Scheduler:
         raise OptionError(f"no resource group takes a query of user {user!r} reading {scan_bytes} bytes")
 
     def submit(
-        self, query_id: str, *, user: str = ANONYMOUS, scan_bytes: int = 0, timeout_s: float | None = None
+        self,
+        query_id: str,
+        *,
+        user: str = ANONYMOUS,
+        scan_bytes: int = 0,
+        timeout_s: float | None = None,
+        user_limits: tuple[int | None, int | None] = (None, None),
     ) -> Ticket:
         """Queue the query (it may start at once, through ``start``); QueueFull when a queue limit is reached.
         ``timeout_s``: the query's timeout from now; when it passes in the queue the query starts at once (the
-        runner then fails it without running it)."""
+        runner then fails it without running it). ``user_limits``: the user's own (max running, max queued)
+        over every group (the users file)."""
         spec = self.group_for(user, scan_bytes)
         now = self._clock()
         ticket = Ticket(
-            query_id, user, spec.name, int(scan_bytes), now, now + timeout_s if timeout_s else None
-        )
+            query_id, user, spec.name, int(scan_bytes), now, now + timeout_s if timeout_s else None,
+            user_running=user_limits[0], user_queued=user_limits[1],
+        )  # fmt: skip
         with self._lock:
             if query_id in self._tickets:
                 return self._tickets[query_id]
@@ -261,7 +275,7 @@ class Scheduler:
             for group in self._groups.values():
                 if len(group.running) >= group.spec.max_running:
                     continue
-                head = group.next_ticket()
+                head = group.next_ticket(self._user_may_start)
                 if head is not None:
                     candidates.append((len(group.running) / group.spec.weight, head.submitted, group, head))
             if not candidates:
@@ -269,6 +283,13 @@ class Scheduler:
             _share, _when, group, ticket = min(candidates, key=lambda c: (c[0], c[1]))
             started.append(self._start_ticket(group, ticket, now))
         return started
+
+    def _user_may_start(self, ticket: Ticket) -> bool:
+        """Whether the ticket's user runs fewer queries than their own ``max_running`` (over every group)."""
+        if ticket.user_running is None:
+            return True
+        running = sum(1 for g in self._groups.values() for t in g.running.values() if t.user == ticket.user)
+        return running < ticket.user_running
 
     def _start_ticket(self, group: _Group, ticket: Ticket, now: float) -> Ticket:
         group.queued.remove(ticket)
@@ -289,6 +310,14 @@ class Scheduler:
             reason = (
                 f"user {ticket.user!r} has {spec.user_queued} queries waiting in resource group {spec.name!r}"
             )
+        elif ticket.user_queued is not None and self._user_queued_all(ticket.user) - 1 >= ticket.user_queued:
+            running = sum(
+                1 for g in self._groups.values() for t in g.running.values() if t.user == ticket.user
+            )
+            reason = (
+                f"user {ticket.user} has {ticket.user_queued} queries waiting (max_queued {ticket.user_queued}) "
+                f"and {running} running (max_running {ticket.user_running if ticket.user_running else 'none'})"
+            )
         else:
             return None
         wait = self._wait_before(group, len(group.queued) - 1)
@@ -296,6 +325,9 @@ class Scheduler:
 
     def _user_queued(self, group: _Group, user: str) -> int:
         return sum(1 for t in group.queued if t.user == user)
+
+    def _user_queued_all(self, user: str) -> int:
+        return sum(self._user_queued(g, user) for g in self._groups.values())
 
     # --- where a queued query stands ----------------------------------------------------------------
 

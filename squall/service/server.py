@@ -44,12 +44,14 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from squall.errors import OptionError
-from squall.service.api import FILE_HEADER, Handler, make_handler
+from squall.service.api import FILE_HEADER, USER_KEY, Handler, make_handler
+from squall.service.audit import AuditLog, utc_now
 from squall.service.backend import LocalBackend
 from squall.service.recovery import owner_stamp, remove_orphans
 from squall.service.service import DEFAULT_INLINE_LIMIT, DEFAULT_RESULT_TTL_S, Service
 from squall.service.settings import ServiceSettings
 from squall.service.state import state_store
+from squall.service.users import User, Users
 
 log = logging.getLogger("squall.service")
 
@@ -133,9 +135,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
     # ACK of the first (40 ms per keep-alive request)
     disable_nagle_algorithm = True
 
+    #: the user of the request being answered (for the access log; "-" before authentication)
+    _user_name = "-"
+
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.access_log:
-            sys.stderr.write(f"{self.address_string()} - {format % args}\n")
+            sys.stderr.write(f"{utc_now()} {self.address_string()} {self._user_name} - {format % args}\n")
 
     def _json(self, status: int, error: str, detail: str) -> None:
         body = json.dumps({"error": error, "detail": detail}).encode()
@@ -165,12 +170,16 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         body = self.rfile.read(length) if length else b""
         event = to_event(self.command, self.path, list(self.headers.items()), body, self.client_address[0])
+        self._user_name = "-"
         try:
             response = self.server.handler(event, None)
         except Exception:
             log.exception("unhandled error for %s %s", self.command, self.path)
             self._json(500, "InternalError", "internal error (see the server log)")
             return
+        finally:
+            if isinstance(event.get(USER_KEY), User):
+                self._user_name = event[USER_KEY].name
         self._respond(response)
 
     def _respond(self, response: dict[str, Any]) -> None:
@@ -328,6 +337,30 @@ def _sweep_loop(service: Service, stop: threading.Event, interval_s: float) -> N
             return
 
 
+def _announce(server: ApiServer, service: Service, host: str, where: str, writable: list[str]) -> None:
+    """``serving on URL (…)`` on stderr (what tests and scripts wait for), after a warning when the server
+    is reachable beyond this machine with no token."""
+    count = len(service.users.users)
+    auth = (
+        f"{count} user{'s' if count != 1 else ''}, bearer token required"
+        if service.users.need_token
+        else "no token"
+    )
+    if not service.users.need_token and not is_loopback(host):
+        print(
+            f"warning: listening on {host} without --token: anyone who can reach port "
+            f"{server.server_address[1]} can run queries (set --token, $SQUALL_TOKEN or --users)",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        f"serving on {server.url} (web console: {server.url}/; {where}, {auth}"
+        f"{', writable ' + ', '.join(writable) if writable else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def serve(
     *,
     data: str | None,
@@ -344,20 +377,25 @@ def serve(
     ready: threading.Event | None = None,
     result_ttl_s: float | None = DEFAULT_RESULT_TTL_S,
     settings: ServiceSettings | None = None,
+    users: Users | None = None,
+    audit_log: str | None = None,
 ) -> None:
     """Run the API until SIGINT/SIGTERM. Prints ``serving on http://HOST:PORT`` on stderr when ready.
     ``result_ttl_s``: finished queries are deleted this long after they end (None: kept). ``catalogs``: named
     Iceberg catalogs (see :func:`squall.connect`); ``writable``: where write statements (COPY, CREATE TABLE AS, …)
     may write (none: every write is refused); ``settings``: the scheduler, worker pool and per-query limits (see
-    :mod:`squall.service.settings`)."""
+    :mod:`squall.service.settings`); ``users``: who may call it (:mod:`squall.service.users`; ``token`` adds
+    one admin); ``audit_log``: a file (or ``-``, stdout) for the audit lines (:mod:`squall.service.audit`)."""
     temp_state = None
     if state is None:
         temp_state = tempfile.mkdtemp(prefix="squall-state-")
         state = temp_state
+    audit = AuditLog(audit_log) if audit_log else None
     store = state_store(state)
     backend = LocalBackend(data, workers=workers, platform=platform, catalogs=catalogs, writable=writable,
                            settings=settings)  # fmt: skip
-    service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s)
+    service = Service(store, backend, inline_limit=inline_limit, token=token, result_ttl_s=result_ttl_s,
+                      users=users, audit=audit)  # fmt: skip
     try:
         _recover(service)
         try:
@@ -381,20 +419,7 @@ def serve(
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, _terminate)
             signal.signal(signal.SIGINT, _terminate)
-        auth = "bearer token required" if token else "no token"
-        if not token and not is_loopback(host):
-            print(
-                f"warning: listening on {host} without --token: anyone who can reach port "
-                f"{server.server_address[1]} can run queries (set --token or $SQUALL_TOKEN)",
-                file=sys.stderr,
-                flush=True,
-            )
-        print(
-            f"serving on {server.url} (web console: {server.url}/; data {data}, state {store.url}, {auth}"
-            f"{', writable ' + ', '.join(backend.writable) if backend.writable else ''})",
-            file=sys.stderr,
-            flush=True,
-        )
+        _announce(server, service, host, f"data {data}, state {store.url}", backend.writable)
         if ready is not None:
             ready.set()
         with server:

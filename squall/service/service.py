@@ -31,13 +31,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from squall.errors import OptionError
+from squall.errors import OptionError, UserError
 from squall.formats import CONTENT_TYPES, TEXT_FORMATS, decode_arrow, encode
 from squall.service import records, recovery
+from squall.service.audit import AuditLog
 from squall.service.backend import Backend
 from squall.service.errors import Busy, Conflict, Gone, NotAcceptable, NotFound, public_detail
 from squall.service.models import SQL_PREVIEW
 from squall.service.state import Link, LocalStateStore, StateStore, state_store
+from squall.service.users import ADMIN_ANONYMOUS, ANONYMOUS, User, Users
 
 log = logging.getLogger("squall.service")
 
@@ -135,9 +137,15 @@ class Service:
 
     ``inline_limit``: results up to this many bytes are returned inline, larger ones as a presigned URL
     (S3 store) or streamed from the file by ``squall serve`` (local store). ``link_expires_s``: lifetime of
-    presigned URLs. ``token``: bearer token the API requires (None: no token check). ``result_ttl_s``: a
+    presigned URLs. ``users``: who may call the API (:mod:`squall.service.users`; none: no authentication);
+    ``token``: the single-user shorthand (one admin user with this bearer token). ``result_ttl_s``: a
     finished query expires this long after it finished (None: never). ``owner``: the process that runs the
     queries (:func:`squall.service.recovery.owner_stamp`; None when they run elsewhere, as on Lambda).
+    ``audit``: where the audit lines go (:mod:`squall.service.audit`; None: nowhere).
+
+    Every query records its user; the methods that take a ``user`` show, page and cancel only that user's
+    queries (another user's id is a NotFound, as an unknown id is), unless the user is an admin; ``user=None``
+    (callers inside the process) sees every query.
     """
 
     def __init__(
@@ -150,6 +158,8 @@ class Service:
         token: str | None = None,
         result_ttl_s: float | None = None,
         owner: dict[str, Any] | None = None,
+        users: Users | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -157,6 +167,10 @@ class Service:
         self.inline_limit = inline_limit
         self.link_expires_s = link_expires_s
         self.token = token or None
+        self.users = (users or Users()).with_token(self.token)
+        self.audit = audit
+        if audit is not None:
+            backend.on_end = audit.ended
         self.result_ttl_s = result_ttl_s or None
         self._tables: OrderedDict[str, pa.Table] = OrderedDict()
         self._tables_lock = threading.Lock()
@@ -185,7 +199,9 @@ class Service:
         queries on the driver function (``SQUALL_DRIVER_FUNCTION``) as admitted by the limits of ``SQUALL_SERVICE``
         and ``SQUALL_CONCURRENCY`` (:func:`~squall.service.backend.deployed_limits`), ``SQUALL_MAX_WORKERS``,
         ``SQUALL_INLINE_LIMIT``, ``SQUALL_API_TOKEN`` (optional bearer token), ``SQUALL_RESULT_TTL`` (e.g.
-        ``7d``: answer 410 for older queries; the bucket's lifecycle rule deletes them)."""
+        ``7d``: answer 410 for older queries; the bucket's lifecycle rule deletes them), ``SQUALL_USERS`` (the
+        users: a TOML file's path or inline JSON, see :meth:`Users.from_env`), ``SQUALL_AUDIT_LOG`` (default
+        stdout, i.e. CloudWatch Logs; ``off``)."""
         from squall.service.backend import LambdaBackend
 
         url = os.environ.get("SQUALL_STATE")
@@ -207,6 +223,8 @@ class Service:
             inline_limit=int(os.environ.get("SQUALL_INLINE_LIMIT", DEFAULT_INLINE_LIMIT)),
             token=os.environ.get("SQUALL_API_TOKEN"),
             result_ttl_s=parse_ttl(os.environ.get("SQUALL_RESULT_TTL") or "off"),
+            users=Users.from_env(),
+            audit=AuditLog.from_env(),
         )
 
     # --- queries --------------------------------------------------------------------------------
@@ -219,25 +237,42 @@ class Service:
         fmt: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
+        user: User | None = None,
+        client: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
-        """Accept a query; returns its status and whether it was an idempotent replay.
+        """Accept a query of ``user`` (None: anonymous, an admin) from address ``client``; returns its status
+        and whether it was an idempotent replay.
 
-        The SQL is checked first (a UserError means nothing is stored). With ``idempotency_key`` the key
-        object is created atomically: the first request creates the query, later ones with the same key and
-        the same request get the same query id, with a different request a Conflict.
+        The SQL is checked first, then what the user may read and scan (a UserError means nothing is stored;
+        the audit log records the refusal). With ``idempotency_key`` the key object (the user's own) is
+        created atomically: the first request creates the query, later ones with the same key and the same
+        request get the same query id, with a different request a Conflict.
         """
-        request = {"sql": sql, "workers": workers, "format": fmt, "timeout_s": timeout_s}
-        with self._plans():
-            self.backend.check(sql, workers)
+        user = user or ADMIN_ANONYMOUS
+        request: dict[str, Any] = {"sql": sql, "workers": workers, "format": fmt, "timeout_s": timeout_s}
+        try:
+            with self._plans():
+                self.backend.check(sql, workers)
+                self.backend.check_user(sql, workers, user)
+        except (UserError, Busy) as err:
+            if self.audit is not None:
+                detail = err.detail if isinstance(err, Busy) else str(err)
+                self.audit.refused(user.name, sql, client, type(err).__name__, detail)
+            raise
         query_id = records.new_query_id()
         replayed = False
         if idempotency_key is not None:
-            query_id, replayed = self._claim(idempotency_key, request, query_id)
+            scoped = idempotency_key if user.name == ANONYMOUS else f"{user.name}\n{idempotency_key}"
+            query_id, replayed = self._claim(scoped, request, query_id, idempotency_key)
+        own = {"max_running": user.max_running, "max_queued": user.max_queued, **user.limits_doc()}
+        request.update(user=user.name, client=client, limits={k: v for k, v in own.items() if v is not None})
+        if user.catalogs is not None:
+            request["catalogs"] = list(user.catalogs)
         self._start(query_id, request)
-        return self.status(query_id), replayed
+        return self.status(query_id, user), replayed
 
-    def _claim(self, key: str, request: dict[str, Any], query_id: str) -> tuple[str, bool]:
-        if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY or not key.isprintable() or not key.isascii():
+    def _claim(self, key: str, request: dict[str, Any], query_id: str, given: str) -> tuple[str, bool]:
+        if not 1 <= len(given) <= MAX_IDEMPOTENCY_KEY or not given.isprintable() or not given.isascii():
             raise OptionError(
                 f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"
             )
@@ -259,6 +294,7 @@ class Service:
         status = {
             "query_id": query_id,
             "status": "queued",
+            "user": request.get("user"),
             "sql": request["sql"],
             "workers": request["workers"],
             "format": request["format"],
@@ -268,6 +304,8 @@ class Service:
         if self.owner is not None:
             status["server"] = self.owner
         self.store.put_json(records.status_key(query_id), status)
+        if self.audit is not None:
+            self.audit.submitted(request, query_id)
         try:
             self.backend.submit(query_id, self.store)
         except Busy as err:
@@ -275,6 +313,8 @@ class Service:
                 status="failed", finished_at=time.time(), error={"error": "Busy", "detail": str(err)}
             )
             self.store.put_json(records.status_key(query_id), status)
+            if self.audit is not None:
+                self.audit.ended(request, status)
             raise
 
     def _cutoff(self, now: float | None = None) -> float | None:
@@ -287,11 +327,13 @@ class Service:
         hours = (self.result_ttl_s or 0) / 3600
         return Gone(f"query {query_id} has expired (results are kept {hours:g} h after the query ends)")
 
-    def _raw_status(self, query_id: str) -> dict[str, Any]:
+    def _raw_status(self, query_id: str, user: User | None = None) -> dict[str, Any]:
         """The stored status as clients see it: a query whose server stopped reads failed (and is marked so),
         ``queue`` only on a queued query, no ``server``, and an error's detail names none of the server's
-        folders."""
+        folders. NotFound, as for an unknown id, when ``user`` may not see it."""
         doc = self._stored_status(query_id)
+        if user is not None and not user.may_see(doc.get("user")):
+            raise NotFound(f"no query {query_id}")
         if doc["status"] != "queued":
             doc.pop("queue", None)
         doc.pop("server", None)  # where it runs is the operator's business
@@ -321,9 +363,10 @@ class Service:
                 raise self._gone(query_id)
         return doc
 
-    def status(self, query_id: str) -> dict[str, Any]:
-        """The query's status document (see :mod:`squall.service.records`); NotFound for an unknown id."""
-        doc = self._raw_status(query_id)
+    def status(self, query_id: str, user: User | None = None) -> dict[str, Any]:
+        """The query's status document (see :mod:`squall.service.records`); NotFound for an unknown id (or
+        one ``user`` may not see)."""
+        doc = self._raw_status(query_id, user)
         if doc["status"] not in records.TERMINAL and self.store.exists(records.cancel_key(query_id)):
             doc["cancel_requested"] = True
             if doc["status"] == "queued":  # the runner will skip it
@@ -333,9 +376,10 @@ class Service:
             doc["queue"] = queue  # position, ahead, estimated_wait_s, group
         return doc
 
-    def cancel(self, query_id: str) -> dict[str, Any]:
-        """Ask the query to stop; Conflict if it already succeeded or failed (also when its server stopped)."""
-        doc = self._raw_status(query_id)
+    def cancel(self, query_id: str, user: User | None = None) -> dict[str, Any]:
+        """Ask the query to stop; Conflict if it already succeeded or failed (also when its server stopped);
+        NotFound when ``user`` may not see it."""
+        doc = self._raw_status(query_id, user)
         if doc["status"] in ("succeeded", "failed"):
             why = (doc.get("error") or {}).get("detail") if doc["status"] == "failed" else None
             raise Conflict(
@@ -344,7 +388,7 @@ class Service:
         if doc["status"] != "cancelled":
             self.store.put(records.cancel_key(query_id), b"", create_only=True)
             self.backend.cancel(query_id)
-        return self.status(query_id)
+        return self.status(query_id, user)
 
     def result(
         self,
@@ -354,15 +398,17 @@ class Service:
         accept: str | None = None,
         offset: int = 0,
         limit: int | None = None,
+        user: User | None = None,
     ) -> ResultBody:
         """The result of a finished query, or one page of it.
 
         ``fmt``: the format (default: by ``accept``, see :func:`negotiate`). Rows ``offset`` … ``offset +
         limit - 1``; without ``limit`` CSV and JSON come in pages of :data:`DEFAULT_PAGE_ROWS` rows and
         Arrow and Parquet whole. The whole result is kept per format in the store; a page is encoded from
-        the Arrow result on each request (and stored only when it is too large to send inline).
+        the Arrow result on each request (and stored only when it is too large to send inline). NotFound
+        when ``user`` may not see the query.
         """
-        doc = self.status(query_id)
+        doc = self.status(query_id, user)
         state = doc["status"]
         if state != "succeeded":
             error = doc.get("error") or {}
@@ -437,16 +483,20 @@ class Service:
     # --- history and expiry -----------------------------------------------------------------------
 
     def history(
-        self, limit: int = 20, page_token: str | None = None, statuses: frozenset[str] | None = None
+        self,
+        limit: int = 20,
+        page_token: str | None = None,
+        statuses: frozenset[str] | None = None,
+        user: User | None = None,
     ) -> dict[str, Any]:
         """Queries, newest first: ``{"queries": [summary, …], "next_page_token": id or None}``. Ids sort
         newest first (see :mod:`~squall.service.records`), so a page is a listing after the last id seen.
 
         ``statuses`` (e.g. ``{"running", "queued"}``, the operator's view): only queries in one of them. At
         most :data:`MAX_SCAN` queries are read per call; a page may then hold fewer than ``limit`` and the
-        token says where to go on."""
-        if statuses is not None:
-            return self._filtered(limit, page_token, statuses)
+        token says where to go on. ``user`` (not an admin): only that user's queries, read the same way."""
+        if statuses is not None or (user is not None and not user.admin):
+            return self._filtered(limit, page_token, statuses or frozenset(records.STATUSES), user)
         names = self.store.children("", start_after=page_token or "q", limit=limit + 1)
         ids = [n for n in names if records.valid_query_id(n)]
         more = len(ids) > limit
@@ -459,7 +509,9 @@ class Service:
             items.append(summary(doc))
         return {"queries": items, "next_page_token": ids[limit - 1] if more else None}
 
-    def _filtered(self, limit: int, page_token: str | None, statuses: frozenset[str]) -> dict[str, Any]:
+    def _filtered(
+        self, limit: int, page_token: str | None, statuses: frozenset[str], user: User | None
+    ) -> dict[str, Any]:
         names = self.store.children("", start_after=page_token or "q", limit=MAX_SCAN + 1)
         ids = [n for n in names if records.valid_query_id(n)]
         items: list[dict[str, Any]] = []
@@ -467,8 +519,8 @@ class Service:
         for query_id in ids[:MAX_SCAN]:
             last = query_id
             try:
-                doc = self.status(query_id)
-            except (NotFound, Gone):
+                doc = self.status(query_id, user)
+            except (NotFound, Gone):  # deleted or expired in between, or another user's
                 continue
             if doc["status"] in statuses:
                 items.append(summary(doc))
@@ -482,7 +534,12 @@ class Service:
         ids. In a local state folder a query that names no server counts as left by a stopped one too."""
         if self.owner is None:
             return []
-        return recovery.fail_all_stopped(self.store, unowned_stopped=isinstance(self.store, LocalStateStore))
+        stale = recovery.fail_all_stopped(self.store, unowned_stopped=isinstance(self.store, LocalStateStore))
+        if self.audit is not None:
+            for query_id in stale:
+                doc = self.store.get_json(records.status_key(query_id)) or {"query_id": query_id}
+                self.audit.ended(self.store.get_json(records.request_key(query_id)) or {}, doc)
+        return stale
 
     def sweep(self, now: float | None = None) -> int:
         """Delete the state of queries that finished more than ``result_ttl_s`` ago, and Idempotency-Keys
@@ -525,16 +582,28 @@ class Service:
 
     # --- catalog --------------------------------------------------------------------------------
 
-    def tables(self) -> list[dict[str, Any]]:
-        return self.backend.tables()
+    def tables(self, user: User | None = None) -> list[dict[str, Any]]:
+        """The catalog with schemas: the tables ``user`` may read (None: all)."""
+        tables = self.backend.tables()
+        if user is None or user.catalogs is None:
+            return tables
+        return [t for t in tables if user.may_read(str(t.get("name")))]
 
-    def explain(self, sql: str, workers: int | None = None, *, estimate: bool = False) -> dict[str, Any]:
+    def explain(
+        self, sql: str, workers: int | None = None, *, estimate: bool = False, user: User | None = None
+    ) -> dict[str, Any]:
+        """The plan of ``sql`` (PermissionDenied for a table ``user`` may not read; a plan beyond the user's
+        ``max_bytes_scanned`` is shown: explain is how to see what a query would read)."""
         with self._plans():
+            if user is not None:
+                self.backend.check_user(sql, workers, user, scan=False)
             return self.backend.explain(sql, workers, estimate=estimate)
 
     def close(self) -> None:
         self.backend.close()
         self.store.close()
+        if self.audit is not None:
+            self.audit.close()
 
 
 def summary(doc: dict[str, Any]) -> dict[str, Any]:
@@ -547,6 +616,7 @@ def summary(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "query_id": doc["query_id"],
         "status": doc["status"],
+        "user": doc.get("user"),
         "sql": sql,
         "workers": doc.get("workers"),
         "created_at": doc.get("created_at"),

@@ -20,6 +20,7 @@ key (flag)             meaning                                                  
 ``max_run_time``       the server's maximum run time of a query                        30m
 ``adaptive_workers``   a query that names no W runs on at most ``cores // load``      true
                        workers (``load``: queries running or waiting as it starts)
+``audit_log``          a file for the audit lines (``-``: stdout; see squall.service.audit)  none
 =====================  ==============================================================  =========================
 
 Sizes are a number of bytes or a text such as ``"16MB"``, ``"1.5GiB"``; durations a number of seconds or
@@ -31,7 +32,6 @@ tried before the built-in ones, with keys ``max_running``, ``max_queued``, ``wei
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -39,11 +39,10 @@ from typing import Any
 from squall.errors import OptionError
 from squall.service.runner import Limits
 from squall.service.scheduler import DEFAULT, FAST, GroupSpec, SchedulerConfig
+from squall.service.sizes import GIB, MIB, parse_duration, parse_size
 
-MIB, GIB = 1024**2, 1024**3
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": MIB,
-          "g": 1000**3, "gb": 1000**3, "gib": GIB, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}  # fmt: skip
-_DURATION = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+__all__ = ["GIB", "MIB", "ServiceSettings", "parse_duration", "parse_size"]
+
 _GROUP_KEYS = (
     "max_running",
     "max_queued",
@@ -73,6 +72,7 @@ class ServiceSettings:
     max_run_time: float | None = 1800.0
     adaptive_workers: bool = True
     groups: tuple[GroupSpec, ...] = ()
+    audit_log: str | None = None
 
     @classmethod
     def defaults(cls, cores: int | None = None) -> ServiceSettings:
@@ -139,6 +139,10 @@ class ServiceSettings:
 
 def _value(key: str, value: Any, label: str) -> Any:
     """The setting ``key`` from ``value``; OptionError starting with ``label`` (where it was given)."""
+    if key == "audit_log":
+        if not isinstance(value, str) or not value.strip():
+            raise OptionError(f"{label} must be a file name (or - for stdout), got {value!r}")
+        return value.strip()
     off = isinstance(value, str) and value.strip().lower() in ("off", "none", "unlimited")
     if key in ("max_scan_bytes", "max_result_bytes", "fast_lane_bytes"):
         return None if off and key != "fast_lane_bytes" else parse_size(value, label)
@@ -179,23 +183,3 @@ def _groups(value: Any, where: str) -> tuple[GroupSpec, ...]:
             GroupSpec(str(name), max_queued=numbers.pop("max_queued", 64), users=tuple(users), **numbers)
         )
     return tuple(out)
-
-
-def parse_size(value: Any, what: str) -> int:
-    """Bytes from a number or a text such as ``16MB``, ``1.5GiB``; OptionError naming ``what`` otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise OptionError(f"{what} must be a size such as 16MB or 2GiB, got {value!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-def parse_duration(value: Any, what: str) -> float:
-    """Seconds from a number or a text such as ``90s``, ``30m``, ``2h``; OptionError naming ``what`` otherwise."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*", str(value).lower())
-    if not match or float(match.group(1)) <= 0:
-        raise OptionError(f"{what} must be a duration such as 90s, 30m or 2h, got {value!r}")
-    return float(match.group(1)) * _DURATION[match.group(2)]

@@ -143,6 +143,7 @@ def test_console_runs_pages_explains_and_lists_history(server, browser, referenc
     driver = browser
     open_console(driver, server)
     assert driver.find_element(By.ID, "version").text.startswith("v")
+    assert driver.find_element(By.ID, "whoami").text == "Signed in as admin (admin)"  # --token: one admin
 
     sql = tpch.query(3, sf=0.01)
     run_sql(driver, sql)

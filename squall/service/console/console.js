@@ -22,6 +22,7 @@
     historyToken: null,
     historyItems: [],
     activityTimer: null,
+    me: null, // the signed-in user (GET /v1/whoami)
   };
 
   // --- HTTP -------------------------------------------------------------------------------------
@@ -456,6 +457,7 @@
       if (q.elapsed_s !== null && q.elapsed_s !== undefined) meta.push(fmtSeconds(q.elapsed_s));
       if (fmtCost(q.cost_usd)) meta.push(fmtCost(q.cost_usd));
       meta.push(fmtAgo(q.created_at));
+      if (q.user && q.user !== state.me) meta.push("by " + q.user); // an admin sees every user's queries
       return el(
         "li",
         { "data-query-id": q.query_id, "data-status": q.status, title: q.sql, onclick: () => openQuery(q.query_id) },
@@ -500,6 +502,7 @@
       if (q.status === "queued" && q.queue) meta.push(fmtQueue(q.queue));
       const since = q.status === "running" ? q.started_at : q.created_at;
       if (since) meta.push(fmtSeconds(Math.max(0, Date.now() / 1000 - since)));
+      if (q.user && q.user !== state.me) meta.push("by " + q.user);
       const stop = el("button", { type: "button", class: "ghost small stop", title: "Cancel this query" }, "✕");
       stop.addEventListener("click", async (event) => {
         event.stopPropagation();
@@ -570,10 +573,19 @@
     $("token-button").classList.toggle("set", Boolean(token()));
   }
 
+  async function loadWhoami() {
+    const who = await apiJson("GET", "v1/whoami");
+    state.me = who.user;
+    const shown = who.user === "anonymous" ? "" : who.user + (who.role === "admin" ? " (admin)" : "");
+    $("whoami").textContent = shown ? "Signed in as " + shown : "";
+    $("whoami").title = who.catalogs ? "may read: " + who.catalogs.join(", ") : "may read every table";
+  }
+
   // --- wiring -----------------------------------------------------------------------------------
 
   async function init() {
     updateTokenButton();
+    $("whoami").textContent = "";
     try {
       const health = await (await fetch("healthz")).json();
       $("version").textContent = "v" + health.version;
@@ -581,6 +593,7 @@
       /* an older server */
     }
     try {
+      await loadWhoami();
       await loadTables();
       await loadHistory();
       await loadActivity();
