@@ -1075,9 +1075,13 @@ class S3ExchangeFactory(ExchangeFactory):
         if self.options.get("check_bucket", True):
             from botocore.exceptions import BotoCoreError, ClientError
 
-            self._count("head")
             try:
-                self.client.head_bucket(Bucket=self.bucket)
+                if self.base:  # a LIST inside the prefix: what a role allowed to list only its prefixes may do
+                    self._count("list")
+                    self.client.list_objects_v2(Bucket=self.bucket, Prefix=f"{self.base}/", MaxKeys=1)
+                else:  # HeadBucket needs s3:ListBucket on the whole bucket
+                    self._count("head")
+                    self.client.head_bucket(Bucket=self.bucket)
             except (ClientError, BotoCoreError) as exc:
                 if aws.error_code(exc) in ("404", "NoSuchBucket"):
                     raise ExchangeConfigError(f"exchange bucket {self.bucket!r} does not exist") from None
