@@ -165,7 +165,8 @@ class S3Sink(Sink):
             return call(*args, **kwargs)
         except (ClientError, BotoCoreError) as exc:
             bucket, key = aws.parse_s3_url(path)
-            raise DataError(f"cannot {what} {path}: {aws.describe_error(exc, bucket, key)}") from None
+            denied = aws.denied_error(exc, bucket, key)
+            raise denied or DataError(f"cannot {what} {path}: {aws.describe_error(exc, bucket, key)}") from None
 
     def put(self, local_path: str, dest: str) -> None:
         bucket, key = aws.parse_s3_url(dest)
@@ -199,7 +200,8 @@ class S3Sink(Sink):
             from botocore.exceptions import BotoCoreError, ClientError
 
             if isinstance(exc, (ClientError, BotoCoreError)):
-                raise DataError(f"cannot list {prefix}: {aws.describe_error(exc, bucket, key)}") from None
+                denied = aws.denied_error(exc, bucket, key)
+                raise denied or DataError(f"cannot list {prefix}: {aws.describe_error(exc, bucket, key)}") from None
             raise
         return sorted(found)
 

@@ -45,6 +45,7 @@ from squall.driver.platforms.lambda_.init_errors import probe_error
 from squall.driver.platforms.lambda_.retries import relaunches
 from squall.driver.platforms.lambda_.run import Attempt, Run, poll
 from squall.driver.platforms.lambda_.summary import details
+from squall.driver.platforms.lambda_.worker import invoke_function
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.s3 import S3ExchangeFactory
 from squall.plan import Plan, ScanInput
@@ -179,7 +180,7 @@ class LambdaPlatform(Platform):
         now = time.monotonic()
         for rank in range(lo, hi):
             run.attempts.setdefault(rank, []).append(Attempt(rank, attempt, now, reason))
-        self.client.invoke(FunctionName=self.function, InvocationType="Event", Payload=payload)
+        invoke_function(self.client, self.function, payload)
         run.invocations += 1
 
     def _base_event(self, plan: Plan, query_id: str, config: dict[str, Any], run: Run) -> dict[str, Any]:
