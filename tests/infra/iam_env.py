@@ -8,6 +8,7 @@ with the CloudFormation intrinsics resolved to the test's bucket names and ARNs)
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
 import os
@@ -95,12 +96,15 @@ class IamMoto:
         self.proc.wait()
 
 
-def start_iam_moto(log: Path) -> IamMoto:
-    """Start :mod:`.iam_moto` on a free loopback port and create the administrator (``Action: *``)."""
+def start_iam_moto(log: Path, audit: Path | None = None) -> IamMoto:
+    """Start :mod:`.iam_moto` on a free loopback port and create the administrator (``Action: *``); ``audit``:
+    where the server records the requests it granted (JSON lines, see :func:`unused_grants`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(SETUP_REQUESTS))
+    if audit is not None:
+        env["IAM_MOTO_AUDIT"] = str(audit)
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "tests.infra.iam_moto", str(port)], cwd=REPO, env=env,
                                 stdout=out, stderr=out)  # fmt: skip
@@ -187,3 +191,31 @@ def cdk_policies(template: dict[str, Any], bucket: str) -> dict[str, dict[str, d
         for policy in props.get("Policies", []):
             out[role][policy["PolicyName"]] = resolve(policy["PolicyDocument"], refs, attrs)
     return out
+
+
+def _matches(pattern: str, value: str) -> bool:
+    return fnmatch.fnmatchcase(value, pattern)
+
+
+def unused_grants(policies: dict[str, dict[str, dict[str, Any]]], keys: dict[str, Keys], audit: Path
+                  ) -> set[tuple[str, str, str]]:  # fmt: skip
+    """(role, Sid, action) of every granted action no recorded request of that role used (IAM Access
+    Analyzer's "unused permissions", on the requests of this test)."""
+    by_key = {k.access_key_id: role for role, k in keys.items()}
+    used: dict[str, list[dict[str, Any]]] = {role: [] for role in keys}
+    if audit.exists():
+        for line in audit.read_text().splitlines():
+            request = json.loads(line)
+            if request["key"] in by_key:
+                used[by_key[request["key"]]].append(request)
+    unused = set()
+    for role, documents in policies.items():
+        for document in documents.values():
+            for st in document["Statement"]:
+                actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+                resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+                for action in actions:
+                    if not any(r["action"] == action and any(_matches(p, r["resource"]) for p in resources)
+                               for r in used[role]):  # fmt: skip
+                        unused.add((role, st.get("Sid", "?"), action))
+    return unused

@@ -16,14 +16,20 @@ policies, and refused with AccessDenied outside them). Three corrections make mo
 - **lambda:InvokeFunction**: moto authorizes Lambda calls on resource ``*``; here on the function's ARN
   (so a policy naming one function allows only that one). Invocations run no code (``use_docker`` off): a
   ``DryRun`` invoke is the authorization check the local Lambda emulator asks for.
+
+With ``IAM_MOTO_AUDIT=FILE`` every granted request is appended to FILE as a JSON line (access key, IAM action,
+resource, condition keys): what the test compares with the grants to find permissions nothing used.
 """
 
 from __future__ import annotations
 
 import contextvars
 import fnmatch
+import json
+import os
 import re
 import sys
+import threading
 from typing import Any
 from urllib.parse import unquote
 
@@ -117,6 +123,21 @@ def _patch() -> None:
             self._action = "lambda:InvokeFunction"
 
     ac.IAMRequestBase.__init__ = init_with_iam_action
+
+    audit = os.environ.get("IAM_MOTO_AUDIT")
+    if audit:
+        check = ac.IAMRequestBase.check_action_permitted
+        lock = threading.Lock()
+
+        def check_and_record(self: Any, resource: str) -> None:
+            check(self, resource)  # raises when denied: only granted requests are recorded
+            key = self._get_string_between("Credential=", "/", self._headers["Authorization"])
+            line = json.dumps({"key": key, "action": self._action, "resource": resource,
+                               "conditions": _REQUEST_CONDITIONS.get() or {}})  # fmt: skip
+            with lock, open(audit, "a") as out:
+                out.write(line + "\n")
+
+        ac.IAMRequestBase.check_action_permitted = check_and_record
 
 
 def _delete_keys_per_key(self: Any, bucket_name: str, authenticated: bool = True) -> Any:

@@ -35,7 +35,7 @@ from squall.errors import AccessDenied
 from squall.testing import assert_same_result
 
 from .helpers import function_by_handler
-from .iam_env import IamMoto, cdk_policies, resolve, start_iam_moto
+from .iam_env import IamMoto, cdk_policies, resolve, start_iam_moto, unused_grants
 
 pytest.importorskip("aws_lambda_powertools")
 pytest.importorskip("moto")
@@ -53,7 +53,8 @@ QUERIES = (1, 3, 12)  # Q3 and Q12 join on keys the tables are not split by: a s
 def stack(synth, sf001, tmp_path_factory):
     """moto with IAM enforcement, the bucket with TPC-H SF0.01 under data/, a user per function role."""
     synthesized = synth(**CONTEXT)
-    server = start_iam_moto(tmp_path_factory.mktemp("iam") / "moto.log")
+    root = tmp_path_factory.mktemp("iam")
+    server = start_iam_moto(root / "moto.log", audit=root / "granted.jsonl")
     try:
         s3 = server.client("s3")
         for bucket in (BUCKET, OUT_BUCKET, OTHER_BUCKET):
@@ -69,7 +70,7 @@ def stack(synth, sf001, tmp_path_factory):
         keys = {role: server.user(f"squall-{role}-role", docs) for role, docs in policies.items()}
         for role in keys:
             server.function(f"squall-{role}")
-        yield Stack(server, keys, synthesized.template, policies)
+        yield Stack(server, keys, synthesized.template, policies, root / "granted.jsonl")
     finally:
         server.stop()
 
@@ -77,8 +78,9 @@ def stack(synth, sf001, tmp_path_factory):
 class Stack:
     """The running pieces: server, per-role keys, template, resolved policies."""
 
-    def __init__(self, server: IamMoto, keys: dict[str, Any], template: dict, policies: dict) -> None:
+    def __init__(self, server: IamMoto, keys: dict[str, Any], template: dict, policies: dict, audit: Path) -> None:
         self.server, self.keys, self.template, self.policies = server, keys, template, policies
+        self.audit = audit
 
     def function_env(self, role: str) -> dict[str, str]:
         """The function's environment from the template (resolved), its keys, and the emulator's settings."""
@@ -185,6 +187,8 @@ def test_queries_copy_and_catalog_succeed_with_exactly_the_stack_policies(deploy
     keys = [o["Key"] for o in listed.get("Contents", [])]
     assert any(k.endswith(".parquet") for k in keys) and any("_squall_commit_" in k for k in keys), keys
     assert not [k for k in keys if ".squall-staging" in k], keys  # the driver cleaned up its staging
+    code, _body = _call(deployed, "get_query", path="/v1/queries/q0123456789abcdef0123456789abcdef")
+    assert code == 404  # not a 403: the API may list queries/
 
 
 # ------------------------------------------------------------------------------------------ denied
@@ -273,3 +277,24 @@ def test_each_role_is_held_to_its_policy(stack):
                 with pytest.raises(ClientError) as err:
                     call()
                 assert "AccessDenied" in str(err.value), (role, target)
+
+
+#: Grants no request of this module uses, and why they stay.
+EXPECTED_UNUSED = {
+    # the Lambda runtime writes the function's logs with its role; nothing here runs CloudWatch Logs
+    *((role, "OwnLogGroup", action) for role in ("worker", "driver", "api")
+      for action in ("logs:CreateLogStream", "logs:PutLogEvents")),
+    # aborting a multipart upload only happens when one fails (exchange parts, staged parts, committed copies)
+    ("worker", "S3Exchange", "s3:AbortMultipartUpload"),
+    ("worker", "S3WriteStaging", "s3:AbortMultipartUpload"),
+    ("driver", "S3WriteOutputs", "s3:AbortMultipartUpload"),
+    # an unknown query id: on AWS, GetObject of a missing key is a 404 only with s3:ListBucket (else 403);
+    # moto answers NoSuchKey either way, so the 404 above does not need it here
+    ("api", "S3ListPrefixes", "s3:ListBucket"),
+}  # fmt: skip
+
+
+def test_every_other_grant_was_used(stack):
+    """Run last: every granted action outside :data:`EXPECTED_UNUSED` served a request of the tests above, so
+    the policies hold nothing the serverless path does not need (IAM Access Analyzer's unused permissions)."""
+    assert unused_grants(stack.policies, stack.keys, stack.audit) == EXPECTED_UNUSED
