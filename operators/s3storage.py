@@ -333,7 +333,9 @@ class S3Storage(Storage):
                     )
         except (ClientError, BotoCoreError) as exc:
             self.count("list")
-            raise denied_error(exc, bucket, prefix) or DataError(describe_error(exc, bucket, prefix)) from None
+            raise denied_error(exc, bucket, prefix) or DataError(
+                describe_error(exc, bucket, prefix)
+            ) from None
         return out
 
     def _single(self, bucket: str, key: str) -> dict[str, int]:

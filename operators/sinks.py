@@ -166,7 +166,9 @@ class S3Sink(Sink):
         except (ClientError, BotoCoreError) as exc:
             bucket, key = aws.parse_s3_url(path)
             denied = aws.denied_error(exc, bucket, key)
-            raise denied or DataError(f"cannot {what} {path}: {aws.describe_error(exc, bucket, key)}") from None
+            raise denied or DataError(
+                f"cannot {what} {path}: {aws.describe_error(exc, bucket, key)}"
+            ) from None
 
     def put(self, local_path: str, dest: str) -> None:
         bucket, key = aws.parse_s3_url(dest)
@@ -201,7 +203,9 @@ class S3Sink(Sink):
 
             if isinstance(exc, (ClientError, BotoCoreError)):
                 denied = aws.denied_error(exc, bucket, key)
-                raise denied or DataError(f"cannot list {prefix}: {aws.describe_error(exc, bucket, key)}") from None
+                raise denied or DataError(
+                    f"cannot list {prefix}: {aws.describe_error(exc, bucket, key)}"
+                ) from None
             raise
         return sorted(found)
 

@@ -164,7 +164,11 @@ def denied_message(exc: BaseException, resource: str) -> str | None:
     operation = str(getattr(exc, "operation_name", "") or "")
     action = OPERATION_ACTIONS.get(operation, operation)
     role = os.environ.get("SQUALL_ROLE")
-    return f"access denied: {resource}" + (f" ({action})" if action else "") + (f" for the {role}'s role" if role else "")
+    return (
+        f"access denied: {resource}"
+        + (f" ({action})" if action else "")
+        + (f" for the {role}'s role" if role else "")
+    )
 
 
 def denied_error(exc: BaseException, bucket: str, key: str = "") -> AccessDenied | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .helpers import REPO, function_by_handler, resources_of
+from .helpers import REPO, as_list, function_by_handler, resources_of
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's account
@@ -219,3 +219,108 @@ def unused_grants(policies: dict[str, dict[str, dict[str, Any]]], keys: dict[str
                                for r in used[role]):  # fmt: skip
                         unused.add((role, st.get("Sid", "?"), action))
     return unused
+
+
+# ------------------------------------------------------------------------------------------ Terraform
+
+#: main.tf locals the policy documents use, evaluated as they are (data sources replaced by moto's values)
+_TF_LOCALS = ("prefix", "bucket_arn", "data_locations", "data_object_arns", "function_names", "function_arns",
+              "exchange_prefix", "results_prefix", "queries_prefix")  # fmt: skip
+_TF_DATA = {
+    "data.aws_partition.current.partition": '"aws"',
+    "data.aws_region.current.name": f'"{REGION}"',
+    "data.aws_caller_identity.current.account_id": f'"{ACCOUNT}"',
+}
+
+
+def _hcl(value: Any) -> str:
+    """A value of python-hcl2's output as HCL source: ``"${expr}"`` → ``expr``, other strings → templates."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_hcl(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_hcl(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)
+    if text.startswith("${") and text.endswith("}") and text.count("${") == 1:
+        return text[2:-1]
+    return '"' + text + '"'
+
+
+def _loop(var: str, for_each: str, body: str) -> str:
+    """``dynamic "var" { for_each … content { body } }`` as a for expression (``var.key``/``var.value``)."""
+    return f"[for {var} in [for k, v in {_hcl(for_each)} : {{key = k, value = v}}] : {body}]"
+
+
+def _tf_statement(st: dict[str, Any]) -> str:
+    conditions = [f"[{{test = {_hcl(c['test'])}, variable = {_hcl(c['variable'])}, values = {_hcl(c['values'])}}}]"
+                  for c in st.get("condition", [])]  # fmt: skip
+    for dyn in st.get("dynamic", []):
+        for block in as_list(dyn["condition"]):
+            for content in as_list(block["content"]):
+                conditions.append(_loop("condition", block["for_each"], _tf_statement_condition(content)))
+    return (f"{{Sid = {_hcl(st['sid'])}, Action = {_hcl(st['actions'])}, Resource = {_hcl(st['resources'])}, "
+            f"conditions = concat({', '.join(conditions) or '[]'}, [])}}")  # fmt: skip
+
+
+def _tf_statement_condition(c: dict[str, Any]) -> str:
+    return f"{{test = {_hcl(c['test'])}, variable = {_hcl(c['variable'])}, values = {_hcl(c['values'])}}}"
+
+
+def terraform_policy_expression(role: str) -> str:
+    """The ``aws_iam_policy_document`` of ``role`` in ``iam.tf`` as one Terraform expression (a list of
+    statements with ``conditions`` as a list), to evaluate with ``terraform console``."""
+    from .helpers import terraform
+
+    document = terraform()["data"]["aws_iam_policy_document"][role]
+    parts = ["[" + ", ".join(_tf_statement(st) for st in document.get("statement", [])) + "]"]
+    for dyn in document.get("dynamic", []):
+        for block in as_list(dyn["statement"]):
+            for content in as_list(block["content"]):
+                parts.append(_loop("statement", block["for_each"], _tf_statement(content)))
+    expression = f"concat({', '.join(parts)})"
+    for role_name in ("worker", "driver", "api"):
+        expression = expression.replace(
+            f'aws_cloudwatch_log_group.fn["{role_name}"].arn', f'local.log_group_arns["{role_name}"]'
+        )
+    return expression
+
+
+def terraform_module_stub(root: Path, bucket: str) -> None:
+    """A provider-free module in ``root``: ``variables.tf``, ``writes.tf`` and the locals the policies use
+    (``main.tf``'s expressions, the bucket ``bucket``, moto's account and region)."""
+    from .helpers import TF_DIR, terraform
+
+    for name in ("variables.tf", "writes.tf"):
+        (root / name).write_text((TF_DIR / name).read_text())
+    main = terraform()["locals"]
+    lines = []
+    for name in _TF_LOCALS:
+        expression = _hcl(main[name])
+        for ref, value in _TF_DATA.items():
+            expression = expression.replace(ref, value)
+        lines.append(f"  {name} = {expression}")
+    lines += ['  partition = "aws"', f'  bucket_name = "{bucket}"',
+              '  log_group_arns = {for role, name in local.function_names : role => '
+              f'"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/${{name}}"}}']  # fmt: skip
+    (root / "stub.tf").write_text("locals {\n" + "\n".join(lines) + "\n}\n")
+
+
+def terraform_policies(console: Any, **variables: Any) -> dict[str, dict[str, Any]]:
+    """Role → the Terraform module's policy document (JSON, conditions in IAM's shape), evaluated by
+    ``console(expression, **variables)`` in the module :func:`terraform_module_stub` wrote."""
+    out = {}
+    for role in ("worker", "driver", "api"):
+        value, err = console(terraform_policy_expression(role), **variables)
+        assert value is not None, err
+        statements = []
+        for st in value:
+            doc: dict[str, Any] = {"Sid": st["Sid"], "Effect": "Allow", "Action": st["Action"],
+                                   "Resource": st["Resource"]}  # fmt: skip
+            for c in st["conditions"]:
+                doc.setdefault("Condition", {}).setdefault(c["test"], {})[c["variable"]] = c["values"]
+            statements.append(doc)
+        out[role] = {"Version": "2012-10-17", "Statement": statements}
+    return out

@@ -21,6 +21,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,15 @@ from squall.errors import AccessDenied
 from squall.testing import assert_same_result
 
 from .helpers import function_by_handler
-from .iam_env import IamMoto, cdk_policies, resolve, start_iam_moto, unused_grants
+from .iam_env import (
+    IamMoto,
+    cdk_policies,
+    resolve,
+    start_iam_moto,
+    terraform_module_stub,
+    terraform_policies,
+    unused_grants,
+)
 
 pytest.importorskip("aws_lambda_powertools")
 pytest.importorskip("moto")
@@ -78,7 +88,9 @@ def stack(synth, sf001, tmp_path_factory):
 class Stack:
     """The running pieces: server, per-role keys, template, resolved policies."""
 
-    def __init__(self, server: IamMoto, keys: dict[str, Any], template: dict, policies: dict, audit: Path) -> None:
+    def __init__(
+        self, server: IamMoto, keys: dict[str, Any], template: dict, policies: dict, audit: Path
+    ) -> None:
         self.server, self.keys, self.template, self.policies = server, keys, template, policies
         self.audit = audit
 
@@ -130,7 +142,9 @@ def _event(name: str, **changes: Any) -> dict:
     return e
 
 
-def _call(api, name: str, *, path: str | None = None, body: Any = None, key: str | None = None) -> tuple[int, Any]:
+def _call(
+    api, name: str, *, path: str | None = None, body: Any = None, key: str | None = None
+) -> tuple[int, Any]:
     e = _event(name)
     if path is not None:
         e["path"] = path
@@ -209,8 +223,12 @@ def test_denials_named_in_one_line(stack, sf001, monkeypatch):
             monkeypatch.setenv(name, value)
     worker_env = stack.function_env("worker")
     # a table the driver may list and read (under the output prefix) but the worker may not read
-    stack.server.client("s3").upload_file(str(Path(sf001) / "nation.parquet"), OUT_BUCKET, "lake/nation.parquet")
-    con = squall.connect(OUTPUT_PREFIX, workers=2, platform="lambda-local", platform_options={"worker_env": worker_env})
+    stack.server.client("s3").upload_file(
+        str(Path(sf001) / "nation.parquet"), OUT_BUCKET, "lake/nation.parquet"
+    )
+    con = squall.connect(
+        OUTPUT_PREFIX, workers=2, platform="lambda-local", platform_options={"worker_env": worker_env}
+    )
     with pytest.raises(AccessDenied) as err:
         con.sql("SELECT count(*) FROM nation").fetchall()
     message = _one_line(str(err.value))
@@ -270,12 +288,12 @@ def test_each_role_is_held_to_its_policy(stack):
     allowed = {"worker": "squall-worker", "driver": "squall-worker", "api": "squall-driver"}
     for role, client in lam.items():
         for target in ("squall-worker", "squall-driver", "squall-api"):
-            call = lambda: client.invoke(FunctionName=target, InvocationType="DryRun", Payload=b"{}")  # noqa: E731
+            kwargs = {"FunctionName": target, "InvocationType": "DryRun", "Payload": b"{}"}
             if target == allowed[role]:
-                assert call()["StatusCode"] == 204
+                assert client.invoke(**kwargs)["StatusCode"] == 204
             else:
                 with pytest.raises(ClientError) as err:
-                    call()
+                    client.invoke(**kwargs)
                 assert "AccessDenied" in str(err.value), (role, target)
 
 
@@ -298,3 +316,43 @@ def test_every_other_grant_was_used(stack):
     """Run last: every granted action outside :data:`EXPECTED_UNUSED` served a request of the tests above, so
     the policies hold nothing the serverless path does not need (IAM Access Analyzer's unused permissions)."""
     assert unused_grants(stack.policies, stack.keys, stack.audit) == EXPECTED_UNUSED
+
+
+def _normalized(documents: dict[str, dict[str, Any]]) -> dict[str, dict]:
+    """Sid → statement with sorted actions, resources and condition values (IAM ignores their order)."""
+    out = {}
+    for document in documents.values():
+        for st in document["Statement"]:
+            resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            conditions = {op: {k: sorted(v if isinstance(v, list) else [v]) for k, v in keys.items()}
+                          for op, keys in st.get("Condition", {}).items()}  # fmt: skip
+            out[st["Sid"]] = {"Effect": st["Effect"], "Action": sorted(actions), "Resource": sorted(resources),
+                              "Condition": conditions}  # fmt: skip
+    return out
+
+
+def test_terraform_grants_exactly_what_was_enforced(stack, tmp_path):
+    """The Terraform module's policy documents, evaluated by ``terraform console`` for the same bucket, function
+    names and output prefix, equal the CDK documents the enforcement above ran with (so it proves both)."""
+    exe = shutil.which("terraform")
+    if exe is None:
+        pytest.skip("no terraform binary")
+    terraform_module_stub(tmp_path, BUCKET)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "TF_CLI_CONFIG_FILE": "/dev/null", "HOME": str(tmp_path)}
+    init = subprocess.run([exe, "init", "-input=false", "-no-color"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+    assert init.returncode == 0, init.stdout + init.stderr
+
+    def console(expression: str, **variables: object) -> tuple[object, str]:
+        (tmp_path / "vars.tfvars.json").write_text(json.dumps(variables))
+        proc = subprocess.run([exe, "console", "-no-color", "-var-file=vars.tfvars.json"], cwd=tmp_path,
+                              input=f"jsonencode({expression})\n", capture_output=True, text=True, timeout=60,
+                              env=env)  # fmt: skip
+        if proc.returncode != 0 or "Error:" in proc.stderr:
+            return None, proc.stdout + proc.stderr
+        return json.loads(json.loads(proc.stdout.strip())), proc.stderr
+
+    tf = terraform_policies(console, function_name_prefix="squall", output_prefixes=[OUTPUT_PREFIX])
+    for role in ("worker", "driver", "api"):
+        assert _normalized({"tf": tf[role]}) == _normalized(stack.policies[role]), role

@@ -67,7 +67,9 @@ def authorize_invoke(function_name: str) -> None:
         return
     from squall import aws
 
-    aws.client("lambda", max_retries=0).invoke(FunctionName=function_name, InvocationType="DryRun", Payload=b"{}")
+    aws.client("lambda", max_retries=0).invoke(
+        FunctionName=function_name, InvocationType="DryRun", Payload=b"{}"
+    )
 
 
 @dataclass
