@@ -250,6 +250,18 @@ def test_denials_named_in_one_line(stack, sf001, monkeypatch):
     message = _one_line(str(err.value))
     # the driver's existence check of the target comes first (a worker could not stage there either)
     assert f"{rogue}nation/ (s3:ListBucket) for the driver's role" in message, message
+    # a location under the output prefix but not one of the stack's output prefixes: the driver may check and
+    # commit there (``lake/*``), the workers may stage only under ``lake/.squall-staging/``
+    nested = f"{OUTPUT_PREFIX}sub/"
+    con = squall.connect(f"s3://{BUCKET}/data/", workers=2, platform="lambda-local", writable=[nested],
+                         platform_options={"worker_env": worker_env})  # fmt: skip
+    with pytest.raises(AccessDenied) as err:
+        con.sql(f"COPY nation TO '{nested}nation/' (FORMAT parquet)").fetchall()
+    message = _one_line(str(err.value))
+    assert f"{nested}.squall-staging/" in message and "(s3:PutObject) for the worker's role" in message, (
+        message
+    )
+    con.close()
     # invoking another function than the worker
     con = squall.connect(f"s3://{BUCKET}/data/", workers=2, platform="lambda-local",
                          platform_options={"worker_env": worker_env, "function": "squall-api"})  # fmt: skip
