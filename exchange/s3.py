@@ -643,10 +643,14 @@ class S3Exchange(Exchange):
             self._ledger.add(xid, kind, retries=aws.retries_of(exc.response))
             if aws.error_code(exc) in _PASS_THROUGH:
                 raise
-            raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
+            raise aws.denied_error(exc, self.bucket, key) or ExchangeError(
+                aws.describe_error(exc, self.bucket, key)
+            ) from None
         except BotoCoreError as exc:
             self._ledger.add(xid, kind)
-            raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
+            raise aws.denied_error(exc, self.bucket, key) or ExchangeError(
+                aws.describe_error(exc, self.bucket, key)
+            ) from None
         self._ledger.add(xid, kind, retries=aws.retries_of(response))
         return response
 
@@ -732,7 +736,9 @@ class S3Exchange(Exchange):
                     self._ledger.add(xid, put_dup=1)
                     return False
                 if aws.error_code(exc) != "ConditionalRequestConflict":
-                    raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
+                    raise aws.denied_error(exc, self.bucket, key) or ExchangeError(
+                        aws.describe_error(exc, self.bucket, key)
+                    ) from None
                 # 409: a concurrent conditional write of the same key is in flight; try again
                 time.sleep(min(1.0, 0.05 * 2**attempt) * random.random())
                 continue
@@ -754,7 +760,9 @@ class S3Exchange(Exchange):
         try:
             size = self._request(None, "head", key, self.client.head_object)["ContentLength"]
         except ClientError as exc:
-            raise ExchangeError(aws.describe_error(exc, self.bucket, key)) from None
+            raise aws.denied_error(exc, self.bucket, key) or ExchangeError(
+                aws.describe_error(exc, self.bucket, key)
+            ) from None
         return claim_result(self._stats, int(size) - 1, self.rank, False)
 
     def claims(self, query_id: str, prefix: str = "") -> dict[str, int]:
@@ -1075,13 +1083,21 @@ class S3ExchangeFactory(ExchangeFactory):
         if self.options.get("check_bucket", True):
             from botocore.exceptions import BotoCoreError, ClientError
 
-            self._count("head")
             try:
-                self.client.head_bucket(Bucket=self.bucket)
+                if (
+                    self.base
+                ):  # a LIST inside the prefix: what a role allowed to list only its prefixes may do
+                    self._count("list")
+                    self.client.list_objects_v2(Bucket=self.bucket, Prefix=f"{self.base}/", MaxKeys=1)
+                else:  # HeadBucket needs s3:ListBucket on the whole bucket
+                    self._count("head")
+                    self.client.head_bucket(Bucket=self.bucket)
             except (ClientError, BotoCoreError) as exc:
                 if aws.error_code(exc) in ("404", "NoSuchBucket"):
                     raise ExchangeConfigError(f"exchange bucket {self.bucket!r} does not exist") from None
-                raise ExchangeConfigError(aws.describe_error(exc, self.bucket)) from None
+                raise aws.denied_error(exc, self.bucket) or ExchangeConfigError(
+                    aws.describe_error(exc, self.bucket)
+                ) from None
         prefix = f"{self.base}/{query_id}" if self.base else query_id
         config: dict[str, Any] = {
             "name": self.name,

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from squall import aws
-from squall.aws import describe_error, error_code
+from squall.aws import denied_error, describe_error, error_code
 from squall.errors import DataError
 from squall.operators.storage import FileEntry, Storage
 
@@ -231,7 +231,7 @@ class S3Storage(Storage):
             return call(Bucket=bucket, Key=key, **kwargs)
         except (ClientError, BotoCoreError) as exc:
             self.count(kind)
-            raise DataError(describe_error(exc, bucket, key)) from None
+            raise denied_error(exc, bucket, key) or DataError(describe_error(exc, bucket, key)) from None
 
     def _get(self, path: str, byte_range: str) -> tuple[bytes, int]:
         """One ranged GET: (bytes, object size)."""
@@ -333,7 +333,9 @@ class S3Storage(Storage):
                     )
         except (ClientError, BotoCoreError) as exc:
             self.count("list")
-            raise DataError(describe_error(exc, bucket, prefix)) from None
+            raise denied_error(exc, bucket, prefix) or DataError(
+                describe_error(exc, bucket, prefix)
+            ) from None
         return out
 
     def _single(self, bucket: str, key: str) -> dict[str, int]:
@@ -347,7 +349,7 @@ class S3Storage(Storage):
                 return {}
             if error_code(exc) == "NoSuchBucket":
                 raise DataError(f"S3 bucket {bucket!r} does not exist") from None
-            raise DataError(describe_error(exc, bucket, key)) from None
+            raise denied_error(exc, bucket, key) or DataError(describe_error(exc, bucket, key)) from None
         self.count("head")
         with self._lock:
             self._etags[f"s3://{bucket}/{key}"] = str(resp.get("ETag", ""))

@@ -159,13 +159,19 @@ class S3Sink(Sink):
         return TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=8)
 
     def _call(self, what: str, path: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        from boto3.exceptions import S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             return call(*args, **kwargs)
-        except (ClientError, BotoCoreError) as exc:
+        except (ClientError, BotoCoreError, S3UploadFailedError) as exc:
+            if isinstance(exc, S3UploadFailedError) and isinstance(exc.__context__, ClientError):
+                exc = exc.__context__  # boto3's upload_file wraps the request's error in its own
             bucket, key = aws.parse_s3_url(path)
-            raise DataError(f"cannot {what} {path}: {aws.describe_error(exc, bucket, key)}") from None
+            denied = aws.denied_error(exc, bucket, key)
+            raise denied or DataError(
+                f"cannot {what} {path}: {aws.describe_error(exc, bucket, key)}"
+            ) from None
 
     def put(self, local_path: str, dest: str) -> None:
         bucket, key = aws.parse_s3_url(dest)
@@ -199,7 +205,10 @@ class S3Sink(Sink):
             from botocore.exceptions import BotoCoreError, ClientError
 
             if isinstance(exc, (ClientError, BotoCoreError)):
-                raise DataError(f"cannot list {prefix}: {aws.describe_error(exc, bucket, key)}") from None
+                denied = aws.denied_error(exc, bucket, key)
+                raise denied or DataError(
+                    f"cannot list {prefix}: {aws.describe_error(exc, bucket, key)}"
+                ) from None
             raise
         return sorted(found)
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from squall.errors import DataError, UserError
+from squall.errors import AccessDenied, DataError, UserError
 
 #: the retry policy of every client (botocore counts retries, not tries)
 RETRY_MODE = "standard"
@@ -142,6 +142,41 @@ def retries_of(response: Any) -> int:
     return int(((response or {}).get("ResponseMetadata") or {}).get("RetryAttempts", 0))
 
 
+#: error codes of a request the caller's IAM permissions (or a bucket policy) refuse
+DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "403"})
+#: the IAM action an SDK operation needs (for the messages of refused requests)
+OPERATION_ACTIONS = {
+    "GetObject": "s3:GetObject", "HeadObject": "s3:GetObject", "ListObjectsV2": "s3:ListBucket",
+    "ListObjects": "s3:ListBucket", "HeadBucket": "s3:ListBucket", "PutObject": "s3:PutObject",
+    "CreateMultipartUpload": "s3:PutObject", "UploadPart": "s3:PutObject", "CompleteMultipartUpload": "s3:PutObject",
+    "CopyObject": "s3:PutObject", "UploadPartCopy": "s3:PutObject", "AbortMultipartUpload": "s3:AbortMultipartUpload",
+    "DeleteObject": "s3:DeleteObject", "DeleteObjects": "s3:DeleteObject", "Invoke": "lambda:InvokeFunction",
+}  # fmt: skip
+
+
+def denied_message(exc: BaseException, resource: str) -> str | None:
+    """``access denied: RESOURCE (ACTION) for the ROLE's role`` when ``exc`` is an AWS access denial, else None.
+
+    The action comes from the failed SDK operation; the role is ``SQUALL_ROLE`` (the deployed function:
+    worker, driver or api), left out elsewhere."""
+    if error_code(exc) not in DENIED_CODES:
+        return None
+    operation = str(getattr(exc, "operation_name", "") or "")
+    action = OPERATION_ACTIONS.get(operation, operation)
+    role = os.environ.get("SQUALL_ROLE")
+    return (
+        f"access denied: {resource}"
+        + (f" ({action})" if action else "")
+        + (f" for the {role}'s role" if role else "")
+    )
+
+
+def denied_error(exc: BaseException, bucket: str, key: str = "") -> AccessDenied | None:
+    """An :class:`~squall.errors.AccessDenied` naming ``s3://bucket/key`` when ``exc`` is an access denial."""
+    message = denied_message(exc, f"s3://{bucket}/{key}" if key else f"s3://{bucket}")
+    return AccessDenied(message) if message else None
+
+
 def describe_error(exc: BaseException, bucket: str, key: str = "") -> str:
     """One line saying what went wrong with an S3 call (no traceback)."""
     code = error_code(exc)
@@ -150,7 +185,10 @@ def describe_error(exc: BaseException, bucket: str, key: str = "") -> str:
         return f"S3 bucket {bucket!r} does not exist"
     if code in ("NoSuchKey", "404"):
         return f"S3 object not found: {where}"
-    if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+    denied = denied_message(exc, where)
+    if denied:
+        return denied
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch"):
         return f"access denied to {where} ({code})"
     if code:
         msg = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Message", "")).strip()

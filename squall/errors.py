@@ -41,6 +41,11 @@ class DataError(UserError):
     """A table location is missing, empty, unreadable or inconsistent."""
 
 
+class AccessDenied(UserError):
+    """AWS refused a request under the caller's IAM permissions: one line naming the resource, the action and,
+    on Lambda, the function role that lacks it (``access denied: s3://b/k (s3:GetObject) for the worker's role``)."""
+
+
 class OptionError(UserError):
     """A bad option value (CLI flag, API field, connect() argument)."""
 

@@ -152,11 +152,25 @@ def test_missing_bucket_on_read(s3):
         _storage(s3).read_metadata("s3://squall-nope-nope/x.parquet")
 
 
-def test_access_denied_message():
+def test_access_denied_message(monkeypatch):
     from botocore.exceptions import ClientError
 
+    from squall.aws import denied_error
+    from squall.errors import AccessDenied
+
+    monkeypatch.delenv("SQUALL_ROLE", raising=False)
     exc = ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
-    assert describe_error(exc, "b", "k.parquet") == "access denied to s3://b/k.parquet (AccessDenied)"
+    assert describe_error(exc, "b", "k.parquet") == "access denied: s3://b/k.parquet (s3:GetObject)"
+    monkeypatch.setenv("SQUALL_ROLE", "worker")  # a deployed function names its role
+    err = denied_error(ClientError({"Error": {"Code": "403", "Message": ""}}, "HeadObject"), "b", "k")
+    assert (
+        isinstance(err, AccessDenied)
+        and str(err) == "access denied: s3://b/k (s3:GetObject) for the worker's role"
+    )
+    assert (
+        denied_error(ClientError({"Error": {"Code": "NoSuchKey", "Message": ""}}, "GetObject"), "b", "k")
+        is None
+    )
 
 
 # --- row groups --------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 # One role per function, least privilege (mirrors GRANTS/LISTS/INVOKES/WRITES in infra/cdk/squall_infra/stack.py;
-# the write locals are in writes.tf).
+# the write locals are in writes.tf). tests/infra/test_iam_enforced.py runs Squall under IAM enforcement with
+# exactly these statements. No role touches results/: results live under queries/<id>/.
 
 data "aws_iam_policy_document" "lambda_assume" {
   statement {
@@ -52,16 +53,6 @@ data "aws_iam_policy_document" "worker" {
     sid       = "S3Exchange"
     actions   = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"]
     resources = ["${local.bucket_arn}/exchange/*"]
-  }
-  statement {
-    sid       = "S3Results"
-    actions   = ["s3:PutObject", "s3:AbortMultipartUpload"]
-    resources = ["${local.bucket_arn}/results/*"]
-  }
-  statement {
-    sid       = "S3Queries"
-    actions   = ["s3:GetObject"]
-    resources = ["${local.bucket_arn}/queries/*"]
   }
   statement {
     sid       = "S3ListPrefixes"
@@ -127,11 +118,6 @@ data "aws_iam_policy_document" "driver" {
     sid       = "S3Exchange"
     actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
     resources = ["${local.bucket_arn}/exchange/*"]
-  }
-  statement {
-    sid       = "S3Results"
-    actions   = ["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"]
-    resources = ["${local.bucket_arn}/results/*"]
   }
   statement {
     sid       = "S3Queries"
@@ -211,11 +197,6 @@ data "aws_iam_policy_document" "api" {
     sid       = "OwnLogGroup"
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
     resources = ["${aws_cloudwatch_log_group.fn["api"].arn}:*"]
-  }
-  statement {
-    sid       = "S3Results"
-    actions   = ["s3:GetObject"]
-    resources = ["${local.bucket_arn}/results/*"]
   }
   statement {
     sid       = "S3Queries"

@@ -174,20 +174,25 @@ def test_iam_grants_per_function(default):
         "OwnLogGroup": {"logs:CreateLogStream", "logs:PutLogEvents"},
         "S3Data": {"s3:GetObject"},
         "S3Exchange": {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"},
-        "S3Results": {"s3:PutObject", "s3:AbortMultipartUpload"},
-        "S3Queries": {"s3:GetObject"},
         "S3ListPrefixes": {"s3:ListBucket"},
         "InvokeSquallFunctions": {"lambda:InvokeFunction"},
     }
     assert grants(statements["api"]) == {
         "OwnLogGroup": {"logs:CreateLogStream", "logs:PutLogEvents"},
-        "S3Results": {"s3:GetObject"},
         "S3Queries": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
         "S3ListPrefixes": {"s3:ListBucket"},
         "InvokeSquallFunctions": {"lambda:InvokeFunction"},
     }
-    # deletes: the driver in exchange/, the driver and the API in queries/ (admission slots, queue entries);
-    # nobody writes data/
+    assert grants(statements["driver"]) == {
+        "OwnLogGroup": {"logs:CreateLogStream", "logs:PutLogEvents"},
+        "S3Data": {"s3:GetObject"},
+        "S3Exchange": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
+        "S3Queries": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
+        "S3ListPrefixes": {"s3:ListBucket"},
+        "InvokeSquallFunctions": {"lambda:InvokeFunction"},
+    }
+    # nobody touches results/ (results live under queries/<id>/); deletes: the driver in exchange/, the driver and
+    # the API in queries/ (admission slots, queue entries); nobody writes data/
     for role, sts in statements.items():
         for st in sts:
             if "s3:DeleteObject" in as_list(st["Action"]):
@@ -205,13 +210,13 @@ WRITE_ACTIONS = {"s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"}
 
 
 def test_no_output_prefixes_no_write_grant(default):
-    """Without outputPrefixes nothing may be written outside exchange/, results/, queries/."""
+    """Without outputPrefixes nothing may be written outside exchange/ and queries/."""
     for role, statements in role_statements(default.template).items():
         sids = {st["Sid"] for st in statements}
         assert not {s for s in sids if s.startswith(("S3Write", "S3ListOutput"))}, role
         for st in statements:
             if WRITE_ACTIONS & set(as_list(st["Action"])):
-                assert st["Sid"] in ("S3Exchange", "S3Results", "S3Queries"), (role, st)
+                assert st["Sid"] in ("S3Exchange", "S3Queries"), (role, st)
                 assert all(BUCKET_OBJECT.fullmatch(r) for r in as_list(st["Resource"])), (role, st)
 
 
@@ -252,7 +257,7 @@ def test_writes_only_under_output_prefixes(alt):
     for role, sts in statements.items():
         for sid, st in sts.items():
             if WRITE_ACTIONS & set(as_list(st["Action"])) and not sid.startswith("S3Write"):
-                assert sid in ("S3Exchange", "S3Results", "S3Queries"), (role, sid)
+                assert sid in ("S3Exchange", "S3Queries"), (role, sid)
                 assert all(
                     r.startswith(f"{arn}my-squall-data/{sid[2:].lower()}/") for r in as_list(st["Resource"])
                 )

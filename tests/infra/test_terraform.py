@@ -106,7 +106,7 @@ def test_iam_scoping_in_terraform():
         for st in documents[role]["statement"]:
             resources = as_list(st["resources"])
             assert "*" not in resources
-            if st["sid"] in ("S3Exchange", "S3Results", "S3Queries"):
+            if st["sid"] in ("S3Exchange", "S3Queries"):
                 assert resources == [f"${{local.bucket_arn}}/{st['sid'][2:].lower()}/*"]
             if st["sid"] == "InvokeSquallFunctions":
                 targets = {"api": ["driver"], "driver": ["worker", "driver"]}.get(role, ["worker"])

@@ -14,6 +14,15 @@ payload, and for asynchronous invocations an entry in ``init_errors``, Lambda's 
 a handler running past ``timeout_s`` is killed; a process that dies is replaced on the next
 invocation. Invocations the handler makes itself (the invocation tree) travel back to this emulator
 over the process's connection. Logs go to ``<squall temp>/logs/lambda-<pid>-<slot>.log``.
+
+Each emulated function has its own environment: ``env`` overrides this process's (and the emulator's
+defaults ``SQUALL_PLATFORM=lambda``, ``SQUALL_ROLE=worker``), so a function can hold its own credentials
+(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``), as each deployed function holds its role's.
+With ``SQUALL_LOCAL_LAMBDA_AUTHORIZE=1`` in the caller's environment, every invocation is first sent to the
+Lambda API (``AWS_ENDPOINT_URL``, e.g. moto's server with IAM enforcement) as a ``DryRun`` signed with the
+caller's credentials, so ``lambda:InvokeFunction`` outside the caller's policy fails as on AWS
+(:func:`authorize_invoke`; invocations from inside an emulated function are checked there, with its
+credentials).
 """
 
 from __future__ import annotations
@@ -45,6 +54,22 @@ def too_large(size: int, limit: int) -> Exception:
 
     message = f"{size} byte payload exceeds the {limit} byte limit"
     return ClientError({"Error": {"Code": "RequestEntityTooLargeException", "Message": message}}, "Invoke")
+
+
+#: set to "1": check each invocation with a DryRun against the Lambda API first (:func:`authorize_invoke`)
+AUTHORIZE_ENV = "SQUALL_LOCAL_LAMBDA_AUTHORIZE"
+
+
+def authorize_invoke(function_name: str) -> None:
+    """With ``SQUALL_LOCAL_LAMBDA_AUTHORIZE=1``: a ``DryRun`` invocation of ``function_name`` on the Lambda API
+    with this process's credentials; its ClientError (AccessDenied…) propagates as the real invoke's would."""
+    if os.environ.get(AUTHORIZE_ENV) != "1":
+        return
+    from squall import aws
+
+    aws.client("lambda", max_retries=0).invoke(
+        FunctionName=function_name, InvocationType="DryRun", Payload=b"{}"
+    )
 
 
 @dataclass
@@ -93,6 +118,10 @@ class LocalLambda:
         **_: Any,
     ) -> dict[str, Any]:
         """boto3's ``Lambda.Client.invoke`` (the parts Squall uses)."""
+        authorize_invoke(FunctionName)
+        return self._submit(FunctionName, Payload, InvocationType)
+
+    def _submit(self, FunctionName: str, Payload: bytes | str, InvocationType: str) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError("the local Lambda emulator is closed")
         if FunctionName != self.function_name:
@@ -167,12 +196,11 @@ class _Slot:
             self.listener = Listener(family="AF_UNIX", authkey=self.emu._authkey)
         logs = default_root() / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, **self.emu.env)
+        env = {"POWERTOOLS_SERVICE_NAME": "squall", "POWERTOOLS_METRICS_NAMESPACE": "Squall", **os.environ,
+               "SQUALL_PLATFORM": "lambda", "SQUALL_ROLE": "worker", "POWERTOOLS_TRACE_DISABLED": "1"}  # fmt: skip
+        env.update(self.emu.env)  # the function's own environment (its credentials, …)
         env.update(SQUALL_LAMBDA_AUTHKEY=self.emu._authkey.hex(), AWS_LAMBDA_FUNCTION_NAME=self.emu.function_name,
-                   AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(self.emu.memory_mb), SQUALL_PLATFORM="lambda",
-                   SQUALL_ROLE="worker", POWERTOOLS_TRACE_DISABLED="1")  # fmt: skip
-        env.setdefault("POWERTOOLS_SERVICE_NAME", "squall")
-        env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Squall")
+                   AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(self.emu.memory_mb))  # fmt: skip
         with open(logs / f"lambda-{os.getpid()}-{self.index}.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "squall.driver.platforms.lambda_.emulator_process", str(self.listener.address)],
@@ -216,7 +244,7 @@ class _Slot:
                 if msg[0] == "invoke":
                     _tag, name, kind, payload = msg
                     try:
-                        self.emu.invoke(FunctionName=name, InvocationType=kind, Payload=payload)
+                        self.emu._submit(name, payload, kind)  # authorized in the child
                     except Exception:  # the child is lost, as with a failed async invoke
                         pass
                 else:

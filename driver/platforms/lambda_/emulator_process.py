@@ -20,7 +20,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from squall.driver.platforms.lambda_.emulator import ASYNC_LIMIT, too_large
+from squall.driver.platforms.lambda_.emulator import ASYNC_LIMIT, authorize_invoke, too_large
 from squall.driver.platforms.lambda_.worker import set_lambda_client
 
 
@@ -55,6 +55,7 @@ class _ParentInvoker:
         data = Payload.decode() if isinstance(Payload, bytes) else Payload
         if len(data.encode()) > ASYNC_LIMIT:
             raise too_large(len(data.encode()), ASYNC_LIMIT)
+        authorize_invoke(FunctionName)  # with this function's own credentials
         self.conn.send(("invoke", FunctionName, InvocationType, data))
         return {"StatusCode": 202}
 

@@ -45,6 +45,7 @@ from squall.driver.platforms.lambda_.init_errors import probe_error
 from squall.driver.platforms.lambda_.retries import relaunches
 from squall.driver.platforms.lambda_.run import Attempt, Run, poll
 from squall.driver.platforms.lambda_.summary import details
+from squall.driver.platforms.lambda_.worker import invoke_function
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.s3 import S3ExchangeFactory
 from squall.plan import Plan, ScanInput
@@ -179,7 +180,7 @@ class LambdaPlatform(Platform):
         now = time.monotonic()
         for rank in range(lo, hi):
             run.attempts.setdefault(rank, []).append(Attempt(rank, attempt, now, reason))
-        self.client.invoke(FunctionName=self.function, InvocationType="Event", Payload=payload)
+        invoke_function(self.client, self.function, payload)
         run.invocations += 1
 
     def _base_event(self, plan: Plan, query_id: str, config: dict[str, Any], run: Run) -> dict[str, Any]:
@@ -323,13 +324,44 @@ def _abort_reason(exc: BaseException) -> str:
     return "driver stopped"
 
 
+#: the worker function's own environment on lambda-local, a JSON object (its credentials, as a deployed worker
+#: holds its role's; the driver's process keeps its own)
+WORKER_ENV = "SQUALL_WORKER_ENV"
+
+
+def _worker_env(env: dict[str, str] | None) -> dict[str, str]:
+    if env is not None:
+        return dict(env)
+    raw = os.environ.get(WORKER_ENV)
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+        raise OptionError(f"{WORKER_ENV} must be a JSON object of strings")
+    return parsed
+
+
 class LocalLambdaPlatform(LambdaPlatform):
-    """The Lambda platform against the local emulator (real handler in local processes)."""
+    """The Lambda platform against the local emulator (real handler in local processes).
+
+    ``worker_env`` (default: the JSON object in ``SQUALL_WORKER_ENV``) is the worker function's own
+    environment, over this process's: e.g. the worker role's credentials while the driver holds the driver's.
+    """
 
     name = "lambda-local"
     storages: ClassVar[tuple[str, ...]] = ("file", "s3")  # the emulated functions run on this machine
 
-    def __init__(self, workers: int | None = None, *, concurrency: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        concurrency: int | None = None,
+        worker_env: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("function", "squall-worker")
         # no probe: the emulator reports init errors of asynchronous invocations itself (_start_errors)
         settings = {"memory_mb": 1024, "heartbeat_s": 1.0, "dead_after_s": 8.0, "straggler_s": 6.0,
@@ -342,6 +374,7 @@ class LocalLambdaPlatform(LambdaPlatform):
                 concurrency=concurrency or self.world_size + 2,
                 memory_mb=int(self.settings["memory_mb"]),
                 timeout_s=float(self.settings["function_timeout_s"]),
+                env=_worker_env(worker_env),
             )
 
     def _start_errors(self, config: dict[str, Any]) -> None:

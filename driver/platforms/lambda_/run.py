@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squall.driver.platforms.lambda_ import state as keys
-from squall.errors import QueryRuntimeError, WorkerError
+from squall.errors import QueryRuntimeError, UserError, WorkerError, squall_error
 
 
 @dataclass
@@ -99,8 +99,9 @@ def _closed(run: Run, att: Attempt, what: str, s3: Any, bucket: str, key: str) -
         return
     if doc["kind"] == "aborted":
         return
-    if doc["kind"] == "user":
-        raise QueryRuntimeError(doc["message"])
+    if doc["kind"] == "user":  # the rank's own error class when it is one of Squall's user errors
+        same = squall_error(str(doc.get("error", "")), doc["message"])
+        raise same if isinstance(same, UserError) else QueryRuntimeError(doc["message"])
     err = WorkerError(f"rank {att.rank} failed: {doc['message']}")
     err.__notes__ = [doc.get("traceback", "")]
     raise err

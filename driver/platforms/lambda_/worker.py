@@ -35,7 +35,7 @@ import pyarrow as pa
 from squall import aws
 from squall.driver.platforms.lambda_ import state as keys
 from squall.driver.platforms.lambda_ import tree
-from squall.errors import UserError
+from squall.errors import AccessDenied, UserError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec, open_exchange
 from squall.exchange.s3 import make_client
 from squall.operators.faults import faults_from_env, install_s3_errors, s3_error_rate
@@ -159,8 +159,19 @@ def _invoke_children(event: Mapping[str, Any]) -> int:
     client = lambda_client()
     for a, b in kids:
         payload = json.dumps(dict(event, ranks=[a, b])).encode()
-        client.invoke(FunctionName=event["function"], InvocationType="Event", Payload=payload)
+        invoke_function(client, event["function"], payload)
     return len(kids)
+
+
+def invoke_function(client: Any, function: str, payload: bytes) -> None:
+    """An asynchronous invocation of ``function``; refused by IAM: a one-line :class:`AccessDenied`."""
+    try:
+        client.invoke(FunctionName=function, InvocationType="Event", Payload=payload)
+    except Exception as exc:
+        message = aws.denied_message(exc, f"function {function}")
+        if message:
+            raise AccessDenied(message) from None
+        raise
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
@@ -236,7 +247,7 @@ def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     except BaseException as exc:
         kind, message = _classify(exc)
         heartbeat.halt()
-        doc = {"kind": kind, "message": message, "traceback": traceback.format_exc()[-4000:],
+        doc = {"kind": kind, "error": type(exc).__name__, "message": message, "traceback": traceback.format_exc()[-4000:],
                "invocations": invoked, "status_puts": status.puts + 1, "memory_mb": memory_mb,
                "billed_ms": math.ceil((time.time() - started) * 1000)}  # fmt: skip
         try:

@@ -14,7 +14,7 @@ Resources (``cdk synth`` shows all of them):
   JSON access logs.
 
 IAM is least privilege, per function (:data:`GRANTS`): S3 actions on the bucket's ``data/`` (read),
-``exchange/``, ``results/``, ``queries/`` prefixes only, ``lambda:InvokeFunction`` on the worker
+``exchange/`` and ``queries/`` prefixes only, ``lambda:InvokeFunction`` on the worker
 (driver, worker: invocation tree) or driver (api; the driver too: it starts the next queued query) only, logs on
 the function's own log group. Writes
 (:data:`WRITES`) go only under the ``outputPrefixes``, and with none there is no write grant at all.
@@ -69,23 +69,24 @@ class Grant:
 
 
 #: What each function may do, by bucket area. ``data`` covers the data prefix and ``dataBuckets``.
+#: Proven by tests/infra/test_iam_enforced.py (the serverless path under IAM enforcement with exactly these
+#: grants; it also reports any grant no request used). Query records, results and result pages live under
+#: ``queries/<id>/`` (the driver writes them, the API reads and presigns them); no role touches ``results/``.
 GRANTS: dict[str, tuple[Grant, ...]] = {
     "worker": (
         Grant("data", ("s3:GetObject",)),
         Grant("exchange", ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload")),
-        Grant("results", ("s3:PutObject", "s3:AbortMultipartUpload")),
-        Grant("queries", ("s3:GetObject",)),
     ),
     "driver": (
         Grant("data", ("s3:GetObject",)),
         # the driver writes the run's plan reference and ABORT marker there, and deletes the run's objects
         Grant("exchange", ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
-        Grant("results", ("s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload")),
+        # the query's request, cancel marker and status; its result (and pages) after the run;
         # DeleteObject: admission slots and queue entries (_admission/ under queries/) are given back
         Grant("queries", ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
     ),
     "api": (
-        Grant("results", ("s3:GetObject",)),
+        # records, idempotency keys, cancel markers; results read (inline) or presigned (large); admission
         Grant("queries", ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")),
     ),
 }
