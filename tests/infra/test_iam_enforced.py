@@ -297,11 +297,12 @@ def test_each_role_is_held_to_its_policy(stack):
             call()
         assert err.value.response["Error"]["Code"] == "AccessDenied"
     lam = {role: stack.server.client("lambda", stack.keys[role]) for role in ("worker", "driver", "api")}
-    allowed = {"worker": "squall-worker", "driver": "squall-worker", "api": "squall-driver"}
+    # the driver starts the next queued query when its own ends (admission on the deployed API)
+    allowed = {"worker": {"squall-worker"}, "driver": {"squall-worker", "squall-driver"}, "api": {"squall-driver"}}
     for role, client in lam.items():
         for target in ("squall-worker", "squall-driver", "squall-api"):
             kwargs = {"FunctionName": target, "InvocationType": "DryRun", "Payload": b"{}"}
-            if target == allowed[role]:
+            if target in allowed[role]:
                 assert client.invoke(**kwargs)["StatusCode"] == 204
             else:
                 with pytest.raises(ClientError) as err:
@@ -318,9 +319,6 @@ EXPECTED_UNUSED = {
     ("worker", "S3Exchange", "s3:AbortMultipartUpload"),
     ("worker", "S3WriteStaging", "s3:AbortMultipartUpload"),
     ("driver", "S3WriteOutputs", "s3:AbortMultipartUpload"),
-    # an unknown query id: on AWS, GetObject of a missing key is a 404 only with s3:ListBucket (else 403);
-    # moto answers NoSuchKey either way, so the 404 above does not need it here
-    ("api", "S3ListPrefixes", "s3:ListBucket"),
 }  # fmt: skip
 
 
