@@ -79,7 +79,11 @@ resource "aws_lambda_function" "fn" {
   }
 
   environment {
-    variables = merge(local.environment, local.write_environment, { SQUALL_ROLE = each.key })
+    variables = merge(
+      local.environment, local.write_environment, { SQUALL_ROLE = each.key },
+      # who may use the API and their own limits (squall/service/users.py): the API function only
+      each.key == "api" && var.users != "{}" ? { SQUALL_USERS = var.users } : {},
+    )
   }
 
   tracing_config {

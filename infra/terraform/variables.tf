@@ -102,6 +102,16 @@ variable "service_settings" {
   }
 }
 
+variable "users" {
+  description = "The deployed API's users as a JSON object (SQUALL_USERS, the API function only): {name: {iam_principal, role, max_running, max_queued, max_bytes_scanned, catalogs, ...}} (squall/service/README.md); {} = every IAM principal the API lets in, with the [service] limits."
+  type        = string
+  default     = "{}"
+  validation {
+    condition     = can(keys(jsondecode(var.users)))
+    error_message = "users must be a JSON object, e.g. {\"alice\": {\"iam_principal\": \"arn:aws:iam::123456789012:user/alice\"}}."
+  }
+}
+
 variable "lambda_concurrency" {
   description = "Concurrent executions the queries may use (SQUALL_CONCURRENCY): the account's limit, or the worker's reserved_concurrency; max_running defaults to it // (1 + max_workers)."
   type        = number

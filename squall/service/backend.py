@@ -35,7 +35,7 @@ from squall.connection import Connection
 from squall.driver.platforms.local.platform import LocalPlatform, max_local_workers
 from squall.driver.skipping.predicate_cache import PredicateCache
 from squall.driver.write.locations import Writable, writable_list
-from squall.errors import OptionError, SquallError, UserError, squall_error
+from squall.errors import AccessDenied, OptionError, SquallError, UserError, squall_error
 from squall.service import records
 from squall.service.errors import Busy, Unavailable
 from squall.service.lambda_admission import (
@@ -429,11 +429,17 @@ class LambdaBackend(Backend):
             writable_here().resolve(statement.target)
 
     def _invoke(self, payload: dict[str, Any], asynchronous: bool = False) -> dict[str, Any]:
-        response = self.client.invoke(
-            FunctionName=self.driver_function,
-            InvocationType="Event" if asynchronous else "RequestResponse",
-            Payload=json.dumps(payload).encode(),
-        )
+        try:
+            response = self.client.invoke(
+                FunctionName=self.driver_function,
+                InvocationType="Event" if asynchronous else "RequestResponse",
+                Payload=json.dumps(payload).encode(),
+            )
+        except Exception as exc:  # the API's role may not invoke it: one line naming the function
+            denied = aws.denied_message(exc, f"lambda function {self.driver_function}")
+            if denied is not None:
+                raise AccessDenied(denied) from None
+            raise
         if asynchronous:
             return {}
         body = json.loads(response["Payload"].read() or b"{}")
@@ -447,7 +453,11 @@ class LambdaBackend(Backend):
         if self.store is None:
             self.store = store
         request = store.get_json(records.request_key(query_id)) or {}
-        self.admission(store).submit(query_id, str(request.get("user") or ANONYMOUS))
+        own = request.get("limits") if isinstance(request.get("limits"), dict) else {}
+        self.admission(store).submit(
+            query_id, str(request.get("user") or ANONYMOUS),
+            user_running=own.get("max_running"), user_queued=own.get("max_queued"),
+        )  # fmt: skip
 
     def cancel(self, query_id: str) -> None:
         if self.store is not None and self.admission(self.store).cancel(query_id):

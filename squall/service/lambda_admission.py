@@ -105,27 +105,38 @@ def claim_key(query_id: str) -> str:
 
 @dataclass(frozen=True)
 class Queued:
-    """A queue entry: the query, its user's key and when it was submitted (milliseconds)."""
+    """A queue entry: the query, its user's key, when it was submitted (milliseconds) and the user's own running
+    limit from the users file (None: the deployment's ``user_running``), kept in the entry's name so a listing
+    tells every instance all it needs to start it."""
 
     ms: int
     query_id: str
     ukey: str
+    user_running: int | None = None
 
     @classmethod
-    def of(cls, query_id: str, user: str, now: float) -> Queued:
+    def of(cls, query_id: str, user: str, now: float, user_running: int | None = None) -> Queued:
         created = records.query_time(query_id)
-        return cls(int((created if created is not None else now) * 1000), query_id, user_key(user))
+        return cls(
+            int((created if created is not None else now) * 1000), query_id, user_key(user), user_running
+        )
 
     @classmethod
     def parse(cls, name: str) -> Queued | None:
         parts = name.split("-")
-        if len(parts) != 3 or not parts[0].isdigit() or not records.valid_query_id(parts[1]):
+        if len(parts) not in (3, 4) or not parts[0].isdigit() or not records.valid_query_id(parts[1]):
             return None
-        return cls(int(parts[0]), parts[1], parts[2])
+        own = None
+        if len(parts) == 4:
+            if not (parts[3].startswith("r") and parts[3][1:].isdigit()):
+                return None
+            own = int(parts[3][1:])
+        return cls(int(parts[0]), parts[1], parts[2], own)
 
     @property
     def key(self) -> str:
-        return f"{QUEUE}/{self.ms:013d}-{self.query_id}-{self.ukey}"
+        own = f"-r{self.user_running}" if self.user_running is not None else ""
+        return f"{QUEUE}/{self.ms:013d}-{self.query_id}-{self.ukey}{own}"
 
 
 def estimate_wait(running_ages: list[float], free: int, mean: float, ahead: int) -> float:
@@ -163,13 +174,17 @@ class Admission:
 
     # --- submit, promote, end -------------------------------------------------------------------------
 
-    def submit(self, query_id: str, user: str) -> bool:
-        """Admit the query: True when it started, False when it waits; QueueFull (429) when it may not wait."""
-        entry = Queued.of(query_id, user, self.clock())
+    def submit(
+        self, query_id: str, user: str, *, user_running: int | None = None, user_queued: int | None = None
+    ) -> bool:
+        """Admit the query: True when it started, False when it waits; QueueFull (429) when it may not wait.
+        ``user_running``, ``user_queued``: the user's own limits (the users file's ``max_running``,
+        ``max_queued``) instead of the deployment's."""
+        entry = Queued.of(query_id, user, self.clock(), user_running)
         self.store.put_json(entry.key, {"user": user})
         if query_id in self.promote():
             return True
-        refusal = self._refusal(entry, user, self.queue())
+        refusal = self._refusal(entry, user, self.queue(), user_queued)
         if refusal is None:
             return False
         if not self.store.put_json(claim_key(query_id), {"refused": True}, create_only=True):
@@ -229,7 +244,7 @@ class Admission:
         """Start one queued query: "started", "taken" (another instance has it), "user" (its user is at the
         limit), "full" (no running slot left) or "gone" (cancelled meanwhile)."""
         qid = entry.query_id
-        user_limit = self.limits.user_running
+        user_limit = entry.user_running if entry.user_running is not None else self.limits.user_running
         held = (
             {e.name for e in self.store.entries(f"{USERS}/{entry.ukey}")} if user_limit is not None else set()
         )
@@ -379,17 +394,23 @@ class Admission:
         mean = sum(runs) / len(runs) if runs else max([FIRST_GUESS_S, *ages])
         return estimate_wait(ages, self.limits.max_running - len(slots), mean, ahead)
 
-    def _refusal(self, entry: Queued, user: str, queue: list[Queued]) -> QueueFull | None:
-        """Why the queued ``entry`` of ``user`` may not wait (the oldest entries keep their places), or None."""
+    def _refusal(
+        self, entry: Queued, user: str, queue: list[Queued], user_queued: int | None = None
+    ) -> QueueFull | None:
+        """Why the queued ``entry`` of ``user`` may not wait (the oldest entries keep their places), or None.
+        ``user_queued``: the user's own limit (default: the deployment's)."""
         if entry not in queue:
             return None  # started (or being started) by another instance meanwhile
         rank = queue.index(entry) + 1
         user_rank = [e for e in queue if e.ukey == entry.ukey].index(entry) + 1
         limits = self.limits
+        own = user_queued is not None
+        user_queued = user_queued if own else limits.user_queued
         if rank > limits.max_queued:
             reason = f"the queue is full: {rank - 1} queries are waiting (max_queued = {limits.max_queued})"
-        elif limits.user_queued is not None and user_rank > limits.user_queued:
-            reason = f"user {user!r} has {user_rank - 1} queries waiting (user_queued = {limits.user_queued})"
+        elif user_queued is not None and user_rank > user_queued:
+            setting = "max_queued in the users file" if own else "user_queued"
+            reason = f"user {user!r} has {user_rank - 1} queries waiting ({setting} = {user_queued})"
         else:
             return None
         return QueueFull(f"{reason}; retry later", max(1, math.ceil(self._wait(0))))

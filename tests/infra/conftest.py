@@ -33,6 +33,7 @@ ALT_CONTEXT = {
     "resultsTtlDays": "3",
     # another bucket's prefix, a prefix of Squall's own (existing) bucket, a whole bucket
     "outputPrefixes": "s3://lake-out/squall/,s3://my-squall-data/out/,s3://scratch-bucket/",
+    "users": '{"alice": {"iam_principal": "arn:aws:iam::123456789012:user/alice", "max_running": 2}}',
 }
 #: Where :data:`ALT_CONTEXT` lets Squall write, as (bucket, key prefix).
 ALT_OUTPUTS = (("lake-out", "squall/"), ("my-squall-data", "out/"), ("scratch-bucket", ""))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -94,6 +95,11 @@ def test_environment(default, alt):
     # the output prefixes reach every function as SQUALL_WRITABLE (the driver's connections' writable=[...])
     for props in function_by_handler(alt.template).values():
         assert props["Environment"]["Variables"]["SQUALL_WRITABLE"] == ALT_CONTEXT["outputPrefixes"]
+    # the users reach the API function only (the driver takes a user's limits from the query's request)
+    users = {role: props["Environment"]["Variables"].get("SQUALL_USERS")
+             for role, props in function_by_handler(alt.template).items()}  # fmt: skip
+    assert json.loads(users.pop("api")) == json.loads(ALT_CONTEXT["users"])
+    assert users == {"worker": None, "driver": None}
 
 
 def test_bucket_security_and_lifecycle(default):

@@ -298,7 +298,11 @@ def test_each_role_is_held_to_its_policy(stack):
         assert err.value.response["Error"]["Code"] == "AccessDenied"
     lam = {role: stack.server.client("lambda", stack.keys[role]) for role in ("worker", "driver", "api")}
     # the driver starts the next queued query when its own ends (admission on the deployed API)
-    allowed = {"worker": {"squall-worker"}, "driver": {"squall-worker", "squall-driver"}, "api": {"squall-driver"}}
+    allowed = {
+        "worker": {"squall-worker"},
+        "driver": {"squall-worker", "squall-driver"},
+        "api": {"squall-driver"},
+    }
     for role, client in lam.items():
         for target in ("squall-worker", "squall-driver", "squall-api"):
             kwargs = {"FunctionName": target, "InvocationType": "DryRun", "Payload": b"{}"}

@@ -243,8 +243,12 @@ def test_writes_in_terraform(alt):
     # SQUALL_WRITABLE reaches every function; overlaps with Squall's own areas stop the plan
     res = terraform()["resource"]
     (env,) = res["aws_lambda_function"]["fn"]["environment"]
+    assert "SQUALL_USERS = var.users" in env["variables"]  # the API function only
     assert (
-        env["variables"] == "${merge(local.environment, local.write_environment, {SQUALL_ROLE = each.key})}"
+        env["variables"]
+        .replace(" ", "")
+        .replace("\n", "")
+        .startswith("${merge(local.environment,local.write_environment,{SQUALL_ROLE=each.key},")
     )
     (lifecycle,) = res["aws_iam_role_policy"]["fn"]["lifecycle"]
     assert lifecycle["precondition"][0]["condition"] == "${length(local.output_conflicts) == 0}"

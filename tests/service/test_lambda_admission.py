@@ -108,11 +108,11 @@ def get_status(handler, query_id: str) -> dict:
     return json.loads(response["body"])
 
 
-def submit_as(backend: LambdaBackend, store, user: str, sql: str = QUICK) -> str:
-    """What Service._start does, with the request's user (api.py gives it once requests carry one)."""
+def submit_as(backend: LambdaBackend, store, user: str, sql: str = QUICK, limits: dict | None = None) -> str:
+    """What Service._start does: the request with its user (and the user's own limits from the users file)."""
     query_id = records.new_query_id()
     store.put_json(records.request_key(query_id), {"sql": sql, "workers": None, "format": None,
-                                                   "timeout_s": None, "user": user})  # fmt: skip
+                                                   "timeout_s": None, "user": user, "limits": limits or {}})  # fmt: skip
     store.put_json(records.status_key(query_id), {"query_id": query_id, "status": "queued", "sql": sql})
     backend.submit(query_id, store)
     return query_id
@@ -173,6 +173,21 @@ def test_limits_per_user(deployed):
     assert deployed.fake.ids() == [a1, b1, a2]
     assert backend.queue_info(a2) is None
     assert {e.name for e in store.entries("_admission/running")} == {"0", "1"}
+
+
+def test_a_users_own_limits_from_the_users_file_replace_the_deployments(deployed):
+    deployed.api({})
+    limits = AdmissionLimits(max_running=4, max_queued=10, user_running=1, user_queued=5)
+    backend = LambdaBackend("squall-driver", store=deployed.store, limits=limits)
+    store, own = deployed.store, {"max_running": 2, "max_queued": 0}
+    c1, c2 = (submit_as(backend, store, "carol", limits=own) for _ in range(2))  # two at once (1 for others)
+    with pytest.raises(
+        Busy, match=r"user 'carol' has 0 queries waiting \(max_queued in the users file = 0\)"
+    ):
+        submit_as(backend, store, "carol", limits=own)
+    d1, d2 = submit_as(backend, store, "dave"), submit_as(backend, store, "dave")  # the deployment's: 1 runs
+    assert deployed.fake.ids() == [c1, c2, d1]
+    assert backend.queue_info(d2) is not None
 
 
 @pytest.mark.parametrize("limit", ["max_running", "user_running"])
@@ -301,3 +316,25 @@ def test_status_requests_promote_at_most_once_a_second_per_instance(deployed, mo
     assert admission.queue_info(second)["position"] == 1 and launched == [first]  # no promotion yet
     now[0] += 1.0
     assert admission.queue_info(second) is None and launched == [first, second]
+
+
+def test_a_driver_the_api_may_not_invoke_fails_the_query_in_one_line(deployed, monkeypatch):
+    from botocore.exceptions import ClientError
+
+    class Denying:
+        def invoke(self, **_kwargs):
+            error = {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}
+            raise ClientError(error, "Invoke")
+
+    monkeypatch.setenv("SQUALL_ROLE", "api")
+    monkeypatch.setattr(LambdaBackend, "client", property(lambda self: Denying()))
+    api = deployed.api({"max_running": 2})
+    response = post(api, QUICK, "denied")
+    query_id = json.loads(response["body"])["query_id"]
+    doc = get_status(api, query_id)
+    assert doc["status"] == "failed" and doc["error"] == {
+        "error": "DriverUnavailable",
+        "detail": "the driver function could not be started: "
+        "access denied: lambda function squall-driver (lambda:InvokeFunction) for the api's role",
+    }
+    assert deployed.store.entries("_admission/running") == []  # its slot is free again

@@ -116,6 +116,13 @@ class SquallConfig:
         "max_queued, user_running, user_queued (squall/service/README.md)",
         _to_json_object,
     )
+    users: str = _param(
+        "{}",
+        "the deployed API's users as a JSON object (SQUALL_USERS, the API function only): {name: {iam_principal, "
+        "role, max_running, max_queued, max_bytes_scanned, catalogs, …}} (squall/service/README.md); {} = every "
+        "IAM principal the API lets in, with the [service] limits",
+        _to_json_object,
+    )
     lambda_concurrency: int = _param(
         1000,
         "concurrent executions the queries may use (SQUALL_CONCURRENCY): the account's limit, or the worker's "

@@ -258,6 +258,8 @@ class SquallStack(cdk.Stack):
             "POWERTOOLS_TRACE_DISABLED": "false" if cfg.tracing else "true",
             # the driver's connections take writable=[...] from it; absent = every write refused
             **({"SQUALL_WRITABLE": cfg.writable} if cfg.output_prefixes else {}),
+            # who may use the API and their own limits (squall/service/users.py): the API function only
+            **({"SQUALL_USERS": cfg.users} if role == "api" and cfg.users != "{}" else {}),
         }
 
     def _policy_statements(self, role: str) -> list[iam.PolicyStatement]:
