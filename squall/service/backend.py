@@ -453,7 +453,8 @@ class LambdaBackend(Backend):
         if self.store is None:
             self.store = store
         request = store.get_json(records.request_key(query_id)) or {}
-        own = request.get("limits") if isinstance(request.get("limits"), dict) else {}
+        own = request.get("limits")
+        own = own if isinstance(own, dict) else {}
         self.admission(store).submit(
             query_id, str(request.get("user") or ANONYMOUS),
             user_running=own.get("max_running"), user_queued=own.get("max_queued"),
