@@ -31,8 +31,9 @@ the SDK's urllib does — and count what a team would feel (:class:`Tally`): con
 client's kernel sent again — on loopback only a full listen queue drops them; read from the socket's
 ``tcpi_total_retrans``; each costs the client a second or more), timeouts, 429s, 5xx. A request that got no answer is sent again (the
 submit with the same ``Idempotency-Key``, so the query runs once); a 429 is retried after its
-``Retry-After`` (else 0.5 s) with a new key. They poll a query's status every 10 ms, growing by half up to
-``--poll-max`` (0.1 s).
+``Retry-After`` (else 0.5 s) with a new key. They wait for a query's end as the SDK does, with a long poll
+(``GET /v1/queries/{id}?wait_s=5``: answered when it ends); for other states (``running``) they poll every
+10 ms, growing by half up to ``--poll-max`` (0.1 s).
 
 **Checked**: every answer Squall gives is compared with DuckDB's on the same files
 (:func:`squall.testing.compare_results`); a differing or failed query prints ``DIFFERS`` and the exit status
@@ -68,6 +69,8 @@ from typing import Any
 
 import pyarrow as pa
 
+#: seconds a client's status request may wait for the query to end (the SDK's long poll)
+LONG_POLL_S = 5.0
 #: the short query: a lookup a user expects back at once
 SHORT = "SELECT count(*) AS n FROM nation"
 #: two users' long queries (≈4 s each alone at SF1, W=2)
@@ -283,17 +286,19 @@ class Client:
                 raise ServiceError(f"POST /v1/queries: HTTP {response.status} {response.body[:300]!r}")
         raise ServiceError(f"POST /v1/queries: not accepted in {self.timeout_s:g} s")
 
-    def status(self, query_id: str) -> dict[str, Any]:
-        response = self.request("GET", f"/v1/queries/{query_id}")
+    def status(self, query_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        response = self.request("GET", f"/v1/queries/{query_id}" + (f"?wait_s={wait_s:g}" if wait_s else ""))
         if response.status != 200:
             raise ServiceError(f"GET /v1/queries/{query_id}: HTTP {response.status} {response.body[:300]!r}")
         return dict(response.json())
 
     def wait(self, query_id: str, until: Sequence[str] = FINISHED) -> dict[str, Any]:
-        """Poll the status (10 ms, growing by half up to ``poll_max_s``) until it is one of ``until``."""
+        """Poll the status until it is one of ``until``: for the end of a query a long poll as the SDK does
+        (``?wait_s=5``), else every 10 ms growing by half up to ``poll_max_s``."""
         delay, deadline = 0.01, time.monotonic() + self.timeout_s
+        wait_s = LONG_POLL_S if set(until) <= set(FINISHED) else 0.0
         while time.monotonic() < deadline:
-            doc = self.status(query_id)
+            doc = self.status(query_id, wait_s)
             if doc["status"] in until or doc["status"] in FINISHED:
                 return doc
             time.sleep(delay)

@@ -39,6 +39,8 @@ from squall.version import __version__
 
 ProgressArg = bool | Callable[[Progress], None] | None
 _RETRY_STATUS = frozenset({429, 502, 503, 504})
+#: how long one status request of :meth:`RemoteConnection.wait` may wait for the query to end (a long poll)
+LONG_POLL_S = 5.0
 _REGION = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com", re.IGNORECASE)
 
 
@@ -249,9 +251,11 @@ class RemoteConnection:
         doc = self._json("POST", "/v1/queries", body, {"Idempotency-Key": key})
         return str(doc["query_id"])
 
-    def status(self, query_id: str) -> dict[str, Any]:
-        """The query's status document: status, progress, error, stats."""
-        return dict(self._json("GET", f"/v1/queries/{urllib.parse.quote(query_id)}"))
+    def status(self, query_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        """The query's status document: status, progress, error, stats. ``wait_s``: a query not ended yet is
+        answered when it ends or after that many seconds (a long poll)."""
+        query = f"?wait_s={wait_s:g}" if wait_s > 0 else ""
+        return dict(self._json("GET", f"/v1/queries/{urllib.parse.quote(query_id)}{query}"))
 
     def cancel(self, query_id: str) -> dict[str, Any]:
         """Ask the server to cancel the query; returns its status."""
@@ -263,9 +267,14 @@ class RemoteConnection:
         with progress_bar(progress is True) as bar:
             callback = bar if progress is True else (progress or None)
             delay, last = 0.02, None
+            # a long poll: one request per query when nothing is shown (squall serve answers when the query
+            # ends; the deployed API at once, so the pause below still applies there); with progress shown, the
+            # server's progress updates (every 0.5 s) are worth a request each
+            wait_s = 0.5 if callback is not None else min(LONG_POLL_S, self.timeout_s / 2)
             try:
                 while True:
-                    doc = self.status(query_id)
+                    started = time.monotonic()
+                    doc = self.status(query_id, wait_s)
                     info = doc.get("progress")
                     if callback is not None and info and info != last:
                         last = info
@@ -275,8 +284,9 @@ class RemoteConnection:
                         return doc
                     if doc["status"] in ("failed", "cancelled"):
                         raise _query_error(doc)
-                    time.sleep(delay)
-                    delay = min(delay * 1.5, self.poll_max_s)
+                    if time.monotonic() - started < wait_s / 2:  # the server did not wait: poll with backoff
+                        time.sleep(delay)
+                        delay = min(delay * 1.5, self.poll_max_s)
             except KeyboardInterrupt:
                 with contextlib.suppress(SquallError):
                     self.cancel(query_id)

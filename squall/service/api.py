@@ -8,7 +8,8 @@ POST     ``/v1/queries``                  ``{sql, workers?, format?, timeout_s?}
 GET      ``/v1/queries``                  history, newest first: ``?limit=`` (20), ``?page_token=``,
                                           ``?status=running,queued`` (only those) → ``{queries,
                                           next_page_token, next}``
-GET      ``/v1/queries/{id}``             status, progress, error, stats
+GET      ``/v1/queries/{id}``             status, progress, error, stats; ``?wait_s=S`` (≤ 20): answered when the
+                                          query ends or after S seconds (a long poll)
 GET      ``/v1/queries/{id}/result``      ``?format=arrow|parquet|csv|json`` (else by ``Accept``), ``?offset=``,
                                           ``?limit=`` (CSV/JSON: 1000 rows a page by default); headers
                                           ``X-Total-Rows``, ``X-Offset``, ``X-Rows``, ``Link: <…>; rel="next"``.
@@ -156,6 +157,10 @@ def _validation_detail(exc: RequestValidationError) -> str:
     return "; ".join(parts)[:1000] or "invalid request"
 
 
+#: the longest long poll of ``GET /v1/queries/{id}?wait_s=`` (well inside every client's request timeout)
+MAX_WAIT_S = 20.0
+
+
 def _only_params(app: APIGatewayRestResolver, *allowed: str) -> None:
     """422 for a query parameter the route does not know (a typo such as ``?limt=`` is not ignored)."""
     given = app.current_event.get("multiValueQueryStringParameters") or {}
@@ -266,8 +271,20 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
             **_errors(401, 404, 410),
         },
     )
-    def get_query(query_id: str) -> Response[QueryStatus]:
-        doc = QueryStatus.model_validate(service.status(query_id, _user(app)))
+    def get_query(
+        query_id: str,
+        wait_s: Annotated[
+            float,
+            Query(
+                ge=0,
+                le=MAX_WAIT_S,
+                description="a query not ended yet: answer when it ends or after this "
+                "many seconds (a long poll; squall serve only, the deployed API answers at once)",
+            ),
+        ] = 0.0,
+    ) -> Response[QueryStatus]:
+        _only_params(app, "wait_s")
+        doc = QueryStatus.model_validate(service.status(query_id, _user(app), wait_s))
         return Response(200, content_types.APPLICATION_JSON, doc)
 
     @app.delete(

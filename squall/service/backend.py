@@ -89,6 +89,11 @@ class Backend(ABC):
     def cancel(self, query_id: str) -> None:  # noqa: B027 - the store's cancel marker is enough
         """Cancel the query right away if it runs here (the runner also polls the store's marker)."""
 
+    def wait_for_end(self, query_id: str, timeout_s: float) -> bool:
+        """Wait until the query ends here or ``timeout_s`` passes; False when this backend cannot wait (it did
+        not: the caller answers at once)."""
+        return False
+
     def queue_info(self, query_id: str) -> dict[str, Any] | None:
         """Where a queued query stands (``{"position", "ahead", "estimated_wait_s", "group"}``), None when
         this backend does not know (not queued here)."""
@@ -159,6 +164,7 @@ class LocalBackend(Backend):
         self._connections: dict[int, Connection] = {}
         self._lock = threading.Lock()
         self._queries: dict[str, tuple[StateStore, threading.Event]] = {}  # submitted, not yet ended
+        self._ended: dict[str, threading.Event] = {}  # set when the query ends (long polls wait on it)
         self._threads: dict[str, threading.Thread] = {}
         self._closed = threading.Event()
         self.connection_for(None)  # fail now on a bad data folder or platform
@@ -228,14 +234,14 @@ class LocalBackend(Backend):
         own = request.get("limits") or {}
         with self._lock:
             self._queries[query_id] = (store, threading.Event())
+            self._ended[query_id] = threading.Event()
         try:
             self.scheduler.submit(
                 query_id, user=user, scan_bytes=scan_bytes, timeout_s=request.get("timeout_s"),
                 user_limits=(own.get("max_running"), own.get("max_queued")),
             )  # fmt: skip
         except Busy:
-            with self._lock:
-                self._queries.pop(query_id, None)
+            self._forget(query_id)
             raise
 
     def _start(self, ticket: Ticket) -> None:
@@ -284,9 +290,24 @@ class LocalBackend(Backend):
             log.exception("runner failed on %s", query_id)
         finally:
             with self._lock:
-                self._queries.pop(query_id, None)
                 self._threads.pop(query_id, None)
+            self._forget(query_id)
             self.scheduler.finish(query_id)
+
+    def _forget(self, query_id: str) -> None:
+        """The query has ended (or never started): wake its long polls."""
+        with self._lock:
+            self._queries.pop(query_id, None)
+            ended = self._ended.pop(query_id, None)
+        if ended is not None:
+            ended.set()
+
+    def wait_for_end(self, query_id: str, timeout_s: float) -> bool:
+        with self._lock:
+            ended = self._ended.get(query_id)
+        if ended is not None:
+            ended.wait(timeout_s)
+        return True
 
     def _tick(self) -> None:
         while not self._closed.wait(TICK_S):
@@ -303,9 +324,8 @@ class LocalBackend(Backend):
         store, event = entry
         event.set()
         if self.scheduler.cancel(query_id):  # it was queued: record it cancelled now
-            with self._lock:
-                self._queries.pop(query_id, None)
             run_query(store, query_id, self.connection_for, cancel=event, on_end=self.on_end)
+            self._forget(query_id)
 
     def queue_info(self, query_id: str) -> dict[str, Any] | None:
         return self.scheduler.queue_info(query_id)
@@ -327,8 +347,11 @@ class LocalBackend(Backend):
             event.set()
             if self.scheduler.cancel(query_id):  # queued: it will never run
                 fail_unstarted(store, query_id, "the server stopped before the query started", self.on_end)
+                self._forget(query_id)
         for thread in threads:
             thread.join(timeout=30)
+        for query_id in list(self._ended):  # nobody waits on a closed backend
+            self._forget(query_id)
         with self._lock:
             connections = list(self._connections.values())
             self._connections.clear()

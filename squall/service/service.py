@@ -363,10 +363,18 @@ class Service:
                 raise self._gone(query_id)
         return doc
 
-    def status(self, query_id: str, user: User | None = None) -> dict[str, Any]:
+    def status(self, query_id: str, user: User | None = None, wait_s: float = 0.0) -> dict[str, Any]:
         """The query's status document (see :mod:`squall.service.records`); NotFound for an unknown id (or
-        one ``user`` may not see)."""
+        one ``user`` may not see). ``wait_s``: a query not ended yet is answered when it ends or after that
+        many seconds, whichever is first (a long poll: one request instead of a poll every few milliseconds;
+        where the backend cannot wait — the deployed API — at once)."""
         doc = self._raw_status(query_id, user)
+        if (
+            wait_s > 0
+            and doc["status"] not in records.TERMINAL
+            and self.backend.wait_for_end(query_id, wait_s)
+        ):
+            doc = self._raw_status(query_id, user)
         if doc["status"] not in records.TERMINAL and self.store.exists(records.cancel_key(query_id)):
             doc["cancel_requested"] = True
             if doc["status"] == "queued":  # the runner will skip it

@@ -356,3 +356,19 @@ def test_s3_state_store_with_presigned_results(s3_server, reference_sf001):
         client.get_object(Bucket="squall-api-state", Key=f"queries/{big}/status.json")["Body"].read()
     )
     assert status["status"] == "succeeded"
+
+
+def test_long_poll_answers_when_the_query_ends(slow_server):
+    query_id = submit(slow_server, "SELECT count(*) AS n FROM lineitem")["query_id"]  # rank 0 sleeps 5 s
+    early = call(slow_server, "GET", f"/v1/queries/{query_id}?wait_s=0.2")
+    assert early.status_code == 200 and early.json()["status"] in (
+        "queued",
+        "running",
+    )  # waited 0.2 s at most
+    ended = call(slow_server, "GET", f"/v1/queries/{query_id}?wait_s=20")  # one request until the end
+    assert ended.status_code == 200 and ended.json()["status"] == "succeeded", ended.text
+    again = call(slow_server, "GET", f"/v1/queries/{query_id}?wait_s=20")  # an ended query: answered at once
+    assert again.json()["status"] == "succeeded"
+    for bad in ("21", "-1", "soon"):
+        error_of(call(slow_server, "GET", f"/v1/queries/{query_id}?wait_s={bad}"), 422)
+    assert "wait_s" in error_of(call(slow_server, "GET", f"/v1/queries/{query_id}?wait=1"), 422)
