@@ -199,6 +199,7 @@ def create_app(service: Service) -> APIGatewayRestResolver:
     in parallel, each in its own thread's request state (see :mod:`squall.service.resolver`)."""
     app = ConcurrentRestResolver(enable_validation=True)
     _query_routes(app, service)
+    _query_id_routes(app, service)
     _result_route(app, service)
     _catalog_routes(app, service)
     _public_routes(app, service)
@@ -207,7 +208,7 @@ def create_app(service: Service) -> APIGatewayRestResolver:
 
 
 def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
-    """Submit, list, status and cancel: ``/v1/queries`` and ``/v1/queries/{id}``."""
+    """Submit and list: ``/v1/queries``."""
 
     @app.post(
         "/v1/queries",
@@ -263,12 +264,16 @@ def _query_routes(app: APIGatewayRestResolver, service: Service) -> None:
         doc["next"] = _location(app, f"/v1/queries?{query}") if query else None
         return Response(200, content_types.APPLICATION_JSON, QueryList.model_validate(doc))
 
+
+def _query_id_routes(app: APIGatewayRestResolver, service: Service) -> None:
+    """Status (a long poll with ``?wait_s=``) and cancel: ``/v1/queries/{id}``."""
+
     @app.get(
         "/v1/queries/<query_id>",
         summary="Status, progress, error and statistics of a query",
         responses={
             200: {"description": "the status", "content": {"application/json": {"model": QueryStatus}}},
-            **_errors(401, 404, 410),
+            **_errors(401, 404, 410, 422),
         },
     )
     def get_query(
