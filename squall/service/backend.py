@@ -49,7 +49,7 @@ from squall.service.runner import Limits, OnEnd, describe_tables, explain_doc, f
 from squall.service.scheduler import ANONYMOUS, Scheduler, Ticket, planned_scan_bytes
 from squall.service.settings import ServiceSettings
 from squall.service.state import StateStore
-from squall.service.users import User, check_plan, sql_tables
+from squall.service.users import User, check_plan, check_write_target, sql_tables
 
 log = logging.getLogger("squall.service")
 
@@ -80,6 +80,7 @@ class Backend(ABC):
         deployed API): the tables the SQL names (:func:`~squall.service.users.sql_tables`); the driver checks
         the plan, and the user's bytes, before it runs the query."""
         if user.catalogs is not None:
+            check_write_target(user, sql)
             user.check_tables(sql_tables(sql))
 
     @abstractmethod
@@ -207,6 +208,7 @@ class LocalBackend(Backend):
         scan = scan and user.max_bytes_scanned is not None
         if user.catalogs is None and not scan:
             return
+        check_write_target(user, sql)
         try:
             plan = self.connection_for(workers).plan(sql)
         except UserError:  # a statement without a plan (DROP TABLE): nothing it reads

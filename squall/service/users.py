@@ -312,6 +312,19 @@ def sql_tables(sql: str) -> list[str]:
     return out
 
 
+def check_write_target(user: User, sql: str) -> None:
+    """PermissionDenied when ``sql`` is a write statement whose target table (CREATE TABLE AS, INSERT INTO, DROP
+    TABLE) is outside the tables ``user`` may read: nobody changes a table they may not read. A COPY's target is a
+    path, held to the server's writable locations instead."""
+    if user.catalogs is None:
+        return
+    from squall.driver.write.statements import parse_write
+
+    statement = parse_write(sql)
+    if statement is not None and statement.kind != "copy" and statement.target:
+        user.check_tables([statement.target])
+
+
 def check_plan(user: User, plan: Any, catalog_names: Iterable[str]) -> None:
     """PermissionDenied when ``plan`` reads a table ``user`` may not read (see :meth:`User.check_tables`)."""
     if user.catalogs is not None:

@@ -367,3 +367,20 @@ def test_sql_tables_names_the_tables_of_from_clauses_not_ctes():
     user = User("u", token_sha256="0" * 64, catalogs=("data",))
     assert user.may_read("nation") and not user.may_read("lake.ns.t")
     assert User("v", catalogs=("lake", "nation")).may_read("lake.ns.t")
+
+
+def test_nobody_changes_a_table_they_may_not_read():
+    from squall.errors import PermissionDenied
+    from squall.service.users import User, check_write_target
+
+    bob = User("bob", catalogs=("nation", "lake"))
+    for sql in ("DROP TABLE customer", "INSERT INTO customer SELECT * FROM customer",
+                "CREATE TABLE copy_of_nation AS SELECT * FROM nation"):  # fmt: skip
+        with pytest.raises(
+            PermissionDenied, match=r"^user bob may not read table (customer|copy_of_nation) "
+        ):
+            check_write_target(bob, sql)
+    check_write_target(bob, "INSERT INTO lake.ns.t SELECT 1")  # a table of a catalog he may read
+    check_write_target(bob, "COPY (SELECT 1) TO 'out.parquet'")  # a path: the writable locations decide
+    check_write_target(bob, "SELECT * FROM customer")  # not a write (its tables are checked from the plan)
+    check_write_target(User("alice"), "DROP TABLE customer")  # no catalogs: every table
