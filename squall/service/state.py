@@ -301,15 +301,8 @@ class S3StateStore(StateStore):
         return code in ("NoSuchKey", "404", "NotFound") or status == 404
 
     def get(self, key: str) -> bytes | None:
-        from botocore.exceptions import ClientError
-
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
-        except ClientError as err:
-            if self._missing(err):
-                return None
-            raise
-        return response["Body"].read()
+        tagged = self.get_tagged(key)
+        return None if tagged is None else tagged[0]
 
     def size(self, key: str) -> int | None:
         from botocore.exceptions import ClientError
