@@ -66,7 +66,7 @@ class Limits:
         if not isinstance(doc, dict) or not doc:
             return None
         return cls(doc.get("max_result_rows"), doc.get("max_result_bytes"), doc.get("max_bytes_scanned"),
-                   doc.get("max_run_time"), user=str(request.get("user") or "anonymous"))  # fmt: skip
+                   doc.get("max_run_time"), user=str(request.get("user") or ANONYMOUS))  # fmt: skip
 
     def _whose(self, key: str, value: str, server: str, user: str) -> str:
         """``server (value)``, or for a user's limits ``user USER may … (key value)``."""
