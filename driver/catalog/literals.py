@@ -16,11 +16,14 @@ from typing import Any
 
 from sqlglot import exp
 
-_UNKNOWN = object()
+#: what :func:`literal_value` returns for anything but a literal
+UNKNOWN = object()
+#: where a long ``IN`` list held as one node keeps its values (:mod:`squall.driver.frontend.value_lists`)
+IN_VALUES_META = "squall_in_values"
 
 
 def literal_value(node: exp.Expression) -> Any:
-    """The Python value of a literal expression, or ``_UNKNOWN``."""
+    """The Python value of a literal expression, or ``UNKNOWN``."""
     if isinstance(node, exp.Literal):
         if node.is_string:
             return node.this
@@ -31,18 +34,18 @@ def literal_value(node: exp.Expression) -> Any:
             try:
                 return decimal.Decimal(text)
             except decimal.InvalidOperation:
-                return _UNKNOWN
+                return UNKNOWN
     if isinstance(node, exp.Neg):
         inner = literal_value(node.this)
-        return -inner if isinstance(inner, (int, decimal.Decimal)) else _UNKNOWN
+        return -inner if isinstance(inner, (int, decimal.Decimal)) else UNKNOWN
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
         target = node.to.this
         try:
             if target == exp.DataType.Type.DATE:
                 return dt.date.fromisoformat(node.this.this)
         except ValueError:
-            return _UNKNOWN
-    return _UNKNOWN
+            return UNKNOWN
+    return UNKNOWN
 
 
 _FLIP = {exp.LT: exp.GT, exp.LTE: exp.GTE, exp.GT: exp.LT, exp.GTE: exp.LTE, exp.EQ: exp.EQ}
@@ -57,14 +60,24 @@ def column_constraint(pred: exp.Expression) -> tuple[str, str, Any] | None:
             left, right, kind = right, left, _FLIP[kind]
         if isinstance(left, exp.Column):
             value = literal_value(right)
-            if value is not _UNKNOWN:
+            if value is not UNKNOWN:
                 return left.name, kind.__name__.lower(), value
     if isinstance(pred, exp.Between) and isinstance(pred.this, exp.Column):
         lo, hi = literal_value(pred.args["low"]), literal_value(pred.args["high"])
-        if lo is not _UNKNOWN and hi is not _UNKNOWN:
+        if lo is not UNKNOWN and hi is not UNKNOWN:
             return pred.this.name, "between", (lo, hi)
     if isinstance(pred, exp.In) and isinstance(pred.this, exp.Column) and not pred.args.get("query"):
-        values = [literal_value(v) for v in pred.expressions]
-        if values and all(v is not _UNKNOWN for v in values):
+        values = in_list_values(pred)
+        if values is not None:
             return pred.this.name, "in", values
     return None
+
+
+def in_list_values(pred: exp.In) -> list[Any] | None:
+    """The Python values of an ``IN`` list (written out or held as one node); None unless all are literals."""
+    items = pred.expressions
+    if len(items) == 1 and isinstance(items[0], exp.Var):
+        held = items[0].meta.get(IN_VALUES_META)
+        return list(held) if held is not None else None
+    values = [literal_value(v) for v in items]
+    return values if values and all(v is not UNKNOWN for v in values) else None

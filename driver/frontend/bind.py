@@ -15,6 +15,7 @@ import duckdb
 from sqlglot import exp
 
 from squall.driver.catalog.tables import Catalog
+from squall.driver.frontend import value_lists
 from squall.driver.frontend.names import resolve_names
 from squall.driver.frontend.parse import DIALECT, parse
 from squall.driver.frontend.safety import check_safe, referenced_tables
@@ -96,7 +97,7 @@ class Binder:
             try:
                 for name in tables:
                     db.register(name, self.catalog.table(name).schema.empty_table())
-                rel = db.relation(sql)
+                rel = value_lists.typed_relation(db.relation, sql)
                 if rel is None:
                     raise UnsafeQueryError("only SELECT queries are allowed")
                 names = tuple(rel.columns)

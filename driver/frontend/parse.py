@@ -10,6 +10,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
+from squall.driver.frontend import value_lists
 from squall.errors import SqlSyntaxError, UnsafeQueryError
 
 DIALECT = "duckdb"
@@ -50,9 +51,23 @@ def _pivot_with_modifiers(sql: str) -> str | None:
 
 
 def parse(sql: str) -> exp.Expression:
-    """Parse exactly one statement; syntax errors carry line and column."""
+    """Parse exactly one statement; syntax errors carry line and column; long literal ``IN`` lists are held
+    as one node (:mod:`.value_lists`)."""
     if not sql or not sql.strip():
         raise SqlSyntaxError("empty query")
+    text, held = value_lists.hold(sql)
+    if held:
+        try:
+            tree = _parse_one(text)
+        except (SqlSyntaxError, UnsafeQueryError):
+            pass  # parsed as written below: the error then points into the user's text
+        else:
+            if value_lists.restore(tree, held):
+                return value_lists.compact(tree)
+    return value_lists.compact(_parse_one(sql))
+
+
+def _parse_one(sql: str) -> exp.Expression:
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
     except ParseError as err:

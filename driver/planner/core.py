@@ -20,6 +20,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from squall.driver.catalog.tables import Catalog
+from squall.driver.frontend import value_lists
 from squall.driver.frontend.bind import BoundQuery
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, render
@@ -170,7 +171,7 @@ class Context:
                 self._db.con.register(leaf.name, schema.empty_table())
                 registered.append(leaf.name)
             try:
-                rel = self._db.relation(sql)
+                rel = value_lists.typed_relation(self._db.relation, sql)
                 schema = rel.limit(0).to_arrow_table().schema
                 types = tuple(zip(rel.columns, (str(t) for t in rel.types)))
             except duckdb.Error as err:
