@@ -26,9 +26,12 @@ QUERIES = {
     "GROUP BY o_orderstatus",
     "negatives_and_decimals": "SELECT count(*) AS n FROM lineitem WHERE l_extendedprice IN ("
     + ", ".join(f"{-x}.5" if x % 2 else f"{x * 1000 + 0.01:.2f}" for x in range(N))
-    + ") OR l_quantity IN (" + ", ".join(str(-x) if x % 3 else str(x % 50) for x in range(N)) + ")",
+    + ") OR l_quantity IN ("
+    + ", ".join(str(-x) if x % 3 else str(x % 50) for x in range(N))
+    + ")",
     "strings_with_quotes": "SELECT c_mktsegment, count(*) AS n FROM customer WHERE c_name IN ("
-    + ", ".join(f"'Customer#{i:09d}'" for i in range(1, N, 2)) + ", 'it''s', 'AUTO''MOBILE') GROUP BY ALL",
+    + ", ".join(f"'Customer#{i:09d}'" for i in range(1, N, 2))
+    + ", 'it''s', 'AUTO''MOBILE') GROUP BY ALL",
     "in_a_join_and_a_subquery": f"SELECT n_name, count(*) AS n FROM orders JOIN customer ON o_custkey = c_custkey "
     f"JOIN nation ON c_nationkey = n_nationkey WHERE o_orderkey IN ({KEYS}) AND c_custkey IN "
     f"(SELECT c_custkey FROM customer WHERE c_custkey IN ({KEYS})) GROUP BY n_name",
@@ -58,14 +61,23 @@ def test_a_long_list_is_one_node_that_prints_as_written():
 def test_the_values_stay_readable_for_pruning_and_estimates():
     tree = parse(QUERIES["ints"])
     column, op, values = column_constraint(tree.find(exp.In))
-    assert (column, op, len(values), values[:3], values[-1]) == ("o_orderkey", "in", N, [1, 8, 15], 1 + 7 * (N - 1))
+    assert (column, op, len(values), values[:3], values[-1]) == (
+        "o_orderkey",
+        "in",
+        N,
+        [1, 8, 15],
+        1 + 7 * (N - 1),
+    )
     copied = tree.copy().find(exp.In)
     assert column_constraint(copied)[2] == values
 
 
 def test_short_mixed_and_pivot_lists_stay_as_written():
     short = ", ".join(str(i) for i in range(value_lists.MIN_VALUES - 1))
-    assert len(parse(f"SELECT * FROM t WHERE x IN ({short})").find(exp.In).expressions) == value_lists.MIN_VALUES - 1
+    assert (
+        len(parse(f"SELECT * FROM t WHERE x IN ({short})").find(exp.In).expressions)
+        == value_lists.MIN_VALUES - 1
+    )
     mixed = f"SELECT * FROM t WHERE x IN ({KEYS}, y)"
     assert len(parse(mixed).find(exp.In).expressions) == N + 1
     cast = f"SELECT * FROM t WHERE x IN ({KEYS}, DATE '2024-01-01')"
@@ -109,7 +121,9 @@ LOOKALIKES = {
 
 
 @pytest.mark.parametrize("name", sorted(LOOKALIKES))
-def test_list_lookalikes_in_strings_comments_and_names_stay_as_written(name, sf001, reference_sf001, connections):
+def test_list_lookalikes_in_strings_comments_and_names_stay_as_written(
+    name, sf001, reference_sf001, connections
+):
     sql = LOOKALIKES[name]
     result = connections.get(sf001, 2).sql(sql).to_arrow()
     assert_same_result(result, reference_sf001.sql(sql).to_arrow_table(), sql)

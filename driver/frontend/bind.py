@@ -16,6 +16,7 @@ from sqlglot import exp
 
 from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend import value_lists
+from squall.driver.frontend.boundary import too_deep_for_duckdb
 from squall.driver.frontend.names import resolve_names
 from squall.driver.frontend.parse import DIALECT, parse
 from squall.driver.frontend.safety import check_safe, referenced_tables
@@ -103,6 +104,8 @@ class Binder:
                 names = tuple(rel.columns)
                 types = tuple(str(t) for t in rel.types)
             except duckdb.ParserException as err:
+                if "max expression depth" in str(err).lower():
+                    raise too_deep_for_duckdb() from None
                 raise SqlSyntaxError(_one_line(str(err)).removeprefix("Parser Error: ")) from None
             except (duckdb.BinderException, duckdb.CatalogException) as err:
                 raise BindError(_one_line(str(err))) from None

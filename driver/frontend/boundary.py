@@ -84,11 +84,21 @@ def _write(text: str) -> str:
     return "the squall.internal log"
 
 
+_SHALLOWER = "use fewer nested parentheses, subqueries or chained set operations (UNION …), e.g. split it with WITH clauses"
+
+
 def too_deep(step: str, exc: RecursionError) -> NotSupportedError:
     """The one-line error for a query nested deeper than the planner's recursion allows (nothing logged)."""
     return NotSupportedError(
-        f"the query nests too deeply to plan (the recursion limit was reached while {step}): use fewer nested "
-        "parentheses, subqueries or chained set operations (UNION …), e.g. split it with WITH clauses"
+        f"the query nests too deeply to plan (the recursion limit was reached while {step}): {_SHALLOWER}"
+    )
+
+
+def too_deep_for_duckdb() -> NotSupportedError:
+    """The one-line error for a query DuckDB's parser refuses as too deep (its own message names a setting
+    users cannot change)."""
+    return NotSupportedError(
+        f"the query nests too deeply to plan (DuckDB reads at most 1000 levels of nested expressions): {_SHALLOWER}"
     )
 
 

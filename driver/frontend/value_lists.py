@@ -8,8 +8,9 @@ compiled sqlglot (``sqlglotc``) tokenizes such a text in one call that holds the
 A list of at least :data:`MIN_VALUES` plain literals (numbers, negative numbers, strings) becomes one
 :class:`sqlglot.exp.Var` whose text is the list as written, and whose ``meta`` keeps the Python values
 (:func:`squall.driver.catalog.literals.in_list_values`) for pruning and estimates. ``Var`` is printed verbatim,
-so every SQL text built from the tree, down to the workers' DuckDB, holds the list as the user wrote it; rewrites
-copy one node. Text that is parsed again (a filter re-read from a plan) simply has the literal list back.
+so every SQL text built from the tree, down to the workers' DuckDB, holds the list as the user wrote it (on
+one line); rewrites copy one node. Text that is parsed again (a filter re-read from a plan) simply has the
+literal list back.
 
 Two steps, both in :func:`squall.driver.frontend.parse.parse`: :func:`hold` replaces each long run
 ``IN (lit, lit, …)`` of the text by a placeholder name before sqlglot reads it (a regular expression, so the
@@ -87,12 +88,17 @@ def for_types(sql: str) -> str:
     def sample(match: re.Match[str]) -> str:
         kept: dict[str, str] = {}
         for item in _ITEMS.finditer(match.group(1)):
-            text = item.group(0)
-            kind = "string" if item.group(2) else "exponent" if "e" in text.lower() else "." in text and "decimal"
-            kept.setdefault(str(kind), text)
+            kept.setdefault(_kind(item), item.group(0))
         return f"IN ({', '.join(kept.values())})"
 
     return _RUN.sub(sample, sql)
+
+
+def _kind(item: re.Match[str]) -> str:
+    if item.group(2):
+        return "string"
+    text = item.group(0).lower()
+    return "exponent" if "e" in text else "decimal" if "." in text else "integer"
 
 
 def names_need_whole_text(names: Sequence[str]) -> bool:
@@ -146,7 +152,8 @@ def restore(tree: exp.Expression, held: Held) -> bool:
         if len(items) == 1 and isinstance(items[0], exp.Column) and items[0].name in held.runs:
             if items[0].table or node.find_ancestor(exp.Pivot) is not None:
                 return False
-            text = held.runs[items[0].name]
+            items_text = [m.group(0) for m in _ITEMS.finditer(held.runs[items[0].name])]
+            text = ", ".join(re.sub(r"^-\s+", "-", item) for item in items_text)  # one line
             node.set("expressions", [_held_node(text, _run_values(text))])
             found += 1
     return found == len(held.runs) and not any(
