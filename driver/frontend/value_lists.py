@@ -116,17 +116,16 @@ def typed_relation(relation: Callable[[str], R], sql: str) -> R:
     return rel
 
 
-def _run_values(text: str) -> _Values:
+def _run_values(items: Sequence[str]) -> _Values:
     values: list[Any] = []
-    for number, string in _ITEMS.findall(text):
-        if string:
-            values.append(string[1:-1].replace("''", "'"))
+    for item in items:
+        if item.startswith("'"):
+            values.append(item[1:-1].replace("''", "'"))
             continue
-        digits = re.sub(r"\s+", "", number)
         try:
-            values.append(int(digits))
+            values.append(int(item))
         except ValueError:
-            values.append(decimal.Decimal(digits))
+            values.append(decimal.Decimal(item))
     return _Values(values)
 
 
@@ -152,9 +151,8 @@ def restore(tree: exp.Expression, held: Held) -> bool:
         if len(items) == 1 and isinstance(items[0], exp.Column) and items[0].name in held.runs:
             if items[0].table or node.find_ancestor(exp.Pivot) is not None:
                 return False
-            items_text = [m.group(0) for m in _ITEMS.finditer(held.runs[items[0].name])]
-            text = ", ".join(re.sub(r"^-\s+", "-", item) for item in items_text)  # one line
-            node.set("expressions", [_held_node(text, _run_values(text))])
+            run = [re.sub(r"^-\s+", "-", m.group(0)) for m in _ITEMS.finditer(held.runs[items[0].name])]
+            node.set("expressions", [_held_node(", ".join(run), _run_values(run))])  # on one line
             found += 1
     return found == len(held.runs) and not any(
         held.prefix in str(n.this) for n in tree.find_all(exp.Identifier, exp.Literal, exp.Var)
