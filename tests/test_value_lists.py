@@ -135,3 +135,14 @@ def test_a_syntax_error_after_a_long_list_points_into_the_text_as_written(sf001,
     sql = f"SELECT count(*) FROM orders\nWHERE o_orderkey IN ({KEYS})\n  AND o_custkey >> FROM"
     with pytest.raises(SqlSyntaxError, match="line 3, column 20"):
         connections.get(sf001, 2).sql(sql)
+
+
+def test_a_list_the_text_step_misses_is_held_from_the_tree():
+    """A comment inside the list: the regular expression leaves it, :func:`value_lists.compact` holds it."""
+    sql = (
+        f"SELECT * FROM t WHERE x IN (/* ids */ {KEYS}) AND y IN ({KEYS.replace(', 8,', ', 8 /* x */,', 1)})"
+    )
+    assert not value_lists.hold(sql)[1]
+    ins = list(parse(sql).find_all(exp.In))
+    assert [len(column_constraint(i)[2]) for i in ins] == [N, N]
+    assert all(len(i.expressions) == 1 and isinstance(i.expressions[0], exp.Var) for i in ins)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from sqlglot import Dialect, exp
 
-from squall.driver.catalog.literals import IN_VALUES_META, UNKNOWN, literal_value
+from squall.driver.catalog.literals import IN_VALUES_META, in_list_values
 
 #: the shortest list held as one node (shorter ones cost nothing worth saving)
 MIN_VALUES = 256
@@ -167,10 +167,10 @@ def compact(tree: exp.Expression) -> exp.Expression:
             continue
         if node.find_ancestor(exp.Pivot) is not None:
             continue
-        values = [literal_value(item) for item in items]
+        values = in_list_values(node)
         generator = _DUCKDB.generator()  # one generator, no copy per item (item.sql() copies)
         text = ", ".join(generator.sql(item) for item in items)
-        node.set("expressions", [_held_node(text, _Values(values) if UNKNOWN not in values else None)])
+        node.set("expressions", [_held_node(text, None if values is None else _Values(values))])
         for item in items:  # no cycle left: the dropped nodes are freed at once, not by a full collection
             item.parent = None
     return tree
