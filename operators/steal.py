@@ -179,5 +179,5 @@ def split_reader(
 
 
 def native_files(inp: ScanInput) -> tuple[str, ...]:
-    """Every local file of a stealing scan: what the sandbox must allow (any rank's splits)."""
+    """Every local file of a scan, any rank's splits: what the sandbox allows (a stealing scan reads them all)."""
     return tuple(sorted({os.path.abspath(s.path.removeprefix("file://")) for per in inp.splits for s in per}))

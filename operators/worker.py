@@ -175,22 +175,7 @@ class Worker:
         report = WorkerReport(self.rank)
         received: dict[int, pa.Table] = {}
         result: pa.Table | None = None
-        # one sandbox for the whole query: its allowed files are exactly this rank's scan files
-        views = {
-            inp.name: view
-            for stage in self.plan.stages
-            if self.rank in stage.ranks
-            for inp in stage.inputs
-            if isinstance(inp, ScanInput) and not inp.steal and (view := self._native(inp)) is not None
-        }
-        files = [  # stealing scans read any rank's splits: every file of the scan
-            f
-            for stage in self.plan.stages
-            if self.rank in stage.ranks
-            for inp in stage.inputs
-            if isinstance(inp, ScanInput) and inp.steal and self._native_ok(inp)
-            for f in native_files(inp)
-        ]
+        views, files = self.sandbox_files()
         self._report = report
         self._probes = {
             inp.name: probe
@@ -215,6 +200,17 @@ class Worker:
                 report.storage_requests[kind] = report.storage_requests.get(kind, 0) + n
         report.exchange = self.exchange.stats().to_dict()
         return result, report
+
+    def sandbox_files(self) -> tuple[dict[str, ParquetView], list[str]]:
+        """The native views of this rank's scans, by scan name, and the files its one sandbox for the query
+        allows: every rank's splits of the scans it takes part in. A stealing scan reads any rank's splits; for
+        the others the wider list makes the sandbox the same on every rank and W of a query, so a worker finds
+        the kept DuckDB instance of any earlier rank's run (no file outside the query's scans is allowed)."""
+        scans = [inp for stage in self.plan.stages if self.rank in stage.ranks
+                 for inp in stage.inputs if isinstance(inp, ScanInput)]  # fmt: skip
+        views = {inp.name: view for inp in scans if not inp.steal and (view := self._native(inp)) is not None}
+        native = [inp for inp in scans if inp.name in views or (inp.steal and self._native_ok(inp))]
+        return views, sorted({f for inp in native for f in native_files(inp)})
 
     def _run_stages(
         self, db: Sandbox, views: dict[str, ParquetView], received: dict[int, pa.Table], report: WorkerReport

@@ -152,3 +152,31 @@ def test_reused_sandbox_is_as_locked_and_keeps_nothing_between_sessions(tmp_path
             db.query("SELECT * FROM v")  # the other session's view is not here
         with pytest.raises(duckdb.Error, match="Permission"):
             db.query(f"SELECT * FROM read_parquet('{path}')")  # nor are its files
+
+
+def test_a_ranks_sandbox_allows_its_querys_scan_files_and_no_others(tmp_path):
+    """Every rank of a query opens the same sandbox (so a worker finds the kept instance whatever rank it
+    plays): it allows every rank's files of the query's scans, and nothing else, while each rank's views read
+    only its own share."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from squall.operators.worker import Worker
+
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for i in range(4):
+        pq.write_table(pa.table({"x": list(range(i * 10, i * 10 + 10))}), folder / f"part-{i}.parquet")
+    pq.write_table(pa.table({"y": [1]}), tmp_path / "other.parquet")
+    con = squall.connect(str(tmp_path), workers=2)
+    try:
+        plan = con.plan("SELECT sum(x) AS s FROM t")
+    finally:
+        con.close()
+    every = sorted(str(p) for p in folder.glob("*.parquet"))
+    seen = []
+    for rank in (0, 1):
+        views, files = Worker(plan, rank, None, "q").sandbox_files()  # type: ignore[arg-type]
+        assert files == every
+        seen.append({path for view in views.values() for path, _ranges in view.parts})
+    assert seen[0] and seen[1] and not seen[0] & seen[1] and seen[0] | seen[1] == set(every)

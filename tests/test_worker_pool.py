@@ -231,3 +231,26 @@ def test_what_a_killed_driver_left_is_swept(tmp_path, monkeypatch):
         assert mine.exists() and told.exists()  # a live driver's folder, a log that says something
     finally:
         told.unlink(missing_ok=True)
+
+
+def test_a_lease_prefers_the_workers_of_the_last_query_of_the_same_shape():
+    """Workers keep a DuckDB instance per file set: a query gets the idle workers that last ran its shape (in
+    the same rank order), not merely the first idle ones; other shapes take the rest."""
+    platform = LocalPlatform(workers=2, pool_size=4)
+    try:
+        pool = platform.pool
+        pool.warm(4)
+        first = pool.lease(2, affinity="lineitem")
+        pool.release(first)
+        other = pool.lease(2, affinity="nation")
+        assert {w.slot for w in other}.isdisjoint(w.slot for w in first)  # released workers went to the back
+        pool.release(other)
+        pool.release(pool.lease(1, affinity="region"))  # first of the queue now: a worker of "lineitem"
+        again = pool.lease(2, affinity="lineitem")
+        assert [w.slot for w in again] == [w.slot for w in first]
+        pool.release(again)
+        plain = pool.lease(2)
+        assert [w.slot for w in plain] != [w.slot for w in first]  # without affinity: the front of the queue
+        pool.release(plain)
+    finally:
+        platform.close()

@@ -70,7 +70,7 @@ from squall.driver.platforms.local.worker_process import result_part_path
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory
 from squall.exchange.local import default_root
-from squall.plan import Plan
+from squall.plan import Plan, ScanInput
 
 log = logging.getLogger("squall.platform.local")
 
@@ -419,7 +419,7 @@ class LocalPlatform(Platform):
         broken: dict[PoolWorker, bool] = {}  # worker -> keep its log
         pending: dict[int, PoolWorker] = {}
         try:
-            run.workers = self.pool.lease(self.world_size, lambda: run.cancelled is not None)
+            run.workers = self.pool.lease(self.world_size, lambda: run.cancelled is not None, _affinity(plan))
             run.config = self.factory.prepare(run.run_id, self.world_size)
             pending = self._send(plan, run)
             state = Progress(len(plan.stages), self.world_size)
@@ -648,3 +648,10 @@ def _read_result(path: Path, ranks: tuple[int, ...] = (0,)) -> pa.Table:
         with pa.memory_map(result_part_path(str(path), rank), "r") as source:
             tables.append(pa.ipc.open_file(source).read_all())
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _affinity(plan: Plan) -> tuple[object, ...]:
+    """What a worker's kept DuckDB instance for ``plan`` depends on: its W (the threads) and the tables it scans
+    (the sandbox's allowed files). The pool gives a query the workers that last ran one of the same."""
+    tables = {inp.location for stage in plan.stages for inp in stage.inputs if isinstance(inp, ScanInput)}
+    return (plan.world_size, tuple(sorted(tables)))

@@ -21,8 +21,8 @@ import queue
 import select
 import subprocess
 import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Listener
@@ -35,6 +35,8 @@ T = TypeVar("T")
 
 #: seconds a stopping worker gets to exit after being told to before it is killed
 STOP_S = 5.0
+#: query shapes whose last workers a pool remembers (:meth:`WorkerPool.lease`'s ``affinity``)
+AFFINITIES_KEPT = 512
 
 
 class Launcher(Protocol):
@@ -138,6 +140,7 @@ class WorkerPool:
         self._busy: set[PoolWorker] = set()
         self._starting: set[int] = set()  # slots being started
         self._spawned: dict[int, subprocess.Popen[bytes] | None] = {}  # their processes, once spawned
+        self._affinity: OrderedDict[Hashable, tuple[int, ...]] = OrderedDict()  # see lease: slots, by rank
         self._waiters: deque[object] = deque()  # leases in arrival order: only the first may take workers
         self._start_lock = threading.Lock()  # one start at a time: connections that arrive are its own
         self._closed = False
@@ -172,10 +175,15 @@ class WorkerPool:
 
     # --- lease and release ------------------------------------------------------------------------
 
-    def lease(self, n: int, cancelled: Callable[[], bool] = lambda: False) -> list[PoolWorker]:
+    def lease(
+        self, n: int, cancelled: Callable[[], bool] = lambda: False, affinity: Hashable | None = None
+    ) -> list[PoolWorker]:
         """``n`` idle workers for one query, starting more while the pool is under capacity, else waiting for
         others to be released (first come, first served). QueryCancelled when ``cancelled()`` turns true while
-        waiting; WorkerError when a worker cannot start."""
+        waiting; WorkerError when a worker cannot start. ``affinity``: what the query's workers keep between
+        queries depends on (its files, its W): of the idle workers, those of the last lease with the same
+        ``affinity`` come first, in the same order (a worker keeps a DuckDB instance per file set, ~10 ms of CPU
+        to make; without this a busy server's queries land on workers that never saw their files)."""
         if not 1 <= n <= self.capacity:
             raise WorkerError(f"a query of {n} workers cannot run on a pool of {self.capacity}")
         ticket = object()
@@ -183,7 +191,7 @@ class WorkerPool:
             self._waiters.append(ticket)
         try:
             while True:
-                taken, to_start = self._take_or_plan(ticket, n)
+                taken, to_start = self._take_or_plan(ticket, n, affinity)
                 if taken is not None:
                     self._top_up()
                     return taken
@@ -197,7 +205,9 @@ class WorkerPool:
                     self._waiters.remove(ticket)
                 self._cond.notify_all()
 
-    def _take_or_plan(self, ticket: object, n: int) -> tuple[list[PoolWorker] | None, list[int]]:
+    def _take_or_plan(
+        self, ticket: object, n: int, affinity: Hashable | None = None
+    ) -> tuple[list[PoolWorker] | None, list[int]]:
         """Under the lock: the ``n`` workers when this lease is first and they are idle; else the slots to
         start for it (the first lease only, within capacity); else wait a little and return neither."""
         with self._cond:
@@ -206,7 +216,8 @@ class WorkerPool:
             self._reap()
             first = bool(self._waiters) and self._waiters[0] is ticket
             if first and len(self._idle) >= n:
-                taken, self._idle = self._idle[:n], self._idle[n:]
+                taken = self._pick(n, affinity)
+                self._idle = [w for w in self._idle if w not in taken]
                 self._busy.update(taken)
                 self._waiters.popleft()
                 self._cond.notify_all()
@@ -220,6 +231,19 @@ class WorkerPool:
                     return None, slots
             self._cond.wait(0.1)
             return None, []
+
+    def _pick(self, n: int, affinity: Hashable | None) -> list[PoolWorker]:
+        """Under the lock: ``n`` of the idle workers, those of ``affinity``'s last lease first (see :meth:`lease`)."""
+        if affinity is None:
+            return self._idle[:n]
+        idle = {w.slot: w for w in self._idle}
+        before = [idle[slot] for slot in self._affinity.get(affinity, ()) if slot in idle][:n]
+        taken = before + [w for w in self._idle if w not in before][: n - len(before)]
+        self._affinity[affinity] = tuple(w.slot for w in taken)
+        self._affinity.move_to_end(affinity)
+        while len(self._affinity) > AFFINITIES_KEPT:
+            self._affinity.popitem(last=False)
+        return taken
 
     def release(self, workers: Iterable[PoolWorker], broken: Mapping[PoolWorker, bool] | None = None) -> None:
         """Give leased workers back. ``broken`` ones (killed, dead, lost; the value: keep its log, e.g. because
