@@ -15,7 +15,11 @@ run (a plan-cache miss: bind, translate, plan), then of the best timed run (a ca
 rank's scan, compute, send (partition + write) and receive (wait + read) seconds.
 
 Each line also gives the bytes Squall's exchanges sent for the query (from ``Result.stats``; a rank's rows
-to itself included) and, as ``network``, the bytes they sent to other ranks (``bytes_moved``).
+to itself included) and, as ``network``, the bytes they sent to other ranks (``bytes_moved``); then memory: the
+largest rank's peak (over its runs; ``/budget`` with ``--worker-memory``), all ranks' peaks plus the driver's
+(``all``: an upper bound of what Squall held at once), the driver's (this process, which also holds the DuckDB
+peer's memory: ``driver+peer``) and the most bytes spilled.
+``--worker-memory SIZE`` gives each worker that budget and DuckDB W times it as its ``memory_limit``.
 ``--no-join-filters`` plans without join filters (Bloom filter / key set pushdown), ``--no-join-in-place``
 without joins in place by key range (both sides' scans split by ranges of the join key, no exchange);
 ``--before-after`` runs every query on a second connection without the rules that cut bytes (join filters,
@@ -44,6 +48,8 @@ import squall
 import squall.tpch as tpch
 from squall.driver.options import PlannerOptions
 from squall.errors import DataError, SquallError
+from squall.operators.memory import PeakMemory
+from squall.sizes import parse_size
 from squall.testing import compare_results
 
 
@@ -86,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", type=Path, help="TPC-H Parquet folder (default data/sf<SF>; made if missing)"
     )
     parser.add_argument("--workers", type=_positive_int, help="Squall workers (default: Squall's choice)")
+    parser.add_argument(
+        "--worker-memory", metavar="SIZE",
+        help="memory budget of each Squall worker (e.g. 512MB); DuckDB then gets W times it as memory_limit",
+    )  # fmt: skip
     parser.add_argument(
         "--queries", type=_parse_queries, default=list(tpch.QUERY_NUMBERS), help="e.g. 1,3,5 (default all 22)"
     )
@@ -157,6 +167,22 @@ def network_bytes(stats: dict[str, Any]) -> int:
     return sum(int(e.get("bytes_moved", 0)) for e in stats.get("exchanges", []))
 
 
+def memory_text(runs: list[dict[str, Any]], driver_peak: int) -> str:
+    """Over a query's runs: the largest rank's peak (and the budget), all ranks' peaks summed plus the driver's,
+    the driver's peak and the bytes spilled, in MiB."""
+    mib = 1 << 20
+    ranks = [w for stats in runs for w in stats.get("per_worker", [])]
+    top = max((w["peak_memory_bytes"] for w in ranks), default=0)
+    together = max((sum(w["peak_memory_bytes"] for w in st.get("per_worker", [])) for st in runs), default=0)
+    budget = next((st["memory"]["budget_per_worker_bytes"] for st in runs if st.get("memory")), None)
+    spilled = max((st.get("memory", {}).get("spilled_bytes", 0) for st in runs), default=0)
+    within = f"/{budget // mib}" if budget else ""
+    return (
+        f"peak {top // mib}{within} MiB  all {(together + driver_peak) // mib} MiB  driver+peer {driver_peak // mib} MiB"
+        f"  spilled {spilled // mib} MiB"
+    )
+
+
 def _geomean(ratios: list[float]) -> str:
     return f"{math.exp(sum(math.log(r) for r in ratios) / len(ratios)):.2f}" if ratios else "n/a"
 
@@ -185,9 +211,10 @@ def profile_lines(first: dict[str, Any], best: dict[str, Any]) -> list[str]:
     return lines
 
 
-def duckdb_peer(data: Path) -> duckdb.DuckDBPyConnection:
-    """A plain DuckDB connection (all cores) with one view per TPC-H table over the Parquet files."""
-    con = duckdb.connect()
+def duckdb_peer(data: Path, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A plain DuckDB connection (all cores) with one view per TPC-H table over the Parquet files; with
+    ``memory_limit`` (bytes) DuckDB keeps to it, spilling to its default temp folder."""
+    con = duckdb.connect(config={"memory_limit": f"{memory_limit >> 20}MiB"} if memory_limit else {})
     for table, files in tpch.dataset_files(data).items():
         paths = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
         con.execute(f"create view {table} as select * from read_parquet([{paths}])")
@@ -235,10 +262,21 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             print(f"error: {exc}", file=out)
             return 1
 
-    peer = duckdb_peer(data)
     connect_kwargs: dict[str, Any] = {"data": str(data)}
     if args.workers is not None:
         connect_kwargs["workers"] = args.workers
+    peer_memory = None
+    if args.worker_memory:
+        connect_kwargs["worker_memory"] = args.worker_memory
+        try:
+            budget = parse_size(args.worker_memory, "--worker-memory")
+        except SquallError as exc:
+            print(f"error: {exc}", file=out)
+            return 2
+        peer_memory = budget * (args.workers or 1)
+        print(f"DuckDB memory_limit {peer_memory >> 20} MiB (W x --worker-memory)", file=out, flush=True)
+    peer = duckdb_peer(data, peer_memory)
+    driver_peak = PeakMemory()
     options = PlannerOptions(
         disabled_rules=("join_filters",) if args.no_join_filters else (),
         whole_query_at_w1=not args.stage_plans_at_w1,
@@ -309,6 +347,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 continue
             try:
                 squall_stats.clear()
+                driver_peak.reset()
                 actual, _ = _timed(lambda sql=sql: run_squall(sql))
                 timed = [_timed(lambda sql=sql: run_squall(sql)) for _ in range(args.repeat)]
                 times = [t for _, t in timed]
@@ -329,7 +368,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             sent, moved = exchanged_bytes(best_stats), network_bytes(best_stats)
             print(
                 f"{label}  squall {best_squall:.3f}s  duckdb {best_duck:.3f}s  ratio {ratio:.2f}  "
-                f"bytes {sent}  network {moved}  {verdict}",
+                f"bytes {sent}  network {moved}  {memory_text(squall_stats, driver_peak.peak())}  {verdict}",
                 file=out,
                 flush=True,
             )

@@ -166,8 +166,10 @@ _INSTANCE_FATAL = (duckdb.FatalException, duckdb.InternalException)
 #: locked DuckDB instances kept for reuse (``Sandbox(reuse=True)``), by configuration, most recent last
 _INSTANCES: OrderedDict[tuple[object, ...], duckdb.DuckDBPyConnection] = OrderedDict()
 _INSTANCES_LOCK = threading.Lock()
-#: a worker cycling through a dashboard's queries finds their files' instance again (~3 MB each, idle)
+#: a worker cycling through a dashboard's queries finds their files' instance again (5-8 MB each, idle)
 INSTANCES_KEPT = 16
+#: with a memory limit, at most one kept instance per this many bytes of it (a small budget keeps few)
+LIMIT_PER_INSTANCE = 60 << 20
 
 
 def _locked_instance(
@@ -188,6 +190,14 @@ def _instance_key(
     return (tuple(sorted((k, str(v)) for k, v in config.items())), tuple(paths))
 
 
+def _kept(config: dict[str, str | bool | int | float | list[str]]) -> int:
+    """Instances to keep when the newest has ``config``: :data:`INSTANCES_KEPT`, fewer under a small memory limit."""
+    limit = str(config.get("memory_limit", ""))
+    if not limit.endswith("MiB"):
+        return INSTANCES_KEPT
+    return max(2, min(INSTANCES_KEPT, (int(limit[:-3]) << 20) // LIMIT_PER_INSTANCE))
+
+
 def _shared_instance(
     key: tuple[object, ...], config: dict[str, str | bool | int | float | list[str]], paths: Sequence[str]
 ) -> duckdb.DuckDBPyConnection:
@@ -197,7 +207,7 @@ def _shared_instance(
         if con is None:
             con = _locked_instance(config, paths)
         _INSTANCES[key] = con
-        while len(_INSTANCES) > INSTANCES_KEPT:
+        while len(_INSTANCES) > _kept(config):
             _INSTANCES.popitem(last=False)[1].close()
         return con
 
@@ -226,6 +236,7 @@ class Sandbox:
         threads: int | None = None,
         memory_limit: str | None = None,
         temp_directory: str | None = None,
+        max_temp_directory_size: str | None = None,
         files: Sequence[str] = (),
         reuse: bool = False,
     ) -> None:
@@ -235,6 +246,8 @@ class Sandbox:
         if temp_directory:
             config["temp_directory"] = temp_directory
             config["home_directory"] = temp_directory
+        if max_temp_directory_size:
+            config["max_temp_directory_size"] = max_temp_directory_size
         views = parquet or {}
         paths: Sequence[str] = sorted({p for v in views.values() for p, _r in v.parts} | set(files))
         self._key = _instance_key(config, paths) if reuse else None

@@ -32,6 +32,7 @@ from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox, duck_type, file_read_select, ident
 from squall.operators.faults import after_write, before_stage, faults_from_env, scan_delay
+from squall.operators.memory import PeakMemory, SpillWatch, budget_exceeded
 from squall.operators.partition import (
     NULL_COLUMN,
     PART_COLUMN,
@@ -102,6 +103,9 @@ class WorkerReport:
     skipping: dict[str, Any] = field(default_factory=dict)
     #: a write plan's part on this rank: files, rows, bytes written and seconds spent (operators/write.py)
     written: dict[str, Any] = field(default_factory=dict)
+    #: this rank's memory: ``budget_bytes`` (None: none set), ``peak_bytes`` (resident, the process's peak
+    #: during the query) and ``spilled_bytes`` (the most its spill folder held) — see operators/memory.py
+    memory: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +117,7 @@ class WorkerReport:
             "stages": [dict(vars(s), time_s=s.time_s) for s in self.stages],
             "steals": self.steals,
             "skipping": self.skipping,
+            "memory": self.memory,
         }
 
 
@@ -141,6 +146,7 @@ class Worker:
         on_stage: Callable[[int], None] | None = None,
         sandbox_options: dict[str, Any] | None = None,
         attempt: int = 0,
+        memory_budget: int | None = None,
     ) -> None:
         self.plan = plan
         self.rank = rank
@@ -150,10 +156,13 @@ class Worker:
         self.threads = threads or max(1, (os.cpu_count() or 1) // max(plan.world_size, 1))
         self.storage_options = storage_options or {}
         self.on_stage = on_stage
-        self.sandbox_options = sandbox_options or {}  # memory_limit, temp_directory (Lambda: under /tmp)
+        #: memory_limit, temp_directory, max_temp_directory_size (operators/memory.py); ``reuse``: keep the DuckDB
+        #: instance for the next query (default: unless the temp folder is this query's own, as on Lambda)
+        self.sandbox_options = dict(sandbox_options or {})
+        self.memory_budget = memory_budget  # bytes this rank may use at its peak (None: none set)
         # the next query over the same files reuses this process's locked DuckDB instance; not with a
         # temp directory of this query's own (Lambda: removed after the query, the instance would outlive it)
-        self.reuse_sandbox = "temp_directory" not in self.sandbox_options
+        self.reuse_sandbox = bool(self.sandbox_options.pop("reuse", "temp_directory" not in self.sandbox_options))
         self.native_scans = bool(self.storage_options.get("native_scans", True))
         self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
@@ -176,6 +185,8 @@ class Worker:
         received: dict[int, pa.Table] = {}
         result: pa.Table | None = None
         views, files = self.sandbox_files()
+        peak = PeakMemory()
+        peak.reset()
         self._report = report
         self._probes = {
             inp.name: probe
@@ -190,9 +201,10 @@ class Worker:
             reuse=self.reuse_sandbox,
             **self.sandbox_options,
         ) as db:
-            with abort_watch(self.exchange, db):
+            with abort_watch(self.exchange, db), SpillWatch(self.sandbox_options.get("temp_directory")) as spill:
                 self._run_stages(db, views, received, report)
             result = self._result
+        report.memory = {"budget_bytes": self.memory_budget, "peak_bytes": peak.peak(), "spilled_bytes": spill.most}
         report.skipping = self._skipping
         report.elapsed_s = time.perf_counter() - start
         for storage in self._storages.values():
@@ -232,7 +244,10 @@ class Worker:
             if self.exchange.aborted():  # cancelled or another rank failed: stop between stages
                 raise ExchangeAborted(f"query aborted before stage {stage.id}")
             if self.rank in stage.ranks:
-                table = self._run_stage(stage, db, views, received, sr)
+                try:
+                    table = self._run_stage(stage, db, views, received, sr)
+                except (duckdb.OutOfMemoryException, MemoryError) as exc:
+                    raise QueryRuntimeError(budget_exceeded(exc, stage.id, self.rank, self.memory_budget)) from None
                 if stage.output.kind == "result":
                     self._result = table  # a write plan's: the manifest of the files this rank wrote
             if stage.output.kind != "result" and self.rank in stage.output.receivers:
@@ -418,6 +433,8 @@ class Worker:
                     if self.plan.write is None or output.kind != "result"
                     else self._write(stage, db)
                 )
+        except duckdb.OutOfMemoryException:
+            raise  # said with the budget by _run_stages
         except USER_RUNTIME as err:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
         finally:

@@ -101,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
             help="number of workers (default: cores), or auto: the scale model picks W per query on the "
             "lambda platforms (the cores on local)",
         )  # fmt: skip
+        sp.add_argument(
+            "--worker-memory", metavar="SIZE", default=None,
+            help="memory budget of each local worker, e.g. 512MB: DuckDB spills to disk past its share and a "
+            "stage that cannot fit fails with a clear error (default: the machine's memory shared by the "
+            "workers and the driver)",
+        )  # fmt: skip
         endpoint_args(sp)
 
     def catalog_args(sp: argparse.ArgumentParser) -> None:
@@ -652,6 +658,8 @@ def _connect(args: argparse.Namespace) -> Any:
     if args.endpoint:
         if not args.endpoint.lower().startswith(("http://", "https://")):
             raise OptionError(f"--endpoint must be an http(s):// URL, got {args.endpoint!r}")
+        if getattr(args, "worker_memory", None):
+            raise OptionError("--worker-memory is for embedded runs (--data): a service sizes its own workers")
         return squall.connect(args.endpoint, token=args.token, auth=args.auth, workers=args.workers)
     workers = getattr(args, "workers", None)
     if workers is None and not args.data and getattr(args, "platform", None) in (None, "local"):
@@ -663,6 +671,7 @@ def _connect(args: argparse.Namespace) -> Any:
         **_platform_options(args),
         **_catalog_options(args),
         **_writable_options(args),
+        **({"worker_memory": args.worker_memory} if getattr(args, "worker_memory", None) else {}),
     )
 
 

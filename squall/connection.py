@@ -34,6 +34,7 @@ from squall.operators.duck import Sandbox, interrupted
 from squall.operators.worker import USER_RUNTIME, StageReport, WorkerReport
 from squall.plan import Plan
 from squall.result import Result
+from squall.sizes import parse_size
 
 if TYPE_CHECKING:
     from squall.client import RemoteConnection
@@ -69,6 +70,8 @@ class Connection:
         predicate_cache: PredicateCache | None = None,
         catalogs: Mapping[str, Mapping[str, Any]] | None = None,
         writable: str | Sequence[str] | None = None,
+        worker_memory: int | str | None = None,
+        memory: int | str | None = None,
     ) -> None:
         self.timeout = _check_timeout(timeout)
         #: where COPY, CREATE TABLE AS and INSERT may write (nothing when empty: every write is refused)
@@ -109,6 +112,7 @@ class Connection:
                 kwargs["exchange_options"] = _exchange_options(exchange, exchange_options)
             elif exchange_options:
                 kwargs["exchange_options"] = dict(exchange_options)
+            kwargs.update(_memory_options(cls, worker_memory, memory))
             kwargs.update(platform_options or {})  # e.g. fanout, function for the lambda platforms
             self.platform = cls(**kwargs)
         self.planner_options = planner_options
@@ -754,6 +758,17 @@ def _exchange_options(exchange: str, options: dict[str, Any] | None) -> dict[str
     return opts
 
 
+def _memory_options(cls: type[Platform], worker_memory: int | str | None, memory: int | str | None) -> dict[str, int]:
+    """The platform's ``worker_memory``/``memory`` keyword arguments (bytes) from sizes such as ``"512MB"``."""
+    given = {k: parse_size(v, k) for k, v in (("worker_memory", worker_memory), ("memory", memory)) if v is not None}
+    if given and not cls.memory_options:
+        raise OptionError(
+            f"{' and '.join(given)} is for platforms whose workers run on this machine (local, fabric); the "
+            f"{cls.name} platform's workers get the function's memory"
+        )
+    return given
+
+
 def connect(
     data: str | None = None, *, workers: int | str | None = None, **options: Any
 ) -> Connection | RemoteConnection:
@@ -771,7 +786,10 @@ def connect(
     catalogs, ``{"lake": {"type": "sql", "uri": "sqlite:///…", "warehouse": "file:///…"}}`` (pyiceberg's catalog
     properties as they are: sql, rest, glue, hive, …), their tables named ``lake.<namespace>.<table>`` in SQL
     and opened on first use. ``platform_options``: extra
-    keyword arguments of the platform (``{"fanout": 4, "function": NAME}`` for the lambda platforms). ``data`` may be
+    keyword arguments of the platform (``{"fanout": 4, "function": NAME}`` for the lambda platforms). ``worker_memory``
+    (local and fabric platforms; bytes or a size such as ``"512MB"``): the memory budget of each worker — DuckDB
+    spills past its share of it and a stage that cannot fit fails with a clear error; default: the machine's
+    memory shared by the workers and the driver, or that of ``memory`` (the total Squall may use). ``data`` may be
     ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS settings).
 
     Remote (``squall.connect("http://127.0.0.1:8080", token=…)`` or

@@ -65,6 +65,8 @@ class Platform(ABC):
     storages: ClassVar[tuple[str, ...]] = ("file", "s3")
     needs_s3_location: ClassVar[bool] = False
     options: ClassVar[tuple[str, ...]] = ()
+    #: the platform takes ``worker_memory=`` and ``memory=`` (bytes): its workers run on machines it sizes itself
+    memory_options: ClassVar[bool] = False
     world_size: int
 
     @classmethod

@@ -8,8 +8,8 @@ platform's extras, the scale model's estimate). Keys, in this order:
   ``rows``, ``result_bytes``; ``rows_scanned``, ``bytes_scanned`` (over the stages);
   ``storage_requests``, ``exchange_requests`` (over the ranks);
 - ``exchanges`` (:mod:`.exchanges`), ``steals`` (:mod:`.steals`), ``join_filters`` (:mod:`.join_filters`);
-- ``stages``, ``per_worker`` (here; a rank's ``peak_rows`` etc. from :mod:`.sort`), ``sort`` (:mod:`.sort`,
-  only for a range-partitioned ORDER BY);
+- ``stages``, ``per_worker`` (here; a rank's ``peak_rows`` etc. from :mod:`.sort`, its memory budget, peak
+  memory and spilled bytes), ``memory`` (here), ``sort`` (:mod:`.sort`, only for a range-partitioned ORDER BY);
 - ``driver_storage_requests``, ``data_skipping`` (:mod:`.skipping`), ``sources`` (:mod:`.sources`), ``plan_cache``,
   ``planning_breakdown``, ``ran_on``;
 - the platform's extras (the lambda platforms: ``lambda`` and the cost keys), then ``estimate`` when
@@ -84,6 +84,7 @@ def assemble(
         "join_filters": join_filter_stats(plan, reports),
         "stages": stages,
         "per_worker": worker_stats(plan, reports),
+        "memory": memory_stats(reports),
     }
     sort = sort_stats(plan, reports)
     if sort:
@@ -142,9 +143,33 @@ def worker_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[str, An
             "storage_requests": r["storage_requests"],
             "exchange_requests": r["exchange"].get("requests", {}),
             **rank_rows(plan, r),
+            **_rank_memory(r),
         }
         for r in reports
     ]
+
+
+def _rank_memory(report: dict[str, Any]) -> dict[str, Any]:
+    memory = report.get("memory") or {}
+    return {
+        "memory_budget_bytes": memory.get("budget_bytes"),
+        "peak_memory_bytes": memory.get("peak_bytes", 0),
+        "spilled_bytes": memory.get("spilled_bytes", 0),
+    }
+
+
+def memory_stats(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """``stats["memory"]``: each worker's budget (None: none set), the largest peak of any rank (its process's
+    resident memory) and which rank had it, and the spill folders' most bytes summed over the ranks."""
+    ranks = [(r["rank"], _rank_memory(r)) for r in reports]
+    top = max(ranks, key=lambda item: item[1]["peak_memory_bytes"], default=(None, _rank_memory({})))
+    budgets = {m["memory_budget_bytes"] for _rank, m in ranks}
+    return {
+        "budget_per_worker_bytes": max((b for b in budgets if b), default=None),
+        "peak_bytes": top[1]["peak_memory_bytes"],
+        "peak_rank": top[0],
+        "spilled_bytes": sum(m["spilled_bytes"] for _rank, m in ranks),
+    }
 
 
 def _sum_dicts(dicts: list[dict[str, int]]) -> dict[str, int]:

@@ -2,7 +2,7 @@
 
 Modules, bottom up:
 
-- :mod:`~squall.service.sizes` — sizes and durations of settings and users files (``"16MB"``, ``"30m"``);
+- sizes and durations of settings and users files (``"16MB"``, ``"30m"``): :mod:`squall.sizes`;
 - :mod:`~squall.service.users` — users (hashed tokens, IAM principals), roles, per-user limits and catalogs;
 - :mod:`~squall.service.audit` — the audit trail: a JSON line per submitted and per ended query;
 - :mod:`~squall.service.state` — where query state lives (``StateStore``: local folder or S3), by URL scheme;

@@ -39,7 +39,7 @@ from typing import Any
 from squall.errors import OptionError
 from squall.service.runner import Limits
 from squall.service.scheduler import DEFAULT, FAST, GroupSpec, SchedulerConfig
-from squall.service.sizes import GIB, MIB, parse_duration, parse_size
+from squall.sizes import GIB, MIB, parse_duration, parse_size
 
 __all__ = ["GIB", "MIB", "ServiceSettings", "parse_duration", "parse_size"]
 

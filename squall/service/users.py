@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squall.errors import OptionError, PermissionDenied
-from squall.service.sizes import parse_duration, parse_size
+from squall.sizes import parse_duration, parse_size
 
 ANONYMOUS = "anonymous"
 #: the user of ``--token T``

@@ -66,6 +66,7 @@ from squall.driver.platforms.local.lifecycle import (
     untrack,
 )
 from squall.driver.platforms.local.pool import PoolWorker, WorkerPool, log_hint
+from squall.driver.platforms.memory import check_budget, local_worker_budget
 from squall.driver.platforms.local.worker_process import result_part_path
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory
@@ -135,6 +136,7 @@ class LocalPlatform(Platform):
     drain_s: float = DRAIN_S
     #: run a query that writes nothing once more when one of its workers died
     retry_lost_workers: bool = True
+    memory_options: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -146,6 +148,8 @@ class LocalPlatform(Platform):
         worker_env: dict[str, str] | None = None,
         pool_size: int | None = None,
         spare_workers: int = 0,
+        worker_memory: int | None = None,
+        memory: int | None = None,
     ) -> None:
         cores = os.cpu_count() or 1
         self.world_size = int(workers or cores)
@@ -164,6 +168,14 @@ class LocalPlatform(Platform):
             else exchange_factory(self.check_exchange(exchange), **options)
         )
         self.storage_options = dict(storage_options or {})
+        #: bytes each worker may use at its peak (driver/platforms/memory.py): given, or the machine's (or
+        #: ``memory``'s) share of each of the pool's processes and the driver
+        self.memory_budget = (
+            check_budget(int(worker_memory), "worker_memory")
+            if worker_memory
+            else local_worker_budget(self.pool_size, memory)
+        )
+        self._spill_root: str | None = None
         self._threads_given = threads_per_worker
         self.threads = threads_per_worker or max(1, cores // self.world_size)
         self.worker_env = dict(worker_env or {})
@@ -317,6 +329,14 @@ class LocalPlatform(Platform):
             if error is not None:
                 raise error
 
+    def spill_root(self) -> str:
+        """The folder under which each worker process spills (``<tmp>/squall-<pid>-spill…``: swept with the
+        driver's other folders if it dies by SIGKILL; removed on close)."""
+        with self._lock:
+            if self._spill_root is None:
+                self._spill_root = tempfile.mkdtemp(prefix=f"squall-{os.getpid()}-spill")
+            return self._spill_root
+
     def close(self) -> None:
         try:
             self._await_start()
@@ -329,6 +349,9 @@ class LocalPlatform(Platform):
             if pool is not None:
                 pool.close()
             self._close_listener()
+            if self._spill_root is not None:
+                shutil.rmtree(self._spill_root, ignore_errors=True)
+                self._spill_root = None
         remove_process_root()
 
     def kill(self) -> None:
@@ -453,6 +476,8 @@ class LocalPlatform(Platform):
                 "result_path": str(run.result_path),
                 "storage_options": self.storage_options,
                 "threads": self.threads,
+                "memory_budget": self.memory_budget,
+                "spill_root": self._owner.spill_root(),
             }
             with deferred_sigint():  # a message is sent whole or not at all
                 pending[rank] = worker

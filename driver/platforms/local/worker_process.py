@@ -18,12 +18,13 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import Client, Connection
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pyarrow as pa
 
 from squall.errors import UserError
 from squall.exchange.base import ExchangeAborted, open_exchange
+from squall.operators.memory import sandbox_memory
 from squall.operators.worker import Worker
 from squall.plan import Plan
 
@@ -88,6 +89,18 @@ def die_with_parent(parent: int | None) -> None:
         os._exit(1)  # the driver died before the signal was armed
 
 
+@functools.lru_cache(maxsize=4)
+def _memory_options(budget: int | None, spill_root: str | None) -> dict[str, Any]:
+    """The Sandbox options that keep this worker within ``budget`` bytes, spilling to a folder of its own under
+    ``spill_root`` (the same for every query of the same budget, so the kept DuckDB instances are reused; DuckDB
+    removes its spill files when a query's data goes)."""
+    if not budget or not spill_root:
+        return {}
+    folder = os.path.join(spill_root, f"w{os.getpid()}")
+    os.makedirs(folder, exist_ok=True)
+    return {**sandbox_memory(int(budget), folder), "reuse": True}
+
+
 def serve(conn: Connection, threads: int | None) -> None:
     """Worker process main loop: one message per query, ``None`` to stop. ``threads``: DuckDB and Arrow threads
     unless a message says otherwise."""
@@ -118,6 +131,8 @@ def serve(conn: Connection, threads: int | None) -> None:
                     threads=wanted,
                     storage_options=msg.get("storage_options"),
                     on_stage=functools.partial(_stage_done, conn, query_id, rank),
+                    sandbox_options=_memory_options(msg.get("memory_budget"), msg.get("spill_root")),
+                    memory_budget=msg.get("memory_budget"),
                 )
                 result, report = worker.run()
             finally:

@@ -1,0 +1,60 @@
+"""The memory budget of a worker: what one rank may use at its peak, planned by the platform, kept by the worker.
+
+Who sets it:
+
+- local (and fabric ranks started on this machine): the machine's memory — its cgroup limit when it has one,
+  else ``MemTotal`` — or the total given by hand (``memory=``), of which :data:`LOCAL_SHARE` is shared evenly
+  by the pool's worker processes and the driver; or a budget per worker given by hand (``worker_memory=``,
+  ``--worker-memory``);
+- lambda: the function's memory minus the runtime's (the interpreter and the libraries it loads).
+
+How a worker keeps it: :mod:`squall.operators.memory`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from squall.errors import OptionError
+from squall.operators.memory import human_bytes
+
+#: of the machine's memory, what Squall's processes (driver and workers) share on the local platform
+LOCAL_SHARE = 0.8
+#: the least budget a worker can run a stage with (the interpreter and the libraries alone take ~150 MB)
+MIN_WORKER_BYTES = 192 << 20
+
+_CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
+
+
+def machine_memory() -> int:
+    """Bytes of memory this machine (or its cgroup, when limited) gives the process."""
+    try:
+        text = _CGROUP_MAX.read_text().strip()
+        if text.isdigit():
+            limited = int(text)
+        else:
+            limited = 0
+    except OSError:
+        limited = 0
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min(limited, total) if limited else total
+
+
+def local_worker_budget(processes: int, total: int | None = None) -> int:
+    """The budget of each of ``processes`` local worker processes when the driver is one more process and all
+    share :data:`LOCAL_SHARE` of ``total`` bytes (default: :func:`machine_memory`)."""
+    whole = int((total if total is not None else machine_memory()) * LOCAL_SHARE)
+    return max(MIN_WORKER_BYTES, whole // (max(1, processes) + 1))
+
+
+def check_budget(budget: int, label: str) -> int:
+    """``budget`` when a worker can run with it; OptionError naming ``label`` (the option that set it) else."""
+    if budget < MIN_WORKER_BYTES:
+        raise OptionError(
+            f"{label} must be at least {human_bytes(MIN_WORKER_BYTES)} (the worker's interpreter and libraries "
+            f"alone take ~150 MB), got {human_bytes(budget)}"
+        )
+    return budget
+
+

@@ -1,0 +1,128 @@
+"""How a worker keeps its memory budget (the budget itself: :mod:`squall.driver.platforms.memory`).
+
+DuckDB gets :data:`DUCKDB_SHARE` of the budget past the runtime's as its ``memory_limit`` and spills past it to the worker's own
+temp folder, within ``max_temp_directory_size`` (:func:`sandbox_memory`); the rest of the budget is for what
+lives outside DuckDB (Arrow pieces of the exchange, the stage's inputs, the interpreter). A stage that cannot
+fit even with spilling fails with a one-line :class:`~squall.errors.QueryRuntimeError` naming the stage, the
+rank, the budget and what DuckDB asked for (:func:`budget_exceeded`). The worker measures its peak resident
+memory (``VmHWM``, reset per query: :class:`PeakMemory`) and the most its spill folder held (:class:`SpillWatch`)
+for ``stats``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+#: what a worker process holds before any query: the interpreter, DuckDB, PyArrow and Squall loaded (~110 MiB)
+RUNTIME_BYTES = 128 << 20
+#: of a worker's budget past :data:`RUNTIME_BYTES`, DuckDB's ``memory_limit`` (the rest: Arrow data outside DuckDB)
+DUCKDB_SHARE = 0.6
+#: of the free disk under the temp folder, what one worker may spill
+SPILL_DISK_SHARE = 0.5
+
+
+def sandbox_memory(budget: int, temp_directory: str) -> dict[str, Any]:
+    """The Sandbox options that keep a worker within ``budget`` bytes, spilling to ``temp_directory``."""
+    free = shutil.disk_usage(temp_directory).free
+    return {
+        "memory_limit": f"{duckdb_limit(budget) >> 20}MiB",
+        "temp_directory": temp_directory,
+        "max_temp_directory_size": f"{max(1 << 30, int(free * SPILL_DISK_SHARE)) >> 20}MB",
+    }
+
+
+def duckdb_limit(budget: int) -> int:
+    """DuckDB's ``memory_limit`` in a worker of ``budget`` bytes (at least 64 MiB)."""
+    return max(64 << 20, int((budget - RUNTIME_BYTES) * DUCKDB_SHARE))
+
+
+class PeakMemory:
+    """This process's peak resident memory since :meth:`reset` (Linux ``VmHWM``; reset through ``clear_refs``)."""
+
+    def reset(self) -> None:
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:  # not Linux, or not allowed: the peak is the process's since it started
+            pass
+
+    def peak(self) -> int:
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+
+def folder_bytes(path: str) -> int:
+    """Bytes of the files directly in ``path`` (a spill folder), 0 when it is gone."""
+    total = 0
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    total += entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+    except OSError:
+        return 0
+    return total
+
+
+class SpillWatch:
+    """The most bytes a spill folder held while the block ran (sampled every ``every_s`` seconds on a thread of
+    its own, and once at the end)."""
+
+    def __init__(self, folder: str | None, every_s: float = 0.05) -> None:
+        self.folder, self.every_s, self.most = folder, every_s, 0
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        assert self.folder is not None
+        self.most = max(self.most, folder_bytes(self.folder))
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> SpillWatch:
+        if self.folder:
+            self._thread = threading.Thread(target=self._watch, name="squall-spill-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()
+            self._sample()
+
+
+_DUCK_OOM = re.compile(r"Out of Memory Error:\s*([^\n]*)")
+
+
+def budget_exceeded(err: BaseException, stage: int, rank: int, budget: int | None) -> str:
+    """The one-line message of a stage that ran out of memory within ``budget`` bytes (None: no budget set)."""
+    found = _DUCK_OOM.search(str(err))
+    what = found.group(1).strip() if found else str(err).splitlines()[0] if str(err) else type(err).__name__
+    within = f"its memory budget of {human_bytes(budget)}" if budget else "the memory it was given"
+    return (
+        f"stage {stage} on rank {rank} needs more memory than {within}, even spilling to disk (DuckDB: {what}); "
+        "give each worker more memory (--worker-memory / worker_memory=) or use more workers"
+    )
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes as text in binary units: ``512 MB``, ``1.5 GB``, ``900 KB``."""
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f} GiB".replace(".0 GiB", " GiB")
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.0f} MiB"
+    return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n:.0f} B"
