@@ -162,7 +162,9 @@ class Worker:
         self.memory_budget = memory_budget  # bytes this rank may use at its peak (None: none set)
         # the next query over the same files reuses this process's locked DuckDB instance; not with a
         # temp directory of this query's own (Lambda: removed after the query, the instance would outlive it)
-        self.reuse_sandbox = bool(self.sandbox_options.pop("reuse", "temp_directory" not in self.sandbox_options))
+        self.reuse_sandbox = bool(
+            self.sandbox_options.pop("reuse", "temp_directory" not in self.sandbox_options)
+        )
         self.native_scans = bool(self.storage_options.get("native_scans", True))
         self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
@@ -201,10 +203,17 @@ class Worker:
             reuse=self.reuse_sandbox,
             **self.sandbox_options,
         ) as db:
-            with abort_watch(self.exchange, db), SpillWatch(self.sandbox_options.get("temp_directory")) as spill:
+            with (
+                abort_watch(self.exchange, db),
+                SpillWatch(self.sandbox_options.get("temp_directory")) as spill,
+            ):
                 self._run_stages(db, views, received, report)
             result = self._result
-        report.memory = {"budget_bytes": self.memory_budget, "peak_bytes": peak.peak(), "spilled_bytes": spill.most}
+        report.memory = {
+            "budget_bytes": self.memory_budget,
+            "peak_bytes": peak.peak(),
+            "spilled_bytes": spill.most,
+        }
         report.skipping = self._skipping
         report.elapsed_s = time.perf_counter() - start
         for storage in self._storages.values():
@@ -247,7 +256,9 @@ class Worker:
                 try:
                     table = self._run_stage(stage, db, views, received, sr)
                 except (duckdb.OutOfMemoryException, MemoryError) as exc:
-                    raise QueryRuntimeError(budget_exceeded(exc, stage.id, self.rank, self.memory_budget)) from None
+                    raise QueryRuntimeError(
+                        budget_exceeded(exc, stage.id, self.rank, self.memory_budget)
+                    ) from None
                 if stage.output.kind == "result":
                     self._result = table  # a write plan's: the manifest of the files this rank wrote
             if stage.output.kind != "result" and self.rank in stage.output.receivers:

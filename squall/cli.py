@@ -659,7 +659,9 @@ def _connect(args: argparse.Namespace) -> Any:
         if not args.endpoint.lower().startswith(("http://", "https://")):
             raise OptionError(f"--endpoint must be an http(s):// URL, got {args.endpoint!r}")
         if getattr(args, "worker_memory", None):
-            raise OptionError("--worker-memory is for embedded runs (--data): a service sizes its own workers")
+            raise OptionError(
+                "--worker-memory is for embedded runs (--data): a service sizes its own workers"
+            )
         return squall.connect(args.endpoint, token=args.token, auth=args.auth, workers=args.workers)
     workers = getattr(args, "workers", None)
     if workers is None and not args.data and getattr(args, "platform", None) in (None, "local"):

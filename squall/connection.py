@@ -758,9 +758,15 @@ def _exchange_options(exchange: str, options: dict[str, Any] | None) -> dict[str
     return opts
 
 
-def _memory_options(cls: type[Platform], worker_memory: int | str | None, memory: int | str | None) -> dict[str, int]:
+def _memory_options(
+    cls: type[Platform], worker_memory: int | str | None, memory: int | str | None
+) -> dict[str, int]:
     """The platform's ``worker_memory``/``memory`` keyword arguments (bytes) from sizes such as ``"512MB"``."""
-    given = {k: parse_size(v, k) for k, v in (("worker_memory", worker_memory), ("memory", memory)) if v is not None}
+    given = {
+        k: parse_size(v, k)
+        for k, v in (("worker_memory", worker_memory), ("memory", memory))
+        if v is not None
+    }
     if given and not cls.memory_options:
         raise OptionError(
             f"{' and '.join(given)} is for platforms whose workers run on this machine (local, fabric); the "

@@ -50,7 +50,9 @@ def _within_budget(stats: dict) -> None:
 def test_tpch_answers_within_a_small_budget(small, reference_sf1, n):
     sql = tpch.query(n)
     result = small.sql(sql)
-    assert_same_result(result.to_arrow(), reference_sf1.sql(sql).to_arrow_table(), sql, reference=reference_sf1)
+    assert_same_result(
+        result.to_arrow(), reference_sf1.sql(sql).to_arrow_table(), sql, reference=reference_sf1
+    )
     _within_budget(result.stats)
     assert result.stats["memory"]["budget_per_worker_bytes"] == BUDGET
 
@@ -59,7 +61,9 @@ def test_past_duckdbs_share_it_spills_and_answers_right(small, reference_sf1):
     result = small.sql(SPILLS)
     assert result.fetchall() == reference_sf1.sql(SPILLS).fetchall()
     assert result.stats["memory"]["spilled_bytes"] > duckdb_limit(BUDGET)
-    assert sum(r["spilled_bytes"] for r in result.stats["per_worker"]) == result.stats["memory"]["spilled_bytes"]
+    assert (
+        sum(r["spilled_bytes"] for r in result.stats["per_worker"]) == result.stats["memory"]["spilled_bytes"]
+    )
     _within_budget(result.stats)
 
 
@@ -74,7 +78,9 @@ def test_a_stage_that_cannot_fit_fails_in_one_line_and_the_connection_goes_on(sm
 
 
 def test_the_message_says_what_duckdb_asked_for():
-    err = RuntimeError("Out of Memory Error: failed to allocate data of size 64.0 MiB (144.0 MiB/163.0 MiB used)\n\nx")
+    err = RuntimeError(
+        "Out of Memory Error: failed to allocate data of size 64.0 MiB (144.0 MiB/163.0 MiB used)\n\nx"
+    )
     message = budget_exceeded(err, 3, 1, 512 << 20)
     assert message.startswith("stage 3 on rank 1 needs more memory than its memory budget of 512 MiB")
     assert "failed to allocate data of size 64.0 MiB (144.0 MiB/163.0 MiB used)" in message
@@ -99,7 +105,10 @@ def test_the_default_budget_shares_the_machine_among_the_pool_and_the_driver():
     [
         ({"worker_memory": "100MB"}, "worker_memory must be at least 192 MiB"),
         ({"worker_memory": "lots"}, "worker_memory must be a size such as 16MB"),
-        ({"worker_memory": "1GB", "platform": "lambda"}, "is for platforms whose workers run on this machine"),
+        (
+            {"worker_memory": "1GB", "platform": "lambda"},
+            "is for platforms whose workers run on this machine",
+        ),
     ],
 )
 def test_bad_budgets_are_refused_in_one_line(sf001, options, fragment):
@@ -116,7 +125,10 @@ def test_cli_worker_memory(sf001, tmp_path):
     stats = tmp_path / "stats.json"
     done = cli("--worker-memory", "300MB", "--stats-json", str(stats), "SELECT count(*) AS n FROM lineitem")
     assert done.returncode == 0, done.stderr
-    assert "60175" in done.stdout and json.loads(stats.read_text())["memory"]["budget_per_worker_bytes"] == 300_000_000
+    assert (
+        "60175" in done.stdout
+        and json.loads(stats.read_text())["memory"]["budget_per_worker_bytes"] == 300_000_000
+    )
     refused = cli("--worker-memory", "10MB", "SELECT 1")
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines() == [

@@ -56,5 +56,3 @@ def check_budget(budget: int, label: str) -> int:
             f"alone take ~150 MB), got {human_bytes(budget)}"
         )
     return budget
-
-

@@ -66,8 +66,8 @@ from squall.driver.platforms.local.lifecycle import (
     untrack,
 )
 from squall.driver.platforms.local.pool import PoolWorker, WorkerPool, log_hint
-from squall.driver.platforms.memory import check_budget, local_worker_budget
 from squall.driver.platforms.local.worker_process import result_part_path
+from squall.driver.platforms.memory import check_budget, local_worker_budget
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory
 from squall.exchange.local import default_root
