@@ -16,7 +16,8 @@ always holds its owner's rank in full.
 
 Files are written under a temporary name and renamed, so a reader never sees a
 partial file and a repeated send replaces identical data (harmless). Readers
-memory-map the files: receiving is zero-copy.
+memory-map the files: receiving is zero-copy. A rank's part for itself is never written: the endpoint keeps
+it and hands it to the same rank's receive (no copy in the folder's memory, ``/dev/shm``, and none mapped back).
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class LocalExchange(Exchange):
         super().__init__(config, rank, world_size)
         self.folder = Path(config["folder"])
         self.timeout_s = float(config.get("timeout_s", DEFAULT_TIMEOUT_S))
+        #: this rank's part for itself, by exchange id: handed to its own receive, never written to the folder
+        self._own: dict[str, pa.Table] = {}
 
     def aborted(self) -> bool:
         """The ABORT file exists (one stat call)."""
@@ -162,16 +165,24 @@ class LocalExchange(Exchange):
         rows = 0
         if spec.kind == "broadcast":
             table = next(iter(parts.values())) if parts else schema.empty_table()
-            written += _write_ipc(folder / f"s{self.rank}-all.arrow", table)
+            if self.rank in spec.receivers:
+                self._own[spec.exchange_id] = table
+                written += table.nbytes
+            if any(r != self.rank for r in spec.receivers):
+                written += _write_ipc(folder / f"s{self.rank}-all.arrow", table)
+                self._stats.count("write")
             rows += table.num_rows * len(spec.receivers)
-            self._stats.count("write")
         else:
             for receiver in spec.receivers:
                 table = parts.get(receiver)
                 if table is None:
                     table = schema.empty_table()
-                written += _write_ipc(folder / f"s{self.rank}-r{receiver}.arrow", table)
                 rows += table.num_rows
+                if receiver == self.rank:
+                    self._own[spec.exchange_id] = table
+                    written += table.nbytes
+                    continue
+                written += _write_ipc(folder / f"s{self.rank}-r{receiver}.arrow", table)
                 self._stats.count("write")
         (folder / f"s{self.rank}.done").touch()
         self._stats.bytes_sent += written
@@ -207,6 +218,9 @@ class LocalExchange(Exchange):
         self._wait(spec, folder)
         tables = []
         for sender in sorted(spec.senders):
+            if sender == self.rank and spec.exchange_id in self._own:
+                tables.append(self._own.pop(spec.exchange_id))
+                continue
             name = f"s{sender}-all.arrow" if spec.kind == "broadcast" else f"s{sender}-r{self.rank}.arrow"
             tables.append(_read_ipc(folder / name))
             self._stats.count("read")
