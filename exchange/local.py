@@ -93,7 +93,7 @@ class LocalExchange(Exchange):
         self.folder = Path(config["folder"])
         self.timeout_s = float(config.get("timeout_s", DEFAULT_TIMEOUT_S))
         #: this rank's part for itself, by exchange id: handed to its own receive, never written to the folder
-        self._own: dict[str, pa.Table] = {}
+        self._own: dict[int, pa.Table] = {}
 
     def aborted(self) -> bool:
         """The ABORT file exists (one stat call)."""

@@ -188,7 +188,8 @@ def _parser() -> argparse.ArgumentParser:
     writable_args(e)
     e.add_argument(
         "--estimate", action="store_true",
-        help="add the scale model's predicted time, cost and S3 requests on the platform (local: on Lambda)",
+        help="add the scale model's predicted time, cost, S3 requests and memory per worker on the platform "
+        "(local: on Lambda; lambda needs no bucket or function for it)",
     )  # fmt: skip
     e.add_argument(
         "--analyze", action="store_true",

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 #: compiled plans kept per connection (least recently used dropped first)
 PLAN_CACHE_SIZE = 128
+#: explain --estimate of local tables on a platform whose workers read S3 only (lambda)
+LOCAL_TABLES_NOTE = "local tables: the estimate models Lambda over the same files as if in S3"
 
 
 class Connection:
@@ -92,16 +94,19 @@ class Connection:
             self.catalog.catalogs = NamedCatalogs(catalogs)
         if data is not None:
             self.catalog.register_folder(str(data))
+        #: why the platform's workers cannot read a registered table (local files on lambda): planning and
+        #: estimates need only the tables' metadata, so this is raised when a query runs (check_ready)
+        self._unreadable: str | None = None
         if isinstance(platform, Platform):
             if data is not None:
-                platform.check_storage(str(data))
+                self._check_storage(platform, str(data))
             self.writable.check_platform(platform)
             self.platform = platform
         else:
             cls = platform_class(platform)
             self.writable.check_platform(cls)
             if data is not None:
-                cls.check_storage(str(data))
+                self._check_storage(cls, str(data))
             if workers == "auto":
                 workers = self._auto_workers(cls.name)
             elif isinstance(workers, str):
@@ -132,6 +137,21 @@ class Connection:
     def workers(self) -> int:
         return self.platform.world_size
 
+    def _check_storage(self, platform: Platform | type[Platform], location: str) -> None:
+        """Note (the first) location the platform's workers cannot read, for :meth:`check_ready`."""
+        try:
+            platform.check_storage(location)
+        except OptionError as exc:
+            self._unreadable = self._unreadable or str(exc)
+
+    def check_ready(self) -> None:
+        """OptionError (one line) when queries cannot run here: a table the platform's workers cannot read
+        (local files on lambda), or what the platform lacks (lambda: an S3 bucket, a worker function).
+        :meth:`plan`, :meth:`explain` and :meth:`estimate` need none of it; :meth:`sql` checks first."""
+        if self._unreadable is not None:
+            raise OptionError(self._unreadable)
+        self.platform.check_ready()
+
     def register(
         self,
         name: str,
@@ -150,7 +170,7 @@ class Connection:
         ``dateformat``, ``timestampformat``). ``scan="s3select"`` scans CSV/JSON-lines objects
         with S3 Select instead (opt-in).
         """
-        self.platform.check_storage(str(location))
+        self._check_storage(self.platform, str(location))
         self.catalog.register(name, str(location), format=format, scan=scan, options=options)
 
     def tables(self) -> list[str]:
@@ -269,7 +289,9 @@ class Connection:
     def explain(self, sql: str, *, estimate: bool = False) -> str:
         """The distributed plan as text: stages, exchanges and each stage's DuckDB SQL.
 
-        ``estimate=True`` adds the scale model's predicted time, cost and S3 requests (see :meth:`estimate`).
+        ``estimate=True`` adds the scale model's predicted time, cost and S3 requests (see :meth:`estimate`) and
+        the memory per worker it plans. Neither needs what only a run needs (on lambda: a bucket, a worker
+        function, the tables in S3): the plan and the estimate come from the tables' metadata.
         """
         if (statement := parse_write(sql)) is not None:
             job, planned = self._write_job(statement)
@@ -288,7 +310,10 @@ class Connection:
             format_estimate,  # the scale model: imported when first used
         )
 
-        return f"{text.rstrip()}\n\n{format_estimate(self.estimator.estimate(plan), self.estimator, reason)}"
+        # local files on lambda: planned from their footers all the same, and modelled as if in S3
+        notes = [] if self._unreadable is None else [LOCAL_TABLES_NOTE]
+        est = self.estimator.estimate(plan)
+        return f"{text.rstrip()}\n\n{format_estimate(est, self.estimator, reason, notes)}"
 
     @property
     def estimator(self) -> Estimator:
@@ -387,6 +412,7 @@ class Connection:
         """
         if self._closed:
             raise OptionError("connection is closed")
+        self.check_ready()
         if params is not None:
             from squall.params import bind
 
@@ -512,6 +538,7 @@ class Connection:
 
     def _execute(self, plan: Plan, query_id: str, progress: Callable[[Progress], None] | None) -> Execution:
         """``platform.execute``; one query at a time on a platform that cannot run several."""
+        self.check_ready()  # explain of a dynamic PIVOT runs its first query here, not through sql()
         if getattr(self.platform, "concurrent", False):
             return self.platform.execute(plan, query_id, progress)
         with self._execute_lock:

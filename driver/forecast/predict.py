@@ -25,7 +25,7 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +41,7 @@ from squall.driver.forecast.scale import (
 )
 from squall.driver.forecast.scale.requests import CURRENT as EXCHANGE_VERSION
 from squall.driver.forecast.scale.workload import guess_sizes, scaled
+from squall.driver.platforms.memory import lambda_worker_budget_mb
 from squall.plan import Plan
 
 #: platform name -> the scale model's profile; other platforms are priced as Lambda (``aws``)
@@ -201,14 +202,26 @@ def platform_config(platform: Any) -> PlatformConfig:
         kwargs["architecture"] = str(settings["architecture"])
     if settings.get("region"):
         kwargs["region"] = str(settings["region"])
-    levels = getattr(getattr(platform, "factory", None), "levels", None)
+    # a lambda platform's own option (it may have no bucket, hence no exchange, while it is only planned)
+    levels = getattr(platform, "exchange_levels", None)
+    if levels is None:
+        levels = getattr(getattr(platform, "factory", None), "levels", None)
     if levels is not None:
         kwargs["levels"] = levels
     return PlatformConfig(**kwargs)
 
 
+def memory_plan(estimator: Estimator) -> tuple[int, int]:
+    """The memory per worker the model plans: the Lambda function's MB it prices, and the budget of one worker
+    (what a rank may use at its peak: :func:`~squall.driver.platforms.memory.lambda_worker_budget_mb`)."""
+    function_mb = int(estimator.config.memory_mb)
+    return function_mb, lambda_worker_budget_mb(function_mb)
+
+
 def summary(est: Estimate, estimator: Estimator) -> dict[str, Any]:
-    """``{"time_s", "cost_usd", "requests", "profile", "workers", "label", "exchanges"}`` (stats, the API)."""
+    """``{"time_s", "cost_usd", "requests", "profile", "workers", "label", "memory_mb", "budget_mb",
+    "exchanges"}`` (stats, the API); ``memory_mb`` is the function's memory, ``budget_mb`` a worker's budget."""
+    function_mb, budget_mb = memory_plan(estimator)
     requests = {k: int(est.requests.get(k, 0)) for k in SHOWN_REQUESTS if est.requests.get(k)}
     exchanges = [
         {k: x[k] for k in ("stage", "levels", "put", "get_data", "get_index", "list")} for x in est.exchanges
@@ -220,13 +233,18 @@ def summary(est: Estimate, estimator: Estimator) -> dict[str, Any]:
         "profile": est.profile,
         "workers": est.workers,
         "label": estimator.label(est.workers),
+        "memory_mb": function_mb,
+        "budget_mb": budget_mb,
         # the exchanges' own requests (``requests`` also holds scans, status keys, polling), per sending stage
         "exchanges": exchanges,
     }
 
 
-def format_estimate(est: Estimate, estimator: Estimator, reason: str | None = None) -> str:
-    """The lines ``squall explain --estimate`` prints under the plan."""
+def format_estimate(
+    est: Estimate, estimator: Estimator, reason: str | None = None, notes: Sequence[str] = ()
+) -> str:
+    """The lines ``squall explain --estimate`` prints under the plan (``notes``: the caller's, after the
+    model's)."""
     s = summary(est, estimator)
     reqs = ", ".join(f"{k} {v:,}" for k, v in s["requests"].items()) or "none"
     lines = [
@@ -234,8 +252,9 @@ def format_estimate(est: Estimate, estimator: Estimator, reason: str | None = No
         f"  time   {est.time_s:.2f} s (workers started after {est.startup_s:.2f} s)",
         f"  cost   ${est.cost_usd:.6f} ({est.billed_s:.1f} billed worker-seconds)",
         f"  S3     {reqs}",
+        f"  memory {s['memory_mb']} MB per worker (function), budget {s['budget_mb']} MB",
     ]
     if reason:
         lines.append(f"  why W  {reason}")
-    lines += [f"  note   {n}" for n in est.notes]
+    lines += [f"  note   {n}" for n in (*est.notes, *notes)]
     return "\n".join(lines)

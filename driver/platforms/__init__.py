@@ -9,7 +9,9 @@
   the local emulator) exchanging through S3;
 - :mod:`~squall.driver.platforms.prices` — AWS list prices (Lambda GB-seconds and requests, S3 requests)
   and :func:`~squall.driver.platforms.prices.query_cost`: what a Lambda query cost (its stats) and what
-  the scale model forecasts it to cost (:mod:`squall.driver.forecast.scale`).
+  the scale model forecasts it to cost (:mod:`squall.driver.forecast.scale`);
+- :mod:`~squall.driver.platforms.memory` — the memory budget of a worker (what one rank may use at its peak):
+  on Lambda, the function's memory minus the runtime's share.
 
 May import: :mod:`squall.plan`, :mod:`squall.errors`, :mod:`squall.registry`, :mod:`squall.aws`,
 :mod:`squall.operators`, :mod:`squall.exchange` and the driver's stages below it (the planner and down);

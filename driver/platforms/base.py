@@ -55,7 +55,8 @@ class Platform(ABC):
     - ``exchanges``: the exchanges its workers can trade data through, the default first;
     - ``storages``: the storage schemes its workers can read tables from (``file``, ``s3``);
     - ``needs_s3_location``: its exchange and run state live in S3, so it needs
-      ``--exchange s3://bucket/prefix`` or ``SQUALL_BUCKET``;
+      ``--exchange s3://bucket/prefix`` or ``SQUALL_BUCKET`` to run a query (not to plan or estimate one:
+      :meth:`check_ready`);
     - ``options``: the keyword options of its constructor that the CLI and the API pass through by name
       (``--fanout``, ``--function``, ``--provider``).
     """
@@ -87,6 +88,12 @@ class Platform(ABC):
         if scheme not in cls.storages:
             kinds = " or ".join("local files" if s == "file" else f"{s}:// locations" for s in cls.storages)
             raise OptionError(f"the {cls.name} platform's workers read {kinds}, not {location!r}")
+
+    def check_ready(self) -> None:  # noqa: B027 - optional
+        """OptionError (one line) when the platform cannot run a query as configured, e.g. a lambda platform
+        without a bucket or a worker function. Made lazy on purpose: planning, ``explain`` and the scale
+        model's estimate need only the tables' metadata, so a platform is created without these and checks
+        them here, before it runs a query (:meth:`execute` and the connection call it)."""
 
     def ranks_per_core(self, world_size: int) -> float:
         """How many ranks of a ``world_size`` plan share one core (1.0: every rank has cores of its own, as

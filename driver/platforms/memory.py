@@ -6,7 +6,11 @@ Who sets it:
   else ``MemTotal`` — or the total given by hand (``memory=``), of which :data:`LOCAL_SHARE` is shared evenly
   by the pool's worker processes and the driver; or a budget per worker given by hand (``worker_memory=``,
   ``--worker-memory``);
-- lambda: the function's memory minus the runtime's (the interpreter and the libraries it loads).
+- lambda: the function's memory (``memory_mb`` of the platform's settings, ``SQUALL_WORKER_MEMORY_MB`` when
+  deployed) minus :data:`LAMBDA_RESERVE_MB` for what runs beside the worker's process in the execution
+  environment (:func:`lambda_worker_budget_mb`); ``explain --estimate`` prints both.
+
+A budget covers the worker's whole process, its interpreter and libraries too (~110-130 MiB before any query).
 
 How a worker keeps it: :mod:`squall.operators.memory`.
 """
@@ -56,3 +60,14 @@ def check_budget(budget: int, label: str) -> int:
             f"alone take ~150 MB), got {human_bytes(budget)}"
         )
     return budget
+
+
+#: what a Lambda execution environment holds outside the worker's Python process (the runtime's bootstrap and
+#: its client), MB
+LAMBDA_RESERVE_MB = 64
+
+
+def lambda_worker_budget_mb(function_mb: int) -> int:
+    """The memory one Lambda worker may use at its peak: the function's ``function_mb`` minus
+    :data:`LAMBDA_RESERVE_MB` (never below 0)."""
+    return max(0, int(function_mb) - LAMBDA_RESERVE_MB)

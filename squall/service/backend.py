@@ -168,7 +168,7 @@ class LocalBackend(Backend):
         self._ended: dict[str, threading.Event] = {}  # set when the query ends (long polls wait on it)
         self._threads: dict[str, threading.Thread] = {}
         self._closed = threading.Event()
-        self.connection_for(None)  # fail now on a bad data folder or platform
+        self.connection_for(None).check_ready()  # fail now on a bad data folder or platform
         if self.pool_platform is not None:  # warm workers before the first query
             self.pool_platform.prestart(self.settings.warm(self.max_workers, self.pool_platform.pool_size))
         self._ticker = threading.Thread(target=self._tick, name="squall-scheduler", daemon=True)

@@ -215,6 +215,7 @@ class ExplainResponse(BaseModel):
     plan: dict[str, Any] = Field(description="the plan as JSON (squall.plan.Plan.from_dict)")
     estimate: dict[str, Any] | None = Field(
         default=None,
-        description="with estimate=true: {time_s, cost_usd, requests, profile, workers, label} from the scale "
+        description="with estimate=true: {time_s, cost_usd, requests, profile, workers, label, memory_mb, "
+        "budget_mb} from the scale "
         "model (on the local platform: what the plan would cost on Lambda at that W)",
     )

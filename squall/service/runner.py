@@ -469,7 +469,8 @@ def _describe_source(connection: Connection, name: str) -> dict[str, Any]:
 
 def explain_doc(con: Connection, sql: str, estimate: bool = False) -> dict[str, Any]:
     """``{"text", "plan"}`` of ``sql``; with ``estimate``: the text ends with the scale model's prediction
-    and ``"estimate"`` holds it (``time_s``, ``cost_usd``, ``requests``, ``profile``, ``workers``, ``label``)."""
+    and ``"estimate"`` holds it (``time_s``, ``cost_usd``, ``requests``, ``profile``, ``workers``, ``label``,
+    ``memory_mb``, ``budget_mb``)."""
     from squall.driver.forecast.predict import format_estimate, summary
     from squall.driver.report.explain import explain_plan
 

@@ -49,7 +49,17 @@ def test_tpch_against_duckdb(site, con, reference, n):
     result = con.sql(sql)
     assert_same_result(result.to_arrow(), _expected(reference, sql), sql)
     site.backend.check_stats(result.stats)
+    _check_memory(result.stats)
     assert site.leftovers() == [], "left behind after a successful query"
+
+
+def _check_memory(stats: dict) -> None:
+    """Every platform sets each rank a memory budget and the rank reports its peak (issue 38)."""
+    ranks = stats["per_worker"]
+    assert ranks and all(r["memory_budget_bytes"] and r["peak_memory_bytes"] > 0 for r in ranks), [
+        (r["memory_budget_bytes"], r["peak_memory_bytes"]) for r in ranks
+    ]
+    assert stats["memory"]["peak_bytes"] == max(r["peak_memory_bytes"] for r in ranks)
 
 
 # --- abort: a failing query, a cancelled one ----------------------------------------------------------

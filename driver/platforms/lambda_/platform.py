@@ -19,6 +19,10 @@ state). Attempts still running after that (the losing copy of a duplicate) stop 
 written after the clean-up or at their deadline; what they write expires with the bucket's
 ``exchange/`` lifecycle rule.
 
+A bucket (``--exchange s3://…`` or ``SQUALL_BUCKET``) and the worker function are what a run needs, not
+planning or ``explain --estimate``: the platform is created without them and
+:meth:`LambdaPlatform.check_ready` says, in one line, which is missing when a query runs.
+
 ``LambdaPlatform(function=NAME)`` uses boto3's Lambda client (:func:`squall.aws.client`);
 ``LocalLambdaPlatform`` ("lambda-local") runs the same code path against
 :class:`~squall.driver.platforms.lambda_.emulator.LocalLambda`, which runs the real handler in local
@@ -117,22 +121,35 @@ class LambdaPlatform(Platform):
         options = dict(exchange_options or {})
         self.check_exchange(exchange)
         options.setdefault("bucket_url", _default_exchange_url())
-        if not options["bucket_url"]:
-            raise OptionError(
-                f"the {self.name} platform needs an S3 bucket for exchange and state: "
-                "pass --exchange s3://bucket/prefix or set SQUALL_BUCKET"
-            )
-        self.factory = S3ExchangeFactory(**options)
+        #: the S3 exchange's levels option (the scale model reads it; no bucket is needed to plan or estimate)
+        self.exchange_levels: int | str = options.get("levels", "auto")
+        # a bucket and a function are needed to run a query, not to plan one or estimate it: check_ready()
+        self._factory = S3ExchangeFactory(**options) if options["bucket_url"] else None
         self.storage_options = dict(storage_options or {})
         self.function = function or os.environ.get("SQUALL_WORKER_FUNCTION") or ""
-        if not self.function:
-            raise OptionError(f"the {self.name} platform needs --function NAME or SQUALL_WORKER_FUNCTION")
         self.settings = {**DEFAULT_SETTINGS, **_env_settings(), **(settings or {})}
         unknown = set(self.settings) - set(DEFAULT_SETTINGS)
         if unknown:
             raise OptionError(f"unknown lambda platform setting(s): {', '.join(sorted(unknown))}")
         self._client = client
         self._cancel = threading.Event()
+
+    # --- what a run needs -----------------------------------------------------------------------
+
+    def check_ready(self) -> None:
+        """OptionError (one line) when a query cannot run: no S3 bucket for exchange and state, or no
+        worker function. Planning and ``explain --estimate`` need neither (checked when a query runs)."""
+        if self._factory is None:
+            raise OptionError(_no_bucket(self.name))
+        if not self.function:
+            raise OptionError(f"the {self.name} platform needs --function NAME or SQUALL_WORKER_FUNCTION")
+
+    @property
+    def factory(self) -> S3ExchangeFactory:
+        """The S3 exchange of every query (it holds the run's state too); OptionError without a bucket."""
+        if self._factory is None:
+            raise OptionError(_no_bucket(self.name))
+        return self._factory
 
     # --- clients --------------------------------------------------------------------------------
 
@@ -208,6 +225,7 @@ class LambdaPlatform(Platform):
     ) -> Execution:
         if plan.world_size != self.world_size:
             raise OptionError(f"plan is for {plan.world_size} workers, platform has {self.world_size}")
+        self.check_ready()
         self._cancel.clear()
         run = Run(self.world_size)
         config = self.factory.prepare(query_id, self.world_size)
@@ -316,6 +334,13 @@ class LambdaPlatform(Platform):
             body = self.s3.get_object(Bucket=config["bucket"], Key=key)["Body"].read()
             tables.append(pa.ipc.open_file(pa.py_buffer(body)).read_all())
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _no_bucket(platform: str) -> str:
+    return (
+        f"the {platform} platform needs an S3 bucket for exchange and state: "
+        "pass --exchange s3://bucket/prefix or set SQUALL_BUCKET"
+    )
 
 
 def _abort_reason(exc: BaseException) -> str:

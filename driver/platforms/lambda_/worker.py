@@ -35,10 +35,12 @@ import pyarrow as pa
 from squall import aws
 from squall.driver.platforms.lambda_ import state as keys
 from squall.driver.platforms.lambda_ import tree
+from squall.driver.platforms.memory import MIN_WORKER_BYTES, lambda_worker_budget_mb
 from squall.errors import AccessDenied, UserError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec, open_exchange
 from squall.exchange.s3 import make_client
 from squall.operators.faults import faults_from_env, install_s3_errors, s3_error_rate
+from squall.operators.memory import sandbox_memory
 from squall.operators.worker import Worker
 from squall.plan import Plan
 
@@ -59,13 +61,16 @@ def lambda_client() -> Any:
     return _lambda_client
 
 
-def sandbox_settings(memory_mb: int, query_id: str, rank: int) -> tuple[int, dict[str, Any]]:
-    """DuckDB threads and Sandbox options for a function with ``memory_mb``: 60 % of memory for DuckDB,
-    one thread per vCPU, temp and home directory under ``/tmp`` (the only writable place)."""
+def sandbox_settings(memory_mb: int, query_id: str, rank: int) -> tuple[int, int, dict[str, Any]]:
+    """DuckDB threads, the worker's memory budget (bytes: the function's memory less the reserve, see
+    driver/platforms/memory.py) and the Sandbox options that keep it (operators/memory.py): one thread per
+    vCPU, temp and home directory under ``/tmp`` (the only writable place; removed after the query), spilling
+    within half the free ephemeral storage."""
     threads = max(1, math.ceil(memory_mb / MB_PER_VCPU))
     temp = os.path.join(tempfile.gettempdir(), f"squall-duck-{query_id}-{rank}")
     os.makedirs(temp, exist_ok=True)
-    return threads, {"memory_limit": f"{max(128, int(memory_mb * 0.6))}MB", "temp_directory": temp}
+    budget = max(MIN_WORKER_BYTES, lambda_worker_budget_mb(memory_mb) << 20)
+    return threads, budget, sandbox_memory(budget, temp)
 
 
 class _Status:
@@ -212,7 +217,7 @@ def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     heartbeat = _Heartbeat(status, float(settings.get("heartbeat_s", 2.0)))
     heartbeat.start()
     memory_mb = int(getattr(context, "memory_limit_in_mb", 0) or settings.get("memory_mb") or 1024)
-    threads, sandbox = sandbox_settings(memory_mb, query_id, rank)
+    threads, budget, sandbox = sandbox_settings(memory_mb, query_id, rank)
     threads = int(settings.get("threads") or threads)
     remaining = (context.get_remaining_time_in_millis() / 1000 - 2) if context is not None else 1e9
     deadline = min(float(settings.get("deadline", 1e18)), time.time() + remaining)
@@ -225,7 +230,7 @@ def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
             worker = Worker(plan, rank, exchange, query_id, threads=threads,
                             storage_options=settings.get("storage_options"),
                             on_stage=lambda sid: status.put(f"stage-{sid}"), sandbox_options=sandbox,
-                            attempt=attempt)  # fmt: skip
+                            attempt=attempt, memory_budget=budget)  # fmt: skip
             worker.faults = faults
             result, report = worker.run()
         finally:
