@@ -268,6 +268,10 @@ class Sandbox:
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         return self.con.sql(sql)
 
+    def batches(self, sql: str, rows: int) -> pa.RecordBatchReader:
+        """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory)."""
+        return self.con.sql(sql).to_arrow_reader(rows)
+
     def query(self, sql: str) -> pa.Table:
         """Run ``sql`` and return the whole result as an Arrow table."""
         return self.con.sql(sql).to_arrow_table()

@@ -25,7 +25,8 @@ def split_range_sql(key_sql: str, ranges: tuple[tuple[int, int], ...]) -> str:
 def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLUMN) -> list[pa.Table]:
     """Tables ``out[p]`` holding the rows whose ``column`` equals p (column dropped).
 
-    One stable counting sort (numpy radix sort on small ints) and zero-copy slices.
+    One stable counting sort (numpy radix sort on small ints) and zero-copy slices; none when the rows are
+    already grouped by partition (see :func:`grouped_batches`).
     """
     ids = table.column(column).to_numpy(zero_copy_only=False)
     # small unsigned ids: numpy's stable argsort is then a linear-time radix sort
@@ -37,7 +38,35 @@ def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLU
     if (counts > 0).sum() <= 1:
         target = int(np.argmax(counts)) if len(ids) else 0
         return [data if p == target else data.schema.empty_table() for p in range(partitions)]
-    order = np.argsort(ids, kind="stable")
-    ordered = data.take(pa.array(order))
+    # rows already grouped by partition (grouped_query's output): slices of the table as it is, no copy
+    ordered = (
+        data if bool(np.all(ids[1:] >= ids[:-1])) else data.take(pa.array(np.argsort(ids, kind="stable")))
+    )
     offsets = np.concatenate([[0], np.cumsum(counts)])
     return [ordered.slice(int(offsets[p]), int(counts[p])) for p in range(partitions)]
+
+
+#: rows per batch a partitioned stage output is read in (see :func:`grouped_batches`)
+BATCH_ROWS = 1 << 17
+
+
+def grouped_batches(batches: pa.RecordBatchReader, partitions: int, column: str = PART_COLUMN) -> pa.Table:
+    """The rows of ``batches`` (a stage output with a partition-id ``column`` in [0, ``partitions``), read from
+    DuckDB a batch at a time) as one table grouped by partition, ``column`` kept: each batch is split as it arrives, so the output
+    is never held twice (a whole table and its partitions) — at its peak a worker holds the output once and a
+    batch. :func:`split_by_partition` then cuts the groups without a copy."""
+    pieces: list[list[pa.Table]] = [[] for _ in range(partitions)]
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        ids = table.column(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        if partitions == 1 or not len(ids) or bool(np.all(ids == ids[0])):
+            pieces[int(ids[0]) if len(ids) else 0].append(table)
+            continue
+        order = np.argsort(ids, kind="stable")
+        ordered = table.take(pa.array(order))
+        counts = np.bincount(ids, minlength=partitions)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        for p in np.flatnonzero(counts):
+            pieces[p].append(ordered.slice(int(offsets[p]), int(counts[p])))
+    grouped = [piece for group in pieces for piece in group]
+    return pa.concat_tables(grouped) if grouped else batches.schema.empty_table()

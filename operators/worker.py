@@ -35,8 +35,10 @@ from squall.operators.faults import after_write, before_stage, faults_from_env, 
 from squall.operators.memory import PeakMemory, SpillWatch, budget_exceeded
 from squall.operators.partition import (
     NULL_COLUMN,
+    BATCH_ROWS,
     PART_COLUMN,
     RANGE_COLUMN,
+    grouped_batches,
     split_by_partition,
     split_range_sql,
 )
@@ -437,7 +439,12 @@ class Worker:
                     if output.split_ranges
                     else output.partition_sql
                 )
-                table = db.query(f"SELECT *, ({part}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t")
+                sql = f"SELECT *, ({part}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t"
+                if self._skew.handles(stage):  # the column: the full key hash (operators/skew.py)
+                    table = db.query(sql)
+                else:  # read a batch at a time, grouped by receiver as it comes: held once, not twice
+                    with db.batches(sql, BATCH_ROWS) as batches:
+                        table = grouped_batches(batches, len(output.receivers))
             else:
                 table = (
                     db.query(stage.sql)
