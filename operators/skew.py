@@ -99,7 +99,7 @@ class _Held:
     table: pa.Table  # the stage output with PART_COLUMN = full key hash
     report: Any  # the member's StageReport
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    parts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    parts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # int32: 4 bytes a held row
     buckets: np.ndarray | None = None  # key range per row (Output.range_sql), else None
     null_key: np.ndarray | None = None  # whether a row's key is NULL (Output.null_sql), else None
 
@@ -114,7 +114,7 @@ def key_buckets(keys: np.ndarray, lo: int, hi: int, partitions: int) -> np.ndarr
     outside the domain go to the first or last range)."""
     width = max(1, -(-(hi - lo + 1) // partitions))
     shifted = np.clip(keys.astype(np.int64, copy=False), lo, hi) - np.int64(lo)
-    return np.minimum(shifted // np.int64(width), partitions - 1).astype(np.int64)
+    return np.minimum(shifted // np.int64(width), partitions - 1).astype(np.int32)
 
 
 def groups_of(plan: Plan) -> dict[int, list[int]]:
@@ -157,7 +157,7 @@ class SkewExchanges:
         held = _Held(stage, table, report)
         hashes = table.column(PART_COLUMN).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
         held.hashes = hashes
-        held.parts = (hashes % np.uint64(stage.output.partitions)).astype(np.int64)
+        held.parts = (hashes % np.uint64(stage.output.partitions)).astype(np.int32)
         out = stage.output
         if out.range_sql:
             keys = pc.fill_null(table.column(RANGE_COLUMN), out.range_lo).to_numpy(zero_copy_only=False)
@@ -255,7 +255,7 @@ class SkewExchanges:
             }
             return
         by_range = d.by_range and held.buckets is not None
-        dest = d.assignment[held.buckets if by_range else held.parts].astype(np.int64)
+        dest = d.assignment[held.buckets if by_range else held.parts].astype(np.int32)
         hashes = held.hashes
         null_rows = 0
         if held.null_key is not None and (null_rows := int(held.null_key.sum())):
