@@ -31,6 +31,7 @@ from squall.driver.write.locations import Writable, writable_list
 from squall.driver.write.statements import WriteStatement, parse_write
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, QueryTimeout
 from squall.operators.duck import Sandbox, interrupted
+from squall.operators.memory import human_bytes
 from squall.operators.worker import USER_RUNTIME, StageReport, WorkerReport
 from squall.plan import Plan
 from squall.result import Result
@@ -47,6 +48,9 @@ PLAN_CACHE_SIZE = 128
 #: explain --estimate of local tables on a platform whose workers read S3 only (lambda)
 LOCAL_TABLES_NOTE = "local tables: the estimate models Lambda over the same files as if in S3"
 
+
+#: of a worker's memory budget, the most a broadcast join side may be (see Connection._planner_options_at)
+BROADCAST_BUDGET_SHARE = 0.25
 
 class Connection:
     """A catalog of tables plus a platform to run queries on.
@@ -241,6 +245,8 @@ class Connection:
             timings: dict[str, float] = {"cache_s": checked - start}
             with Sandbox(threads=1, reuse=True) as db:  # a session of its own on a kept DuckDB instance
                 cached = compile_sql(self.catalog, sql, world_size, options, db, timings)
+            if budget_note := self._budget_note(options):
+                cached = dataclasses.replace(cached, notes=(*cached.notes, budget_note))
             with self._plan_lock:
                 self._plans[key] = cached
                 while len(self._plans) > PLAN_CACHE_SIZE:
@@ -268,11 +274,32 @@ class Connection:
     def _planner_options_at(self, world_size: int) -> PlannerOptions | None:
         """The planner options of a plan at ``world_size`` on this connection's platform: where its ranks
         share cores (more local workers than cores), with ``ranks_per_core`` set, which scales the
-        skew-aware joins' threshold (see :attr:`PlannerOptions.skew_threshold`)."""
-        share, given = self.platform.ranks_per_core(world_size), self.planner_options or PlannerOptions()
-        if share <= 1.0 or given.ranks_per_core:  # every rank has a core, or the caller said
-            return self.planner_options
-        return dataclasses.replace(given, ranks_per_core=share)
+        skew-aware joins' threshold (see :attr:`PlannerOptions.skew_threshold`); where a worker's memory
+        budget is small, with ``broadcast_limit`` at most :data:`BROADCAST_BUDGET_SHARE` of it (a broadcast side
+        is held whole by every rank, in Arrow and in DuckDB's hash table: larger ones are hash-partitioned)."""
+        options = self.planner_options
+        given = options or PlannerOptions()
+        share = self.platform.ranks_per_core(world_size)
+        if share > 1.0 and not given.ranks_per_core:  # ranks share cores, and the caller did not say
+            options = given = dataclasses.replace(given, ranks_per_core=share)
+        cap = self._broadcast_cap()
+        if cap is not None and given.broadcast_limit > cap:
+            options = dataclasses.replace(given, broadcast_limit=cap)
+        return options
+
+    def _broadcast_cap(self) -> float | None:
+        budget = getattr(self.platform, "memory_budget", None)
+        return budget * BROADCAST_BUDGET_SHARE if budget else None
+
+    def _budget_note(self, options: PlannerOptions | None) -> str | None:
+        """The plan's note when the memory budget lowered ``broadcast_limit`` (see :meth:`_planner_options_at`)."""
+        cap, given = self._broadcast_cap(), (self.planner_options or PlannerOptions()).broadcast_limit
+        if cap is None or options is None or options.broadcast_limit >= given:
+            return None
+        return (
+            f"join sides over {human_bytes(cap)} are hash-partitioned, not broadcast: a quarter of each worker's "
+            f"memory budget of {human_bytes(cap / BROADCAST_BUDGET_SHARE)} (broadcast limit {human_bytes(given)})"
+        )
 
     def _first_query(self, sql: str, world_size: int) -> pa.Table:
         """Run a query the driver needs before it can plan another (a dynamic PIVOT's values)."""

@@ -135,3 +135,22 @@ def test_cli_worker_memory(sf001, tmp_path):
         "error: worker_memory must be at least 192 MiB (the worker's interpreter and libraries alone take "
         "~150 MB), got 10 MiB"
     ]
+
+
+def test_a_small_budget_caps_what_is_broadcast_and_explain_says_so(sf001):
+    small = squall.connect(str(sf001), workers=2, worker_memory="512MB")
+    roomy = squall.connect(str(sf001), workers=2, memory=64 << 30)
+    sql = "SELECT count(*) AS n FROM lineitem JOIN orders ON l_orderkey = o_orderkey"
+    try:
+        options = small._planner_options_at(2)
+        assert options is not None and options.broadcast_limit == 512_000_000 * 0.25
+        notes = [line for line in small.explain(sql).splitlines() if line.startswith("note: join sides over")]
+        assert notes == [
+            "note: join sides over 122 MiB are hash-partitioned, not broadcast: a quarter of each worker's "
+            "memory budget of 488 MiB (broadcast limit 244 MiB)"
+        ]
+        assert small.sql(sql).fetchall() == roomy.sql(sql).fetchall()
+        assert roomy._planner_options_at(2) is None and "join sides over" not in roomy.explain(sql)
+    finally:
+        small.close()
+        roomy.close()
