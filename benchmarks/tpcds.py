@@ -13,10 +13,14 @@ and each timed run's) is checked with ``squall.testing.compare_results``. Each q
   difference is printed); the query counts in no ratio;
 - ``error``    Squall failed with any other exception (an internal error: DuckDB answers the query);
 
-and shows its times, the ratio squall/duckdb, and the shape of its plan: ``distributed``, or ``one-rank`` when a part of it
+and shows its times (the best run's and the first, cold one's: a query sent once is planned, nothing
+cached), the ratios squall/duckdb, the cold planning time, and the shape of its plan: ``distributed``, or ``one-rank`` when a part of it
 has no distributed plan yet and runs in DuckDB on rank 0 over its gathered inputs (the planner's note saying
 why is printed). The summary per W counts each outcome
-and gives the geometric mean of the time ratios over the passing queries. Exit status 1 when any query was
+and gives the geometric means of the best and of the cold time ratios over the passing queries and the
+median cold planning time. ``--profile`` adds under each passing query its cold planning by step (sqlglot
+passes, bind, translate, each planner rule) and the best run's time per stage (scan, compute, partition, send,
+receive of the slowest rank), and after the summary the biggest costs summed over the queries. Exit status 1 when any query was
 wrong or an error (refusals alone exit 0), 2 on bad arguments.
 """
 
@@ -54,6 +58,20 @@ class Outcome:
     duckdb_s: float | None = None
     stages: int = 0
     one_rank_parts: list[str] = field(default_factory=list)  # the plan notes of its one-rank parts
+    #: the first run's wall time, planning included (no plan of it cached): what a user sending it once sees
+    cold_s: float | None = None
+    planning_s: float | None = None  # the first run's planning (a plan-cache miss)
+    #: the first run's planning by step (``stats["planning_breakdown"]``) and the best run's stats (--profile)
+    planning: dict[str, float] = field(default_factory=dict)
+    best_stats: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def cold_ratio(self) -> float | None:
+        if self.cold_s is None or not self.duckdb_cold_s:
+            return None
+        return self.cold_s / self.duckdb_cold_s
+
+    duckdb_cold_s: float | None = None  # DuckDB's first run of the query
 
     @property
     def ratio(self) -> float | None:
@@ -125,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="timed runs per query after a warm-up, best counts (0: time the single cold run)",
     )
     parser.add_argument("--json", type=Path, help="also write every outcome to this JSON file")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="under each query: its cold planning by step and the best run's time per stage; then the biggest "
+        "costs summed over the queries",
+    )  # fmt: skip
     return parser
 
 
@@ -137,17 +160,20 @@ def duckdb_peer(data: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _best(run: Callable[[], pa.Table], repeat: int) -> tuple[list[pa.Table], float]:
+def _best(run: Callable[[], Any], repeat: int) -> tuple[list[Any], float, float, int]:
     """Warm-up run, then the best wall time of ``repeat`` runs (0: time the warm-up); every run's answer, the
-    warm-up's first (each is checked, the timed ones too)."""
+    warm-up's first (each is checked, the timed ones too); the warm-up's time; which answer was the best."""
     start = time.perf_counter()
     answers = [run()]
-    best = time.perf_counter() - start if repeat == 0 else math.inf
-    for _ in range(repeat):
+    cold = time.perf_counter() - start
+    best, at = (cold, 0) if repeat == 0 else (math.inf, 0)
+    for i in range(repeat):
         start = time.perf_counter()
         answers.append(run())
-        best = min(best, time.perf_counter() - start)
-    return answers, best
+        took = time.perf_counter() - start
+        if took < best:
+            best, at = took, i + 1
+    return answers, best, cold, at
 
 
 def _one_line(exc: BaseException) -> str:
@@ -169,20 +195,29 @@ def run_query(con: Any, peer: duckdb.DuckDBPyConnection, n: int, workers: int, r
     sql = tpcds.query(n)
     out = Outcome(n, workers, "pass")
     try:
-        answers, out.duckdb_s = _best(lambda: peer.sql(sql).to_arrow_table(), repeat)
+        answers, out.duckdb_s, out.duckdb_cold_s, _at = _best(lambda: peer.sql(sql).to_arrow_table(), repeat)
         expected = answers[0]
     except Exception as exc:
         out.status, out.message = "duckdb-error", _one_line(exc)
         return out
+
+    def run() -> tuple[pa.Table, dict[str, Any]]:
+        result = con.sql(sql)
+        return result.to_arrow(), result.stats
+
     try:
+        runs, out.squall_s, out.cold_s, at = _best(run, repeat)  # the first run plans it: nothing is cached
         out.stages, out.one_rank_parts = plan_shape(con.plan(sql))
-        actuals, out.squall_s = _best(lambda: con.sql(sql).to_arrow(), repeat)
     except NotSupportedError as exc:
         out.status, out.message = "refused", str(exc).strip().splitlines()[0]
         return out
     except Exception as exc:
         out.status, out.message = "error", _one_line(exc)
         return out
+    first = runs[0][1]
+    out.planning_s, out.planning = first.get("planning_s"), dict(first.get("planning_breakdown", {}))
+    out.best_stats = runs[at][1]
+    actuals = [table for table, _stats in runs]
     for i, actual in enumerate(actuals):
         problem = compare_results(actual, expected, sql, reference=peer)
         if problem is not None:
@@ -200,6 +235,10 @@ def _line(o: Outcome) -> str:
         parts.append(f"duckdb {o.duckdb_s:7.3f}s")
     if o.ratio is not None:
         parts.append(f"ratio {o.ratio:6.2f}")
+    if o.cold_ratio is not None and o.planning_s is not None:
+        parts.append(
+            f"cold {o.cold_s:7.3f}s ratio {o.cold_ratio:6.2f} (planning {o.planning_s * 1e3:.0f} ms)"
+        )
     if o.shape:
         parts.append(f"{o.shape} ({o.stages} stages)")
     text = "  ".join(parts)
@@ -208,6 +247,52 @@ def _line(o: Outcome) -> str:
     for stage in o.one_rank_parts:
         text += f"\n      {stage}"
     return text
+
+
+def profile_lines(o: Outcome) -> list[str]:
+    """``--profile`` under a query: its cold planning by step (the largest first), then per stage of the best
+    run the slowest rank's scan, compute, partition, send and receive milliseconds."""
+    ms = 1e3
+    steps = sorted(((k.removesuffix("_s"), v) for k, v in o.planning.items()), key=lambda kv: -kv[1])
+    lines = [
+        f"      planning (cold) {(o.planning_s or 0) * ms:.1f} ms: "
+        + "  ".join(f"{name} {value * ms:.1f}" for name, value in steps[:6] if value * ms >= 0.05)
+    ]
+    stages = o.best_stats.get("stages", [])
+    if stages:
+        workers = max((w["elapsed_s"] for w in o.best_stats.get("per_worker", [])), default=0.0)
+        lines.append(
+            f"      best run: workers {workers * ms:.1f} ms, driver (dispatch, result) "
+            f"{max(o.best_stats.get('execution_s', 0.0) - workers, 0.0) * ms:.1f} ms, {len(stages)} stages"
+        )
+        lines.append(
+            "      stage ranks output     rows_in  rows_out  scan_ms  comp_ms  part_ms  send_ms  recv_ms"
+        )
+        for st in stages:
+            lines.append(
+                f"      {st['stage']:>5} {st['ranks']:>5} {st['output']:<9} {st['rows_in']:>8} {st['rows_out']:>9}"
+                f" {st['scan_s'] * ms:8.1f} {st['compute_s'] * ms:8.1f} {st.get('partition_s', 0.0) * ms:8.1f}"
+                f" {st['send_s'] * ms:8.1f} {st['receive_s'] * ms:8.1f}"
+            )
+    return lines
+
+
+def biggest_costs(outcomes: Sequence[Outcome], top: int = 8) -> list[str]:
+    """``--profile``'s summary: the planning steps and the stage costs that took most, summed over the queries."""
+    steps: Counter[str] = Counter()
+    stage: Counter[str] = Counter()
+    for o in outcomes:
+        for name, value in o.planning.items():
+            if name not in ("plan_s", "cache_s"):  # plan_s sums the planner.* steps
+                steps[name.removesuffix("_s")] += value
+        for st in o.best_stats.get("stages", []):
+            for kind in ("scan_s", "compute_s", "send_s", "receive_s"):
+                stage[kind.removesuffix("_s")] += st.get(kind, 0.0)
+    lines = ["  planning (cold), summed over the queries: "
+             + "  ".join(f"{n} {v:.2f}s" for n, v in steps.most_common(top))]  # fmt: skip
+    lines.append("  best runs' stages, slowest rank, summed: " + "  ".join(
+        f"{n} {v:.2f}s" for n, v in stage.most_common() if v))  # fmt: skip
+    return lines
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -222,6 +307,8 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
     counts = Counter(o.status for o in outcomes)
     passed = [o for o in outcomes if o.status == "pass"]
     mean = geomean([o.ratio for o in passed if o.ratio is not None])
+    cold = geomean([o.cold_ratio for o in passed if o.cold_ratio is not None])
+    plannings = sorted(o.planning_s for o in passed if o.planning_s is not None)
     shapes = Counter(o.shape for o in passed)
     lines = [
         f"W={outcomes[0].workers}: {len(outcomes)} queries: "
@@ -230,6 +317,8 @@ def summary(outcomes: Sequence[Outcome]) -> list[str]:
         )
         + f"; passing: {shapes['distributed']} distributed, {shapes['one-rank']} with a one-rank part"
         + f"; geomean ratio squall/duckdb over passing: {'n/a' if mean is None else f'{mean:.2f}'}"
+        + f" (best run), {'n/a' if cold is None else f'{cold:.2f}'} (first run, cold: planning included)"
+        + (f"; planning (cold) median {plannings[len(plannings) // 2] * 1e3:.0f} ms" if plannings else "")
     ]
     for status in ("DIFFERS", "error", "duckdb-error"):
         names = [f"q{o.query:02d}" for o in outcomes if o.status == status]
@@ -287,6 +376,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                     outcome = run_query(con, peer, n, workers, args.repeat)
                     results.setdefault(workers, []).append(outcome)
                     print(_line(outcome), file=out, flush=True)
+                    if args.profile and outcome.status == "pass":
+                        print("\n".join(profile_lines(outcome)), file=out, flush=True)
             finally:
                 con.close()
     finally:
@@ -296,8 +387,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     for outcomes in results.values():
         for line in summary(outcomes):
             print(line, file=out)
+        if args.profile:
+            for line in biggest_costs([o for o in outcomes if o.status == "pass"]):
+                print(line, file=out)
     if args.json:
-        records = [asdict(o) | {"ratio": o.ratio, "shape": o.shape} for os_ in results.values() for o in os_]
+        records = [
+            {k: v for k, v in asdict(o).items() if k != "best_stats"}
+            | {"ratio": o.ratio, "cold_ratio": o.cold_ratio, "shape": o.shape}
+            for os_ in results.values()
+            for o in os_
+        ]
         args.json.write_text(json.dumps({"sf": args.sf, "outcomes": records}, indent=1) + "\n")
     bad = any(o.status in ("DIFFERS", "error") for os_ in results.values() for o in os_)
     return 1 if bad else 0

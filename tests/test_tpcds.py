@@ -186,3 +186,30 @@ def test_query_numbers_are_checked():
     with pytest.raises(OptionError):
         tpcds.query(100)
     assert not tpcds.query(1).endswith(";")
+
+
+def test_benchmark_times_cold_runs_and_profiles(tpcds_sf001):
+    """``benchmarks/tpcds.py --profile``: each query's first run is cold (planned, nothing cached) and timed
+    apart from the best run; the profile shows cold planning by step and the best run per stage."""
+    import importlib.util
+    import io
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tpcds.py"
+    spec = importlib.util.spec_from_file_location("squall_benchmark_tpcds", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        sys.modules.pop(spec.name, None)
+    out = io.StringIO()
+    status = bench.main(
+        ["--sf", "0.01", "--data", str(tpcds_sf001), "--workers", "2", "--queries", "3,37", "--profile"], out
+    )
+    text = out.getvalue()
+    assert status == 0, text
+    assert text.count(" cold ") == 2 and "(planning " in text
+    assert text.count("      planning (cold) ") == 2 and "bind " in text and "stage ranks output" in text
+    assert "(first run, cold: planning included); planning (cold) median" in text
+    assert "planning (cold), summed over the queries: " in text and "best runs' stages, slowest rank" in text
