@@ -1,8 +1,8 @@
 """How a worker keeps its memory budget (the budget itself: :mod:`squall.driver.platforms.memory`).
 
-DuckDB gets :data:`DUCKDB_SHARE` of the budget past the runtime's as its ``memory_limit`` and spills past it to the worker's own
-temp folder, within ``max_temp_directory_size`` (:func:`sandbox_memory`); the rest of the budget is for what
-lives outside DuckDB (Arrow pieces of the exchange, the stage's inputs, the interpreter). A stage that cannot
+DuckDB gets :data:`DUCKDB_SHARE` of the budget past the runtime's (:data:`RUNTIME_BYTES`) as its
+``memory_limit`` and spills past it to the worker's own temp folder, within ``max_temp_directory_size``
+(:func:`sandbox_memory`); the rest of the budget is for what lives outside DuckDB (Arrow pieces of the exchange, the stage's inputs, the interpreter). A stage that cannot
 fit even with spilling fails with a one-line :class:`~squall.errors.QueryRuntimeError` naming the stage, the
 rank, the budget and what DuckDB asked for (:func:`budget_exceeded`). The worker measures its peak resident
 memory (``VmHWM``, reset per query: :class:`PeakMemory`) and the most its spill folder held (:class:`SpillWatch`)

@@ -133,7 +133,7 @@ def test_cli_worker_memory(sf001, tmp_path):
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines() == [
         "error: worker_memory must be at least 192 MiB (the worker's interpreter and libraries alone take "
-        "~150 MB), got 10 MiB"
+        "~130 MiB), got 10 MiB"
     ]
 
 

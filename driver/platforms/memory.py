@@ -25,7 +25,7 @@ from squall.operators.memory import human_bytes
 
 #: of the machine's memory, what Squall's processes (driver and workers) share on the local platform
 LOCAL_SHARE = 0.8
-#: the least budget a worker can run a stage with (the interpreter and the libraries alone take ~150 MB)
+#: the least budget a worker can run a stage with (the interpreter and the libraries alone take ~130 MiB)
 MIN_WORKER_BYTES = 192 << 20
 
 _CGROUP_MAX = Path("/sys/fs/cgroup/memory.max")
@@ -35,12 +35,9 @@ def machine_memory() -> int:
     """Bytes of memory this machine (or its cgroup, when limited) gives the process."""
     try:
         text = _CGROUP_MAX.read_text().strip()
-        if text.isdigit():
-            limited = int(text)
-        else:
-            limited = 0
     except OSError:
-        limited = 0
+        text = ""
+    limited = int(text) if text.isdigit() else 0  # "max": no limit
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return min(limited, total) if limited else total
 
@@ -57,7 +54,7 @@ def check_budget(budget: int, label: str) -> int:
     if budget < MIN_WORKER_BYTES:
         raise OptionError(
             f"{label} must be at least {human_bytes(MIN_WORKER_BYTES)} (the worker's interpreter and libraries "
-            f"alone take ~150 MB), got {human_bytes(budget)}"
+            f"alone take ~130 MiB), got {human_bytes(budget)}"
         )
     return budget
 
