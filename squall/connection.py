@@ -52,6 +52,7 @@ LOCAL_TABLES_NOTE = "local tables: the estimate models Lambda over the same file
 #: of a worker's memory budget, the most a broadcast join side may be (see Connection._planner_options_at)
 BROADCAST_BUDGET_SHARE = 0.25
 
+
 class Connection:
     """A catalog of tables plus a platform to run queries on.
 
