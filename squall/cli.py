@@ -305,6 +305,11 @@ def _service_args(s: argparse.ArgumentParser) -> None:
         "--max-scan-bytes", metavar="SIZE", help="refuse a query whose plan reads more (default 100GiB)"
     )
     g.add_argument(
+        "--worker-memory", metavar="SIZE",
+        help="memory budget of each pool worker, e.g. 1GB: DuckDB spills past its share and a stage that cannot "
+        "fit fails with a clear error (default: the machine's memory shared by the pool and the server)",
+    )  # fmt: skip
+    g.add_argument(
         "--max-result-rows", type=_count_or_off, metavar="N",
         help="refuse larger results: write them with COPY or squall query --output (default 10000000)",
     )  # fmt: skip
@@ -805,6 +810,7 @@ def _serve(args: argparse.Namespace) -> int:
     flags["max_run_time"] = args.max_run_time
     flags["adaptive_workers"] = False if args.fixed_workers else None
     flags["audit_log"] = args.audit_log
+    flags["worker_memory"] = args.worker_memory
     settings = ServiceSettings.load(args.service, flags, args.config_path or "squall.toml")
     users = _users(args)
     serve(

@@ -159,8 +159,9 @@ class LocalBackend(Backend):
         if platform == "local":
             size = self.settings.pool_size(self.max_workers, max_local_workers())
             self.pool_platform = LocalPlatform(
-                self.max_workers, pool_size=size, storage_options=storage_options
-            )
+                self.max_workers, pool_size=size, storage_options=storage_options,
+                worker_memory=self.settings.worker_memory,
+            )  # fmt: skip
         self.scheduler = Scheduler(self.settings.scheduler_config(), start=self._start)
         self._connections: dict[int, Connection] = {}
         self._lock = threading.Lock()

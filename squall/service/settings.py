@@ -18,6 +18,8 @@ key (flag)             meaning                                                  
 ``max_result_rows``    a larger result is refused (use COPY or ``--output``)           10,000,000
 ``max_result_bytes``   likewise, in bytes (Arrow)                                      256 MiB
 ``max_run_time``       the server's maximum run time of a query                        30m
+``worker_memory``      memory budget of each pool worker (any query's rank): DuckDB   the machine's memory shared
+                       spills past its share, a stage that cannot fit fails clearly    by the pool and the driver
 ``adaptive_workers``   a query that names no W runs on at most ``cores // load``      true
                        workers (``load``: queries running or waiting as it starts)
 ``audit_log``          a file for the audit lines (``-``: stdout; see squall.service.audit)  none
@@ -70,6 +72,7 @@ class ServiceSettings:
     max_result_rows: int | None = 10_000_000
     max_result_bytes: int | None = 256 * MIB
     max_run_time: float | None = 1800.0
+    worker_memory: int | None = None
     adaptive_workers: bool = True
     groups: tuple[GroupSpec, ...] = ()
     audit_log: str | None = None
@@ -144,6 +147,8 @@ def _value(key: str, value: Any, label: str) -> Any:
             raise OptionError(f"{label} must be a file name (or - for stdout), got {value!r}")
         return value.strip()
     off = isinstance(value, str) and value.strip().lower() in ("off", "none", "unlimited")
+    if key == "worker_memory":
+        return None if off else parse_size(value, label)
     if key in ("max_scan_bytes", "max_result_bytes", "fast_lane_bytes"):
         return None if off and key != "fast_lane_bytes" else parse_size(value, label)
     if key == "max_run_time":

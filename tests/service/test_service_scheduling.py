@@ -286,3 +286,25 @@ def test_busy_server_runs_queries_that_name_no_workers_on_fewer(sf001, tmp_path,
         assert "workers_lowered" not in service.status(named)["scheduling"]
     finally:
         service.close()
+
+
+def test_the_pool_workers_keep_the_servers_worker_memory(sf001):
+    """``squall serve --worker-memory`` (``worker_memory`` in ``[service]``): every pool worker's budget, whatever
+    the query; a budget too small for a worker is refused at start in one line."""
+    from squall.errors import OptionError
+    from squall.service.backend import LocalBackend
+    from squall.service.settings import ServiceSettings
+
+    settings = ServiceSettings.load({"worker_memory": "300MB"}, {"warm_workers": 0})
+    backend = LocalBackend(str(sf001), workers=2, settings=settings)
+    try:
+        assert backend.pool_platform is not None and backend.pool_platform.memory_budget == 300_000_000
+        result = backend.connection_for(1).sql("SELECT count(*) AS n FROM nation")
+        assert result.fetchall() == [(25,)]
+        assert result.stats["memory"]["budget_per_worker_bytes"] == 300_000_000
+    finally:
+        backend.close()
+    assert ServiceSettings.load({}, {"worker_memory": "off"}).worker_memory is None
+    with pytest.raises(OptionError, match="worker_memory must be at least 192 MiB") as err:
+        LocalBackend(str(sf001), workers=2, settings=ServiceSettings.load({}, {"worker_memory": "64MB"}))
+    assert "\n" not in str(err.value)
