@@ -34,8 +34,8 @@ from squall.operators.duck import ParquetView, Sandbox, duck_type, file_read_sel
 from squall.operators.faults import after_write, before_stage, faults_from_env, scan_delay
 from squall.operators.memory import PeakMemory, SpillWatch, budget_exceeded
 from squall.operators.partition import (
-    NULL_COLUMN,
     BATCH_ROWS,
+    NULL_COLUMN,
     PART_COLUMN,
     RANGE_COLUMN,
     grouped_batches,
