@@ -28,17 +28,24 @@ def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLU
     One stable counting sort (numpy radix sort on small ints) and zero-copy slices; none when the rows are
     already grouped by partition (see :func:`grouped_batches`).
     """
-    ids = table.column(column).to_numpy(zero_copy_only=False)
+    return _slices(table.drop_columns([column]), _ids(table, column, partitions), partitions)
+
+
+def _ids(table: pa.Table, column: str, partitions: int) -> np.ndarray:
     # small unsigned ids: numpy's stable argsort is then a linear-time radix sort
-    ids = ids.astype(np.uint16 if partitions <= 65536 else np.int64, copy=False)
-    data = table.drop_columns([column])
+    ids = table.column(column).to_numpy(zero_copy_only=False)
+    return ids.astype(np.uint16 if partitions <= 65536 else np.int64, copy=False)
+
+
+def _slices(data: pa.Table, ids: np.ndarray, partitions: int) -> list[pa.Table]:
+    """``data``'s rows of partition p (``ids``: each row's) as ``out[p]``."""
     if partitions == 1:
         return [data]
     counts = np.bincount(ids, minlength=partitions)
     if (counts > 0).sum() <= 1:
         target = int(np.argmax(counts)) if len(ids) else 0
         return [data if p == target else data.schema.empty_table() for p in range(partitions)]
-    # rows already grouped by partition (grouped_query's output): slices of the table as it is, no copy
+    # rows already grouped by partition (grouped_batches' output): slices of the table as it is, no copy
     ordered = (
         data if bool(np.all(ids[1:] >= ids[:-1])) else data.take(pa.array(np.argsort(ids, kind="stable")))
     )
@@ -52,21 +59,14 @@ BATCH_ROWS = 1 << 17
 
 def grouped_batches(batches: pa.RecordBatchReader, partitions: int, column: str = PART_COLUMN) -> pa.Table:
     """The rows of ``batches`` (a stage output with a partition-id ``column`` in [0, ``partitions``), read from
-    DuckDB a batch at a time) as one table grouped by partition, ``column`` kept: each batch is split as it arrives, so the output
-    is never held twice (a whole table and its partitions) — at its peak a worker holds the output once and a
-    batch. :func:`split_by_partition` then cuts the groups without a copy."""
+    DuckDB a batch at a time) as one table grouped by partition, ``column`` kept: each batch is split as it
+    arrives, so the output is never held twice (a whole table and its partitions) — at its peak a worker holds
+    the output once and a batch. :func:`split_by_partition` then cuts the groups without a copy."""
     pieces: list[list[pa.Table]] = [[] for _ in range(partitions)]
     for batch in batches:
         table = pa.Table.from_batches([batch])
-        ids = table.column(column).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        if partitions == 1 or not len(ids) or bool(np.all(ids == ids[0])):
-            pieces[int(ids[0]) if len(ids) else 0].append(table)
-            continue
-        order = np.argsort(ids, kind="stable")
-        ordered = table.take(pa.array(order))
-        counts = np.bincount(ids, minlength=partitions)
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        for p in np.flatnonzero(counts):
-            pieces[p].append(ordered.slice(int(offsets[p]), int(counts[p])))
+        for p, piece in enumerate(_slices(table, _ids(table, column, partitions), partitions)):
+            if piece.num_rows:
+                pieces[p].append(piece)
     grouped = [piece for group in pieces for piece in group]
     return pa.concat_tables(grouped) if grouped else batches.schema.empty_table()
