@@ -2,8 +2,8 @@
 
     python benchmarks/tpch.py --sf 1 --data data/sf1 --workers 4 --queries 1,3,5 --repeat 3
 
-Each query runs once on both engines as a warm-up (file cache); then ``--repeat`` timed runs on each, of which
-the best counts. Every Squall answer, the warm-up's and each timed run's, is checked against DuckDB's with
+Each query runs once on both engines as a warm-up (file cache; not with ``--no-warmup``, for data larger than
+the file cache); then ``--repeat`` timed runs on each, of which the best counts. Every Squall answer, the warm-up's and each timed run's, is checked against DuckDB's with
 ``squall.testing.compare_results``. The time is the wall clock around ``sql → Arrow table`` on both sides.
 Prints one line per query (``DIFFERS`` if any run's answer differs) and, last, the geometric mean of the
 squall/duckdb ratios over the queries that ran on both with right answers (a differing query counts in none). Exits 1 if any result differs
@@ -47,6 +47,7 @@ import pyarrow as pa
 import squall
 import squall.tpch as tpch
 from squall.driver.options import PlannerOptions
+from squall.driver.platforms.memory import LOCAL_SHARE, machine_memory
 from squall.errors import DataError, SquallError
 from squall.operators.memory import PeakMemory
 from squall.sizes import parse_size
@@ -100,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--queries", type=_parse_queries, default=list(tpch.QUERY_NUMBERS), help="e.g. 1,3,5 (default all 22)"
     )
     parser.add_argument("--repeat", type=_positive_int, default=1, help="timed runs per query; best counts")
+    parser.add_argument(
+        "--no-warmup", action="store_true",
+        help="no warm-up run: the first timed run is the checked one (data larger than the file cache)",
+    )  # fmt: skip
     parser.add_argument(
         "--seed",
         type=int,
@@ -275,6 +280,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return 2
         peer_memory = budget * (args.workers or 1)
         print(f"DuckDB memory_limit {peer_memory >> 20} MiB (W x --worker-memory)", file=out, flush=True)
+    else:  # what the local platform shares among the driver and its workers
+        peer_memory = int(machine_memory() * LOCAL_SHARE)
+        print(f"DuckDB memory_limit {peer_memory >> 20} MiB (Squall's local share)", file=out, flush=True)
     peer = duckdb_peer(data, peer_memory)
     driver_peak = PeakMemory()
     options = PlannerOptions(
@@ -324,6 +332,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     def run_duckdb(sql: str) -> pa.Table:
         return peer.sql(sql).to_arrow_table()
 
+    warmup = 0 if args.no_warmup else 1
     failed = False
     ratios: list[float] = []
     base_ratios: list[float] = []
@@ -339,8 +348,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             sql = tpch.query(n, params, sf=args.sf)
             label = f"Q{n:02d}"
             try:
-                expected, _ = _timed(lambda sql=sql: run_duckdb(sql))
-                best_duck = min(_timed(lambda sql=sql: run_duckdb(sql))[1] for _ in range(args.repeat))
+                duck_runs = [_timed(lambda sql=sql: run_duckdb(sql)) for _ in range(args.repeat + warmup)]
+                expected = duck_runs[0][0]
+                best_duck = min(t for _, t in duck_runs[warmup:])
             except Exception as exc:
                 print(f"{label}  duckdb FAILED: {_one_line(exc)}", file=out, flush=True)
                 failed = True
@@ -348,11 +358,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             try:
                 squall_stats.clear()
                 driver_peak.reset()
-                actual, _ = _timed(lambda sql=sql: run_squall(sql))
-                timed = [_timed(lambda sql=sql: run_squall(sql)) for _ in range(args.repeat)]
+                runs = [_timed(lambda sql=sql: run_squall(sql)) for _ in range(args.repeat + warmup)]
+                timed = runs[warmup:]
                 times = [t for _, t in timed]
                 best_squall = min(times)
-                best_stats = squall_stats[1 + times.index(best_squall)]
+                best_stats = squall_stats[warmup + times.index(best_squall)]
             except Exception as exc:
                 print(
                     f"{label}  squall FAILED: {_one_line(exc)}  duckdb {best_duck:.3f}s", file=out, flush=True
@@ -360,7 +370,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 failed = True
                 continue
             # every run's answer is checked, the timed ones too; a query whose answer differs counts in no ratio
-            problem = first_difference([actual, *(r for r, _ in timed)], expected, sql, run_duckdb)
+            problem = first_difference([r for r, _ in runs], expected, sql, run_duckdb)
             ratio = best_squall / best_duck if best_duck > 0 else math.inf
             if math.isfinite(ratio) and ratio > 0 and problem is None:
                 ratios.append(ratio)

@@ -136,6 +136,10 @@ class PlannerOptions:
     ranks_per_core: float = 0.0
     #: … with this many radix partitions per rank
     skew_partitions_per_rank: int = 32
+    #: … and only while one rank's share of the group's estimated bytes is at most this (0: no limit): a
+    #: skew-aware exchange holds every member's output on the rank until the histogram round, where a plain
+    #: one streams it out a batch at a time. The connection sets it from the workers' memory budget
+    held_limit: float = 0.0
     #: … and the join broadcasts a side instead when, at run time, its actual bytes are at most
     #: ``broadcast_limit`` and broadcasting moves fewer bytes than hashing both sides
     runtime_broadcast: bool = True

@@ -59,7 +59,7 @@ from __future__ import annotations
 import inspect
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -177,9 +177,30 @@ class Exchange(ABC):
     def send(self, spec: ExchangeSpec, parts: Mapping[int, pa.Table]) -> None:
         """Deliver ``parts[r]`` to each receiver ``r`` of ``spec``."""
 
+    def send_pieces(
+        self, spec: ExchangeSpec, schema: pa.Schema, pieces: Iterable[Mapping[int, pa.Table]]
+    ) -> None:
+        """:meth:`send` of rows that come in pieces (a stage's output a batch at a time, each piece already
+        split by receiver): every receiver gets its rows of all pieces, in order. An endpoint that writes as
+        they come holds no more than a piece at a time. Default: gathered, then one :meth:`send`."""
+        gathered: dict[int, list[pa.Table]] = {r: [] for r in spec.receivers}
+        for piece in pieces:
+            for receiver, table in piece.items():
+                if table.num_rows:
+                    gathered[receiver].append(table)
+        self.send(spec, {r: concat(tables, schema) for r, tables in gathered.items()})
+
     @abstractmethod
     def receive(self, spec: ExchangeSpec) -> pa.Table:
         """Return every row the senders of ``spec`` addressed to this rank."""
+
+    def receive_pieces(self, spec: ExchangeSpec) -> Iterator[pa.Table]:
+        """The rows :meth:`receive` returns, in pieces (same order, same schema, same stats), for a receiver
+        that writes them to disk as they come (``squall.operators.received``): an endpoint whose data arrives in
+        pieces yields each as it is read, so no more than one piece need be in memory at a time. Yields at
+        least one table (an empty one with the schema when nothing came). Default: the whole of
+        :meth:`receive` as one piece."""
+        yield self.receive(spec)
 
     def aborted(self) -> bool:
         """True when the query was aborted (cheap; workers ask once per stage). Default: never."""

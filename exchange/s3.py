@@ -167,7 +167,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -832,6 +832,26 @@ class S3Exchange(Exchange):
         self._forwarded.add(xid)
 
     def receive(self, spec: ExchangeSpec) -> pa.Table:
+        pieces, schema_of = self._pieces(spec)
+        tables = [decode_table(buf) for _tag, buf in pieces]
+        received = concat(tables, tables[0].schema if tables else schema_of())
+        self._received(spec, received.num_rows, sum(buf.size for _tag, buf in pieces))
+        return received
+
+    def receive_pieces(self, spec: ExchangeSpec) -> Iterator[pa.Table]:
+        """The fetched ranges decoded one at a time (the encoded bytes are held until the last is decoded)."""
+        pieces, schema_of = self._pieces(spec)
+        rows = 0
+        for _tag, buf in pieces:
+            table = decode_table(buf)
+            rows += table.num_rows
+            yield table
+        if not pieces:
+            yield (schema_of() or pa.schema([])).empty_table()
+        self._received(spec, rows, sum(buf.size for _tag, buf in pieces))
+
+    def _pieces(self, spec: ExchangeSpec) -> tuple[list[tuple[Any, Any]], Callable[[], pa.Schema | None]]:
+        """The encoded pieces addressed to this rank in sender order, and how to find the schema when none came."""
         levels = self.levels(spec)
         xid = spec.exchange_id
         self._ledger.entry(spec, levels)
@@ -845,13 +865,13 @@ class S3Exchange(Exchange):
             except ExchangeTimeout as exc:
                 raise self._explain_timeout(spec, grid, exc) from None
         pieces = sorted((pb for src in sources for pb in src.pieces), key=lambda pb: pb[0])
-        tables = [decode_table(buf) for _tag, buf in pieces]
-        received = concat(tables, tables[0].schema if tables else self._schema_of(xid, sources))
-        nbytes = sum(buf.size for _tag, buf in pieces)
-        self._ledger.add(xid, rows_received=received.num_rows, bytes_received=nbytes)
-        self._own.pop((xid, levels), None)
+        return pieces, lambda: self._schema_of(xid, sources)
+
+    def _received(self, spec: ExchangeSpec, rows: int, nbytes: int) -> None:
+        xid = spec.exchange_id
+        self._ledger.add(xid, rows_received=rows, bytes_received=nbytes)
+        self._own.pop((xid, self.levels(spec)), None)
         self._forwarded.discard(xid)
-        return received
 
     def _collect(
         self, spec: ExchangeSpec, level: int, senders: Sequence[int], grid: Grid | None

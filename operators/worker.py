@@ -27,6 +27,7 @@ from typing import Any, cast
 import duckdb
 import pyarrow as pa
 import pyarrow.compute
+import pyarrow.dataset as ds
 
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
@@ -43,6 +44,7 @@ from squall.operators.partition import (
     split_range_sql,
 )
 from squall.operators.rangepart import range_parts
+from squall.operators.received import Received, receive_limit, receive_within
 from squall.operators.runtime_join import RuntimeJoins
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.sinks import Sink, sink_for
@@ -186,7 +188,7 @@ class Worker:
         """Run every stage; returns (result on rank 0 else None, report)."""
         start = time.perf_counter()
         report = WorkerReport(self.rank)
-        received: dict[int, pa.Table] = {}
+        received: dict[int, pa.Table | ds.Dataset] = {}
         result: pa.Table | None = None
         views, files = self.sandbox_files()
         peak = PeakMemory()
@@ -198,6 +200,7 @@ class Worker:
             if inp.name in views and not inp.files and (probe := probe_view(inp, self.rank))
         }
         probes = {view_name(name): probe for name, probe in self._probes.items()}
+        self._on_disk: dict[int, Received] = {}  # received inputs written to disk (operators/received.py)
         with Sandbox(
             parquet={**views, **probes},
             files=files,
@@ -209,7 +212,11 @@ class Worker:
                 abort_watch(self.exchange, db),
                 SpillWatch(self.sandbox_options.get("temp_directory")) as spill,
             ):
-                self._run_stages(db, views, received, report)
+                try:
+                    self._run_stages(db, views, received, report)
+                finally:
+                    for input_file in self._on_disk.values():
+                        input_file.close()
             result = self._result
         report.memory = {
             "budget_bytes": self.memory_budget,
@@ -236,7 +243,11 @@ class Worker:
         return views, sorted({f for inp in native for f in native_files(inp)})
 
     def _run_stages(
-        self, db: Sandbox, views: dict[str, ParquetView], received: dict[int, pa.Table], report: WorkerReport
+        self,
+        db: Sandbox,
+        views: dict[str, ParquetView],
+        received: dict[int, pa.Table | ds.Dataset],
+        report: WorkerReport,
     ) -> None:
         self._result = None
         reports: dict[int, StageReport] = {}
@@ -272,15 +283,43 @@ class Worker:
                 for ready in waiting:
                     rr = reports[ready.id]
                     t0 = time.perf_counter()
-                    got = self.exchange.receive(
-                        self._runtime.spec(ready, exchange_spec(self.query_id, ready))
-                    )
+                    spec = self._runtime.spec(ready, exchange_spec(self.query_id, ready))
+                    got = self._receive(spec)
                     rr.receive_s += time.perf_counter() - t0
-                    rr.rows_received = got.num_rows
-                    rr.bytes_received = got.nbytes
-                    received[ready.id] = got
+                    rr.rows_received, rr.bytes_received = got.rows, got.nbytes
+                    received[ready.id] = got.data
+                    if got.path is not None:
+                        self._on_disk[ready.id] = got
             if self.on_stage is not None:
                 self.on_stage(stage.id)
+
+    def _stream(self, stage: Stage, db: Sandbox, sql: str, sr: StageReport) -> None:
+        """Run a hash stage's ``sql`` (its rows with their receiver in PART_COLUMN) and send it a batch at a time."""
+        receivers = stage.output.receivers
+        t0 = time.perf_counter()
+
+        def addressed(batches: pa.RecordBatchReader) -> Iterator[dict[int, pa.Table]]:
+            for batch in batches:
+                t = time.perf_counter()
+                parts = split_by_partition(pa.Table.from_batches([batch]), len(receivers))
+                sr.rows_out += batch.num_rows
+                sr.bytes_out += sum(part.nbytes for part in parts)
+                sr.bytes_to_others += sum(p.nbytes for r, p in zip(receivers, parts) if r != self.rank)
+                sr.partition_s += time.perf_counter() - t
+                yield dict(zip(receivers, parts))
+
+        with db.batches(sql, BATCH_ROWS) as batches:
+            schema = batches.schema.remove(batches.schema.get_field_index(PART_COLUMN))
+            self.exchange.send_pieces(exchange_spec(self.query_id, stage), schema, addressed(batches))
+        sr.compute_s += time.perf_counter() - t0 - sr.partition_s
+
+    def _receive(self, spec: ExchangeSpec) -> Received:
+        """``spec``'s rows for this rank: held within the budget's share, past it on disk (operators/received.py)."""
+        folder = self.sandbox_options.get("temp_directory")
+        if self.memory_budget is None or folder is None:
+            got = self.exchange.receive(spec)
+            return Received(got, got.num_rows, got.nbytes)
+        return receive_within(self.exchange, spec, receive_limit(self.memory_budget), folder)
 
     def _write(self, stage: Stage, db: Sandbox) -> pa.Table:
         """A write plan's result stage: its rows stream from the stage's SQL into this rank's staged files
@@ -383,10 +422,11 @@ class Worker:
         stage: Stage,
         db: Sandbox,
         views: dict[str, ParquetView],
-        received: dict[int, pa.Table],
+        received: dict[int, pa.Table | ds.Dataset],
         sr: StageReport,
     ) -> pa.Table | None:
-        inputs: dict[str, pa.Table] = {}
+        inputs: dict[str, pa.Table | ds.Dataset] = {}
+        done: list[Received] = []  # inputs on disk whose last stage this is
         t0 = time.perf_counter()
         for inp in stage.inputs:
             if inp.name in views:
@@ -417,7 +457,9 @@ class Worker:
                 table = received[inp.stage]
                 if self._last_use.get(inp.stage) == stage.id:
                     del received[inp.stage]
-            sr.rows_in += table.num_rows
+                    if inp.stage in self._on_disk:  # its file goes once the stage ran
+                        done.append(self._on_disk.pop(inp.stage))
+            sr.rows_in += table.num_rows if isinstance(table, pa.Table) else table.count_rows()
             inputs[inp.name] = table
         t1 = time.perf_counter()
         sr.scan_s += t1 - t0
@@ -442,6 +484,12 @@ class Worker:
                 sql = f"SELECT *, ({part}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t"
                 if self._skew.handles(stage):  # the column: the full key hash (operators/skew.py)
                     table = db.query(sql)
+                elif self.rank in output.senders and not self._runtime.handles(stage):
+                    # read a batch at a time, each batch split and handed to the exchange as it comes: an
+                    # exchange that writes as it goes (local) never holds the output (partition_s: the
+                    # splitting; the writing counts in compute_s, as it overlaps DuckDB's work)
+                    self._stream(stage, db, sql, sr)
+                    return None
                 else:  # read a batch at a time, grouped by receiver as it comes: held once, not twice
                     with db.batches(sql, BATCH_ROWS) as batches:
                         table = grouped_batches(batches, len(output.receivers))
@@ -458,6 +506,8 @@ class Worker:
         finally:
             for name in (*inputs, *filtered):
                 db.unregister(name)
+            for input_file in done:
+                input_file.close()
         t2 = time.perf_counter()
         sr.compute_s += t2 - t1
         sr.rows_out = (

@@ -15,6 +15,7 @@ import pytest
 
 import squall
 from squall import tpch
+from squall.driver.options import PlannerOptions
 from squall.driver.platforms.local.platform import LocalPlatform
 from squall.driver.platforms.memory import LOCAL_SHARE, local_worker_budget, machine_memory
 from squall.errors import OptionError, QueryRuntimeError
@@ -137,6 +138,29 @@ def test_cli_worker_memory(sf001, tmp_path):
     ]
 
 
+def test_a_skew_aware_exchange_too_big_to_hold_keeps_plain_hashing_and_explain_says_so(sf001):
+    small = squall.connect(str(sf001), workers=2, worker_memory="512MB", planner_options=PlannerOptions(
+        skew_min_bytes=0, broadcast_limit=0))  # fmt: skip
+    sql = "SELECT o_orderpriority, count(*) AS n FROM lineitem JOIN orders ON l_orderkey = o_orderkey GROUP BY 1"
+    try:
+        options = small._planner_options_at(2)
+        assert options is not None and options.held_limit == 512_000_000 * 0.25
+        assert "keeps plain hashing" not in small.explain(sql)  # SF 0.01 fits
+        tight = squall.connect(str(sf001), workers=2, worker_memory="512MB", planner_options=PlannerOptions(
+            skew_min_bytes=0, broadcast_limit=0, held_limit=100_000))  # fmt: skip
+        try:
+            notes = [line for line in tight.explain(sql).splitlines() if "keeps plain hashing" in line]
+            assert len(notes) == 1 and notes[0].startswith(
+                'note: inner join on "l_orderkey" keeps plain hashing: ~'
+            )
+            assert "per rank would be held until the histogram round, over held_limit 0.10 MB" in notes[0]
+            assert sorted(tight.sql(sql).fetchall()) == sorted(small.sql(sql).fetchall())
+        finally:
+            tight.close()
+    finally:
+        small.close()
+
+
 def test_a_small_budget_caps_what_is_broadcast_and_explain_says_so(sf001):
     small = squall.connect(str(sf001), workers=2, worker_memory="512MB")
     roomy = squall.connect(str(sf001), workers=2, memory=64 << 30)
@@ -150,7 +174,9 @@ def test_a_small_budget_caps_what_is_broadcast_and_explain_says_so(sf001):
             "memory budget of 488 MiB (broadcast limit 244 MiB)"
         ]
         assert small.sql(sql).fetchall() == roomy.sql(sql).fetchall()
-        assert roomy._planner_options_at(2) is None and "join sides over" not in roomy.explain(sql)
+        roomy_options = roomy._planner_options_at(2)
+        assert roomy_options is not None and roomy_options.broadcast_limit == PlannerOptions().broadcast_limit
+        assert "join sides over" not in roomy.explain(sql)
     finally:
         small.close()
         roomy.close()

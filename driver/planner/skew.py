@@ -39,6 +39,7 @@ from sqlglot import exp
 from squall.driver.catalog.tables import RowGroup
 from squall.driver.ir import nodes as L
 from squall.driver.ir.nodes import find_scan_column
+from squall.driver.options import megabytes
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import leaves
 from squall.plan import ExchangeInput, ScanInput
@@ -83,6 +84,10 @@ def co_partition(
             keys = ", ".join(next(s for s in ctx.stages if s.id == ids[0]).output.keys)
             ctx.notes.append(f"{kind} join on {keys} keeps plain hashing: {why}")
         return 0
+    if held := too_big_to_hold(ctx, est_bytes):
+        keys = ", ".join(next(s for s in ctx.stages if s.id == ids[0]).output.keys)
+        ctx.notes.append(f"{kind} join on {keys} keeps plain hashing: {held}")
+        return 0
     group = min(i for i in ids if i is not None)
     limit = opts.broadcast_limit if opts.runtime_broadcast else 0.0
     roles = _OUTER_ROLES[kind] if equi_only and kind in _OUTER_ROLES else _ROLES[kind]
@@ -114,8 +119,24 @@ def by_key_ranges(
         if why := opts.below_skew_threshold(est_bytes):
             ctx.notes.append(f"aggregate by {L.sql_of(key)} keeps plain hashing: {why}")
         return 0
+    if held := too_big_to_hold(ctx, est_bytes):
+        ctx.notes.append(f"aggregate by {L.sql_of(key)} keeps plain hashing: {held}")
+        return 0
     _mark(ctx, sid, sid, "", 0.0, key_range)
     return sid
+
+
+def too_big_to_hold(ctx: Context, est_bytes: float) -> str:
+    """Why a skew-aware exchange of ``est_bytes`` in all would not fit a rank's memory budget (its rank's share
+    is over ``held_limit``: a plain exchange streams its rows out instead of holding them), for the plan's
+    notes; "" when it fits."""
+    limit = ctx.options.held_limit
+    if not limit or est_bytes / ctx.world <= limit:
+        return ""
+    return (
+        f"~{megabytes(est_bytes / ctx.world)} per rank would be held until the histogram round, over "
+        f"held_limit {megabytes(limit)} (a share of each worker's memory budget)"
+    )
 
 
 def _split_ranges(ctx: Context, sid: int, key: exp.Expression) -> tuple[tuple[int, int], ...] | None:

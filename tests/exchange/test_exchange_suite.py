@@ -7,6 +7,7 @@ driver-side config, exactly as workers do.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -181,6 +182,47 @@ def test_missing_sender_times_out_naming_ranks(backend):
             run_ranks(_missing_sender, config, 1, env=b.env, args=(query_id,))
     finally:
         factory.cleanup(config)
+
+
+# --- streamed send, received within a memory limit (squall.operators.received) -----------------
+
+
+def _streamed(exchange, rank, world, query_id, folder, limit):
+    from squall.operators.received import receive_within
+
+    everyone = tuple(range(world))
+    spec = ExchangeSpec(query_id, 5, everyone, everyone, "hash")
+    pieces = [{r: _table(rank, r * 10 + i, 40 if i != 1 else 0) for r in everyone} for i in range(3)]
+    exchange.send_pieces(spec, pieces[0][0].schema, iter(pieces))
+    got = receive_within(exchange, spec, limit, f"{folder}/r{rank}")
+    on_disk = got.path is not None and sorted(p.name for p in Path(got.path).parent.iterdir())
+    data = got.data if isinstance(got.data, pa.Table) else got.data.to_table()
+    got.close()
+    left = sorted(p.name for p in Path(f"{folder}/r{rank}").iterdir())
+    return data.to_pydict(), got.rows, on_disk, left
+
+
+@pytest.mark.parametrize("limit", [1 << 30, 2000], ids=["held", "on-disk"])
+def test_streamed_send_and_bounded_receive(backend, limit, tmp_path):
+    world = 3
+    for rank in range(world):
+        (tmp_path / f"r{rank}").mkdir()
+    b, factory, config, query_id = _prepare(backend, world)
+    try:
+        results, stats = run_ranks(_streamed, config, world, env=b.env, args=(query_id, str(tmp_path), limit))
+    finally:
+        factory.cleanup(config)
+    for receiver in range(world):
+        data, rows, on_disk, left = results[receiver]
+        expected = pa.concat_tables(
+            [_table(s, receiver * 10 + i, 40 if i != 1 else 0) for s in range(world) for i in range(3)]
+        )
+        assert data == expected.to_pydict() and rows == expected.num_rows == 240
+        assert (on_disk is False) == (limit > 2000)  # past the limit the input was a file, gone once closed
+        if on_disk:
+            assert len(on_disk) == 1 and on_disk[0].startswith("received-x5-")
+        assert left == []
+    assert sum(s["rows_received"] for s in stats.values()) == 720
 
 
 # --- skew-aware group exchange (squall.operators.skew): histogram round + assignment + selective broadcast

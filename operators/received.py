@@ -1,0 +1,88 @@
+"""A receiver's exchange input within its memory budget: held in memory up to a limit, the rest on disk.
+
+The worker receives an exchange in pieces (:meth:`~squall.exchange.base.Exchange.receive_pieces`). While their
+bytes stay within :func:`receive_limit` the pieces are held as one Arrow table, as a plain ``receive`` would
+return it. Past the limit every piece, the held ones first, is written to an Arrow IPC file (LZ4) in the worker's
+spill folder (the one DuckDB spills to, counted in ``spilled_bytes``), and the stage reads the input from
+there as a ``pyarrow.dataset`` (DuckDB scans it a batch at a time; nothing of it is held whole). The file is
+removed once the input's last stage ran (:meth:`Received.close`).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from squall.exchange.base import Exchange, ExchangeSpec, concat
+from squall.operators.memory import RUNTIME_BYTES
+from squall.operators.partition import BATCH_ROWS
+
+#: of a worker's budget past the runtime's, the most one received input is held in memory
+RECEIVED_SHARE = 0.25
+
+
+def receive_limit(budget: int) -> int:
+    """The bytes of one received input a worker of ``budget`` bytes holds in memory (more go to disk)."""
+    return max(1 << 20, int((budget - RUNTIME_BYTES) * RECEIVED_SHARE))
+
+
+@dataclass
+class Received:
+    """One received exchange input: an Arrow table, or a dataset over the file it was written to (``path``)."""
+
+    data: pa.Table | ds.Dataset
+    rows: int
+    nbytes: int
+    path: str | None = None
+
+    def close(self) -> None:
+        """Remove the input's file, if it has one."""
+        if self.path is not None:
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+            self.path = None
+
+
+def receive_within(exchange: Exchange, spec: ExchangeSpec, limit: int, folder: str) -> Received:
+    """Receive ``spec`` holding at most ``limit`` bytes of it in memory; the rest goes to a file in ``folder``."""
+    held: list[pa.Table] = []
+    rows = size = 0
+    schema: pa.Schema | None = None
+    path: Path | None = None
+    sink: pa.NativeFile | None = None
+    writer: pa.ipc.RecordBatchFileWriter | None = None
+    try:
+        for piece in exchange.receive_pieces(spec):
+            schema = piece.schema
+            rows, size = rows + piece.num_rows, size + piece.nbytes
+            if writer is None:
+                held.append(piece)
+                if size <= limit:
+                    continue
+                path = Path(folder) / f"received-x{spec.exchange_id}-{uuid.uuid4().hex[:12]}.arrow"
+                sink = pa.OSFile(str(path), "wb")
+                writer = pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
+                pieces, held = held, []
+            else:
+                pieces = [piece]
+            for table in pieces:
+                writer.write_table(table, max_chunksize=BATCH_ROWS)
+        if writer is not None:
+            writer.close()
+    except BaseException:
+        if path is not None:
+            path.unlink(missing_ok=True)
+        raise
+    finally:
+        if sink is not None:
+            sink.close()
+    if path is None:
+        return Received(concat(held, schema), rows, size)
+    return Received(ds.dataset(str(path), format="ipc"), rows, size, str(path))
