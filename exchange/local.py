@@ -21,8 +21,8 @@ it and hands it to the same rank's receive (no copy in the folder's memory, ``/d
 
 A folder in memory (``/dev/shm``) is RAM that no worker's memory budget counts: once the file system holds
 ``memory_limit`` bytes (default :data:`MEMORY_SHARE` of the machine's memory when the root is in memory), a
-sender writes its file on disk instead (``overflow``: ``<temp>/squall-exchange/<query_id>/``, removed with the
-query) and links it into the query folder under the same name, so receivers find it where they always do.
+sender writes its file on disk instead (``overflow``: ``<temp>/squall-<driver pid>-exchange/<query_id>/``,
+removed with the query; a killed driver's by the next one's sweep) and links it into the query folder under the same name, so receivers find it where they always do.
 A stage's output streamed by :meth:`LocalExchange.send_pieces` past :data:`STREAM_HELD_BYTES` is written as it
 comes, its rank's own part too, and on disk when the folder's memory has a limit.
 """
@@ -418,7 +418,7 @@ class LocalExchangeFactory(ExchangeFactory):
         (folder / OWNER_FILE).write_text(f"{os.getpid()}\n")  # whose it is, if it is ever left behind
         config: dict[str, Any] = {"name": self.name, "folder": str(folder), "timeout_s": self.timeout_s}
         if self.memory_limit:
-            overflow = Path(tempfile.gettempdir()) / "squall-exchange" / query_id
+            overflow = Path(tempfile.gettempdir()) / f"squall-{os.getpid()}-exchange" / query_id
             config.update(memory_limit=self.memory_limit, overflow=str(overflow))
         return config
 

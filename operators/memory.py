@@ -11,6 +11,7 @@ for ``stats``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -116,6 +117,20 @@ def budget_exceeded(err: BaseException, stage: int, rank: int, budget: int | Non
     return (
         f"stage {stage} on rank {rank} needs more memory than {within}, even spilling to disk (DuckDB: {what}); "
         "give each worker more memory (--worker-memory / worker_memory=) or use more workers"
+    )
+
+
+def disk_full(err: OSError) -> bool:
+    """Whether ``err`` says a disk is full (Python's ENOSPC, or Arrow's ``[errno 28]`` text)."""
+    return err.errno == errno.ENOSPC or "No space left on device" in str(err)
+
+
+def out_of_disk(stage: int, rank: int, folder: str) -> str:
+    """The one-line message of a stage whose spill or exchange files filled the disk."""
+    return (
+        f"stage {stage} on rank {rank} filled the disk it spills to ({folder}) and the exchange's files: free disk "
+        "space there (or set TMPDIR to a larger disk), or give each worker more memory (--worker-memory / "
+        "worker_memory=)"
     )
 
 

@@ -33,7 +33,7 @@ from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
 from squall.operators.duck import ParquetView, Sandbox, duck_type, file_read_select, ident
 from squall.operators.faults import after_write, before_stage, faults_from_env, scan_delay
-from squall.operators.memory import PeakMemory, SpillWatch, budget_exceeded
+from squall.operators.memory import PeakMemory, SpillWatch, budget_exceeded, disk_full, out_of_disk
 from squall.operators.partition import (
     BATCH_ROWS,
     NULL_COLUMN,
@@ -108,7 +108,8 @@ class WorkerReport:
     #: a write plan's part on this rank: files, rows, bytes written and seconds spent (operators/write.py)
     written: dict[str, Any] = field(default_factory=dict)
     #: this rank's memory: ``budget_bytes`` (None: none set), ``peak_bytes`` (resident, the process's peak
-    #: during the query) and ``spilled_bytes`` (the most its spill folder held) — see operators/memory.py
+    #: during the query), ``spilled_bytes`` (the most its spill folder held) and ``received_to_disk_bytes``
+    #: (received inputs written there, not held: operators/received.py) — see operators/memory.py
     memory: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -201,6 +202,7 @@ class Worker:
         }
         probes = {view_name(name): probe for name, probe in self._probes.items()}
         self._on_disk: dict[int, Received] = {}  # received inputs written to disk (operators/received.py)
+        self._received_to_disk = 0
         with Sandbox(
             parquet={**views, **probes},
             files=files,
@@ -222,6 +224,7 @@ class Worker:
             "budget_bytes": self.memory_budget,
             "peak_bytes": peak.peak(),
             "spilled_bytes": spill.most,
+            "received_to_disk_bytes": self._received_to_disk,
         }
         report.skipping = self._skipping
         report.elapsed_s = time.perf_counter() - start
@@ -265,33 +268,47 @@ class Worker:
                 before_stage(self.faults, self.rank, stage.id, stop=self.exchange.aborted)
             if self.exchange.aborted():  # cancelled or another rank failed: stop between stages
                 raise ExchangeAborted(f"query aborted before stage {stage.id}")
-            if self.rank in stage.ranks:
-                try:
-                    table = self._run_stage(stage, db, views, received, sr)
-                except (duckdb.OutOfMemoryException, MemoryError) as exc:
-                    raise QueryRuntimeError(
-                        budget_exceeded(exc, stage.id, self.rank, self.memory_budget)
-                    ) from None
-                if stage.output.kind == "result":
-                    self._result = table  # a write plan's: the manifest of the files this rank wrote
-            if stage.output.kind != "result" and self.rank in stage.output.receivers:
-                # a skew-aware group's exchanges are received together, after its last member was sent;
-                # a run-time join's after its decision (a side kept in place is not received at all)
-                waiting = (
-                    self._runtime.ready(stage) if self._runtime.handles(stage) else self._skew.ready(stage)
-                )
-                for ready in waiting:
-                    rr = reports[ready.id]
-                    t0 = time.perf_counter()
-                    spec = self._runtime.spec(ready, exchange_spec(self.query_id, ready))
-                    got = self._receive(spec)
-                    rr.receive_s += time.perf_counter() - t0
-                    rr.rows_received, rr.bytes_received = got.rows, got.nbytes
-                    received[ready.id] = got.data
-                    if got.path is not None:
-                        self._on_disk[ready.id] = got
+            try:
+                self._stage_and_receive(stage, db, views, received, reports)
+            except (duckdb.OutOfMemoryException, MemoryError) as exc:
+                raise QueryRuntimeError(
+                    budget_exceeded(exc, stage.id, self.rank, self.memory_budget)
+                ) from None
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                folder = self.sandbox_options.get("temp_directory") or "the temp folder"
+                raise QueryRuntimeError(out_of_disk(stage.id, self.rank, folder)) from None
             if self.on_stage is not None:
                 self.on_stage(stage.id)
+
+    def _stage_and_receive(
+        self,
+        stage: Stage,
+        db: Sandbox,
+        views: dict[str, ParquetView],
+        received: dict[int, pa.Table | ds.Dataset],
+        reports: dict[int, StageReport],
+    ) -> None:
+        if self.rank in stage.ranks:
+            table = self._run_stage(stage, db, views, received, reports[stage.id])
+            if stage.output.kind == "result":
+                self._result = table  # a write plan's: the manifest of the files this rank wrote
+        if stage.output.kind != "result" and self.rank in stage.output.receivers:
+            # a skew-aware group's exchanges are received together, after its last member was sent;
+            # a run-time join's after its decision (a side kept in place is not received at all)
+            waiting = self._runtime.ready(stage) if self._runtime.handles(stage) else self._skew.ready(stage)
+            for ready in waiting:
+                rr = reports[ready.id]
+                t0 = time.perf_counter()
+                spec = self._runtime.spec(ready, exchange_spec(self.query_id, ready))
+                got = self._receive(spec)
+                rr.receive_s += time.perf_counter() - t0
+                rr.rows_received, rr.bytes_received = got.rows, got.nbytes
+                received[ready.id] = got.data
+                if got.path is not None:
+                    self._on_disk[ready.id] = got
+                    self._received_to_disk += got.nbytes
 
     def _stream(self, stage: Stage, db: Sandbox, sql: str, sr: StageReport) -> None:
         """Run a hash stage's ``sql`` (its rows with their receiver in PART_COLUMN) and send it a batch at a time."""

@@ -68,6 +68,25 @@ def test_past_duckdbs_share_it_spills_and_answers_right(small, reference_sf1):
     _within_budget(result.stats)
 
 
+def test_received_inputs_past_their_share_go_to_disk_and_answer_right(sf1, reference_sf1):
+    """At 192 MiB a rank holds at most 16 MiB of one received input: Q9's larger ones are read from disk."""
+    tight = squall.connect(str(sf1), workers=2, worker_memory="192MiB")
+    sql = tpch.query(9)
+    try:
+        result = tight.sql(sql)
+        assert_same_result(
+            result.to_arrow(), reference_sf1.sql(sql).to_arrow_table(), sql, reference=reference_sf1
+        )
+        memory = result.stats["memory"]
+        assert memory["received_to_disk_bytes"] > 16 << 20
+        assert all(w["received_to_disk_bytes"] > 0 for w in result.stats["per_worker"])
+        assert memory["received_to_disk_bytes"] == sum(
+            w["received_to_disk_bytes"] for w in result.stats["per_worker"]
+        )
+    finally:
+        tight.close()
+
+
 def test_a_stage_that_cannot_fit_fails_in_one_line_and_the_connection_goes_on(small):
     with pytest.raises(QueryRuntimeError) as info:
         small.sql(NEVER_FITS).fetchall()

@@ -219,6 +219,11 @@ def test_what_a_killed_driver_left_is_swept(tmp_path, monkeypatch):
     (listener / "workers.sock").touch()
     mine = tmp_path / f"squall-{os.getpid()}-xyz"
     mine.mkdir()
+    spill, exchanged = tmp_path / f"squall-{dead.pid}-spillq1w2e3", tmp_path / f"squall-{dead.pid}-exchange"
+    (spill / "w123").mkdir(parents=True)
+    (spill / "w123" / "duckdb_temp_storage-0.tmp").write_bytes(b"x")
+    (exchanged / "q1").mkdir(parents=True)
+    (exchanged / "q1" / "x1-s0-r1.arrow").write_bytes(b"x")
     logs = default_root() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     empty, told = logs / f"worker-{dead.pid}-0-aaaaaa.log", logs / f"worker-{dead.pid}-1-bbbbbb.log"
@@ -226,8 +231,9 @@ def test_what_a_killed_driver_left_is_swept(tmp_path, monkeypatch):
     told.write_text("Traceback: what the crash said\n")
     try:
         removed = sweep_orphans(once=False)
-        assert {str(left), str(listener), str(empty)} <= set(removed)
+        assert {str(left), str(listener), str(empty), str(spill), str(exchanged)} <= set(removed)
         assert not left.exists() and not listener.exists() and not empty.exists()
+        assert not spill.exists() and not exchanged.exists()  # what its workers spilled, its exchange on disk
         assert mine.exists() and told.exists()  # a live driver's folder, a log that says something
     finally:
         told.unlink(missing_ok=True)

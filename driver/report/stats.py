@@ -155,12 +155,14 @@ def _rank_memory(report: dict[str, Any]) -> dict[str, Any]:
         "memory_budget_bytes": memory.get("budget_bytes"),
         "peak_memory_bytes": memory.get("peak_bytes", 0),
         "spilled_bytes": memory.get("spilled_bytes", 0),
+        "received_to_disk_bytes": memory.get("received_to_disk_bytes", 0),
     }
 
 
 def memory_stats(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """``stats["memory"]``: each worker's budget (None: none set), the largest peak of any rank (its process's
-    resident memory) and which rank had it, and the spill folders' most bytes summed over the ranks."""
+    resident memory) and which rank had it, the spill folders' most bytes summed over the ranks, and the bytes of
+    received inputs the ranks wrote to disk rather than hold (operators/received.py)."""
     ranks = [(r["rank"], _rank_memory(r)) for r in reports]
     top = max(ranks, key=lambda item: item[1]["peak_memory_bytes"], default=(None, _rank_memory({})))
     budgets = {m["memory_budget_bytes"] for _rank, m in ranks}
@@ -169,6 +171,7 @@ def memory_stats(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_bytes": top[1]["peak_memory_bytes"],
         "peak_rank": top[0],
         "spilled_bytes": sum(m["spilled_bytes"] for _rank, m in ranks),
+        "received_to_disk_bytes": sum(m["received_to_disk_bytes"] for _rank, m in ranks),
     }
 
 

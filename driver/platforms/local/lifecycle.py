@@ -132,7 +132,9 @@ _swept: list[bool] = []
 
 def sweep_orphans(once: bool = True) -> list[str]:
     """Remove what drivers that died without cleaning up (SIGKILL) left behind: their ``proc-<pid>`` folders
-    (exchange data, results), their listener folders (``<tmp>/squall-<pid>-*``) and their empty worker logs;
+    (exchange data, results), their listener folders (``<tmp>/squall-<pid>-*``), spill folders
+    (``<tmp>/squall-<pid>-spill*``) and exchange files on disk (``<tmp>/squall-<pid>-exchange``) and their empty
+    worker logs;
     returns what it removed. ``once``: only on the first call in this process."""
     if once and _swept:
         return []
@@ -144,8 +146,14 @@ def sweep_orphans(once: bool = True) -> list[str]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))
     for folder in Path(tempfile.gettempdir()).glob("squall-*-*"):
-        match = re.fullmatch(r"squall-(\d+)-\w+", folder.name)
-        if match and _dead(match.group(1)) and {p.name for p in folder.iterdir()} <= {"workers.sock"}:
+        match = re.fullmatch(r"squall-(\d+)-(\w+)", folder.name)
+        if not match or not folder.is_dir() or not _dead(match.group(1)):
+            continue
+        # its workers' spill folders and the exchange's files on disk go whole; a listener folder if it holds
+        # nothing but its socket
+        if match.group(2).startswith(("spill", "exchange")) or {p.name for p in folder.iterdir()} <= {
+            "workers.sock"
+        }:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))
     for log in (root / "logs").glob("worker-*-*.log"):
