@@ -137,8 +137,8 @@ class PlannerOptions:
     #: … with this many radix partitions per rank
     skew_partitions_per_rank: int = 32
     #: … and only while one rank's share of the group's estimated bytes is at most this (0: no limit): a
-    #: skew-aware exchange holds every member's output on the rank until the histogram round, where a plain
-    #: one streams it out a batch at a time. The connection sets it from the workers' memory budget
+    #: skew-aware exchange holds every member's output until the histogram round (past a share of the worker's
+    #: memory budget on disk), where a plain one streams it out a batch at a time
     held_limit: float = 0.0
     #: … and the join broadcasts a side instead when, at run time, its actual bytes are at most
     #: ``broadcast_limit`` and broadcasting moves fewer bytes than hashing both sides

@@ -55,8 +55,10 @@ into ``Result.stats["exchanges"]``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,7 +68,7 @@ import pyarrow.compute as pc
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.partition import NULL_COLUMN, PART_COLUMN, RANGE_COLUMN, split_by_partition
 from squall.operators.skew_assign import SLACK, assign, loads
-from squall.plan import Plan, Stage
+from squall.plan import Output, Plan, Stage
 
 #: exchange ids of histogram rounds: HISTOGRAM_BASE + the group's id (stage ids stay far below)
 HISTOGRAM_BASE = 1_000_000
@@ -94,14 +96,104 @@ _HIST_SCHEMA = pa.schema(
 
 
 @dataclass
+class _Rows:
+    """One batch of a held output with what the exchange derives per row from its extra columns."""
+
+    data: pa.Table  # the rows as sent (PART_COLUMN, RANGE_COLUMN, NULL_COLUMN dropped)
+    hashes: np.ndarray  # full key hash (uint64)
+    parts: np.ndarray  # hash partition (int32)
+    buckets: np.ndarray | None  # key range (Output.range_sql), else None
+    null_key: np.ndarray | None  # whether the key is NULL (Output.null_sql), else None
+
+
+@dataclass
 class _Held:
+    """A member's output, held until the histogram round (batches in memory, or an LZ4 Arrow file past the
+    limit: :class:`_Store`), with the counts the histogram needs, taken as the batches came."""
+
     stage: Stage
-    table: pa.Table  # the stage output with PART_COLUMN = full key hash
     report: Any  # the member's StageReport
-    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
-    parts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # int32: 4 bytes a held row
-    buckets: np.ndarray | None = None  # key range per row (Output.range_sql), else None
-    null_key: np.ndarray | None = None  # whether a row's key is NULL (Output.null_sql), else None
+    store: _Store
+    rows: int = 0
+    sending: int = 0  # Arrow bytes it would send (without the extra columns)
+    nulls: int = 0
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows per hash partition
+    by_range: np.ndarray | None = None  # rows per key range
+
+    def batches(self) -> Iterator[_Rows]:
+        for batch in self.store.batches():
+            yield _derive(batch, self.stage.output)
+
+
+def _derive(batch: pa.RecordBatch, out: Output) -> _Rows:
+    """``batch`` of a held output as :class:`_Rows`."""
+    hashes = batch.column(PART_COLUMN).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+    drop = [PART_COLUMN]
+    buckets = null_key = None
+    if out.range_sql:
+        keys = pc.fill_null(batch.column(RANGE_COLUMN), out.range_lo).to_numpy(zero_copy_only=False)
+        buckets = key_buckets(keys, out.range_lo, out.range_hi, out.partitions)
+        drop.append(RANGE_COLUMN)
+    if out.null_sql:
+        nulls = pc.fill_null(batch.column(NULL_COLUMN), True).to_numpy(zero_copy_only=False)
+        null_key = nulls.astype(bool, copy=False)
+        drop.append(NULL_COLUMN)
+    parts = (hashes % np.uint64(out.partitions)).astype(np.int32)
+    data = pa.Table.from_batches([batch]).drop_columns(drop)
+    return _Rows(data, hashes, parts, buckets, null_key)
+
+
+class _Store:
+    """Record batches held in memory while they stay within ``limit`` bytes, then (all of them) in an LZ4 Arrow
+    IPC file in ``folder``, read back a batch at a time; ``folder`` None: always in memory."""
+
+    def __init__(self, schema: pa.Schema, folder: str | None, limit: int) -> None:
+        self.schema, self.folder, self.limit = schema, folder, limit
+        self.held: list[pa.RecordBatch] = []
+        self.nbytes = 0
+        self.path: Path | None = None
+        self._sink: pa.NativeFile | None = None
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.nbytes += batch.nbytes
+        if self._writer is not None:
+            self._writer.write_batch(batch)
+            return
+        self.held.append(batch)
+        if self.folder is not None and self.nbytes > self.limit:
+            self.path = Path(self.folder) / f"held-{uuid.uuid4().hex[:12]}.arrow"
+            self._sink = pa.OSFile(str(self.path), "wb")
+            options = pa.ipc.IpcWriteOptions(compression="lz4")
+            self._writer = pa.ipc.new_file(self._sink, self.schema, options=options)
+            for held in self.held:
+                self._writer.write_batch(held)
+            self.held = []
+
+    def finish(self) -> None:
+        """No more batches come."""
+        if self._writer is not None:
+            self._writer.close()
+            assert self._sink is not None
+            self._sink.close()
+            self._writer = self._sink = None
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if self.path is None:
+            yield from self.held
+            return
+        with pa.OSFile(str(self.path)) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+    def close(self) -> None:
+        """Let go of the rows (the file removed)."""
+        self.finish()
+        self.held = []
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
 
 
 def remote_bytes(addressed: dict[int, pa.Table], rank: int) -> int:
@@ -129,12 +221,22 @@ def groups_of(plan: Plan) -> dict[int, list[int]]:
 class SkewExchanges:
     """One rank's skew-aware exchanges of a plan (see module doc)."""
 
-    def __init__(self, plan: Plan, rank: int, exchange: Exchange, query_id: str) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        rank: int,
+        exchange: Exchange,
+        query_id: str,
+        folder: str | None = None,
+        limit: int = 0,
+    ) -> None:
         self.plan, self.rank, self.exchange, self.query_id = plan, rank, exchange, query_id
         self.world = plan.world_size
         self.groups = groups_of(plan)
         self._group_of = {sid: g for g, members in self.groups.items() for sid in members}
         self._held: dict[int, list[_Held]] = {}
+        #: a member's output past ``limit`` bytes is held in a file in ``folder`` (None: in memory)
+        self.folder, self.limit = folder, limit
 
     def handles(self, stage: Stage) -> bool:
         """True when ``stage``'s output goes through a skew-aware exchange."""
@@ -150,26 +252,49 @@ class SkewExchanges:
         return [self.plan.stage(s) for s in members] if stage.id == members[-1] else []
 
     def hold(
-        self, stage: Stage, table: pa.Table, report: Any, spec_of: Callable[[Stage], ExchangeSpec]
+        self,
+        stage: Stage,
+        rows: pa.Table | pa.RecordBatchReader,
+        report: Any,
+        spec_of: Callable[[Stage], ExchangeSpec],
     ) -> None:
-        """Keep ``stage``'s output; after the group's last member, run the histogram round and send all."""
+        """Keep ``stage``'s output (a table, or DuckDB's batches as they come: held in memory up to the limit,
+        then on disk); after the group's last member, run the histogram round and send all."""
         group = self._group_of[stage.id]
-        held = _Held(stage, table, report)
-        hashes = table.column(PART_COLUMN).to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
-        held.hashes = hashes
-        held.parts = (hashes % np.uint64(stage.output.partitions)).astype(np.int32)
         out = stage.output
-        if out.range_sql:
-            keys = pc.fill_null(table.column(RANGE_COLUMN), out.range_lo).to_numpy(zero_copy_only=False)
-            held.buckets = key_buckets(keys, out.range_lo, out.range_hi, out.partitions)
-            held.table = held.table.drop_columns([RANGE_COLUMN])
-        if out.null_sql:
-            nulls = pc.fill_null(held.table.column(NULL_COLUMN), True).to_numpy(zero_copy_only=False)
-            held.null_key = nulls.astype(bool, copy=False)
-            held.table = held.table.drop_columns([NULL_COLUMN])
+        held = _Held(stage, report, _Store(rows.schema, self.folder, self.limit))
+        held.counts = np.zeros(out.partitions, np.int64)
+        held.by_range = np.zeros(out.partitions, np.int64) if out.range_sql else None
         self._held.setdefault(group, []).append(held)
-        if stage.id == self.groups[group][-1]:
-            self._flush(group, self._held.pop(group), spec_of)
+        batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
+        try:
+            for batch in batches:
+                held.store.add(batch)
+                part = _derive(batch, out)  # the histogram's counts, as the batches come
+                held.rows += part.data.num_rows
+                held.sending += part.data.nbytes
+                live = slice(None) if part.null_key is None else ~part.null_key
+                if part.null_key is not None:
+                    held.nulls += int(part.null_key.sum())
+                held.counts += np.bincount(part.parts[live], minlength=out.partitions)
+                if held.by_range is not None and part.buckets is not None:
+                    held.by_range += np.bincount(part.buckets[live], minlength=out.partitions)
+            held.store.finish()
+            report.rows_out, report.bytes_out = held.rows, held.sending
+            if stage.id == self.groups[group][-1]:
+                self._flush(group, self._held[group], spec_of)
+        except BaseException:
+            self.close()
+            raise
+        for member in self._held.pop(group, []) if stage.id == self.groups[group][-1] else ():
+            member.store.close()
+
+    def close(self) -> None:
+        """Let go of every held output (a failed query: their files removed)."""
+        for members in self._held.values():
+            for member in members:
+                member.store.close()
+        self._held.clear()
 
     # --- the group's exchange ------------------------------------------------------------------------
 
@@ -188,24 +313,29 @@ class SkewExchanges:
 
         for m, held in enumerate(members):
             nparts = held.stage.output.partitions
-            sending = held.table.nbytes - held.table.column(PART_COLUMN).nbytes
-            add(m, [BYTES_ROW], [int(sending)])  # the bytes it would send
-            live = slice(None) if held.null_key is None else ~held.null_key
-            if held.null_key is not None:
-                add(m, [NULL_ROW], [int(held.null_key.sum())])
-            counts = np.bincount(held.parts[live], minlength=nparts)
+            add(m, [BYTES_ROW], [int(held.sending)])  # the bytes it would send
+            if held.stage.output.null_sql:
+                add(m, [NULL_ROW], [held.nulls])
+            counts = held.counts
             nz = np.nonzero(counts)[0]
             add(m, nz.tolist(), counts[nz].tolist())
-            if held.buckets is not None:  # key ranges: partitions P..2P-1
-                by_range = np.bincount(held.buckets[live], minlength=nparts)
-                nz = np.nonzero(by_range)[0]
-                add(m, (nz + nparts).tolist(), by_range[nz].tolist())
-            if held.stage.output.heavy and len(held.hashes):
+            if held.by_range is not None:  # key ranges: partitions P..2P-1
+                nz = np.nonzero(held.by_range)[0]
+                add(m, (nz + nparts).tolist(), held.by_range[nz].tolist())
+            if held.stage.output.heavy and held.rows:
                 # candidates only in locally large partitions: a hot key makes its partition large
-                in_big = (counts > max(2.0 * len(held.hashes) / nparts, 1.0))[held.parts]
-                if held.null_key is not None:  # a NULL key matches nothing: never a heavy hitter
-                    in_big &= ~held.null_key
-                cand = held.hashes[in_big]
+                big = counts > max(2.0 * held.rows / nparts, 1.0)
+                if not big.any():
+                    continue
+                found, found_ranges = [], []
+                for part in held.batches():
+                    in_big = big[part.parts]
+                    if part.null_key is not None:  # a NULL key matches nothing: never a heavy hitter
+                        in_big &= ~part.null_key
+                    found.append(part.hashes[in_big])
+                    if part.buckets is not None:
+                        found_ranges.append(part.buckets[in_big])
+                cand = np.concatenate(found)
                 if len(cand):
                     vc = pc.value_counts(pa.array(cand))
                     values = vc.field("values").to_numpy(zero_copy_only=False)
@@ -213,8 +343,8 @@ class SkewExchanges:
                     idx = np.argsort(-cnts, kind="stable")[:TOP_K]
                     top = values[idx]
                     ranges = None
-                    if held.buckets is not None:  # each key's range, from one of its rows
-                        cand_ranges = held.buckets[in_big]
+                    if found_ranges:  # each key's range, from one of its rows
+                        cand_ranges = np.concatenate(found_ranges)
                         ranges = [int(cand_ranges[np.argmax(cand == h)]) for h in top]
                     add(m, [-1] * len(top), cnts[idx].tolist(), top.tolist(), ranges)
         return pa.table(cols, schema=_HIST_SCHEMA)
@@ -233,20 +363,21 @@ class SkewExchanges:
             self._send(m, held, decision, spec_of(held.stage), histogram_s)
 
     def _send(self, m: int, held: _Held, d: Decision, spec: ExchangeSpec, histogram_s: float) -> None:
-        data = held.table.drop_columns([PART_COLUMN])
+        """Send ``held`` by the decision, a batch at a time (the exchange writes them as they come)."""
+        totals = {"kept": 0, "moved": 0, "kept_heavy": 0, "bcast": 0, "nulls": 0, "remote": 0}
+        schema = held.store.schema
+        data_schema = pa.schema([f for f in schema if f.name not in (PART_COLUMN, RANGE_COLUMN, NULL_COLUMN)])
         if d.whole_broadcast >= 0:  # the run-time broadcast join (see module doc)
             whole = m == d.whole_broadcast
-            empty = data.slice(0, 0)
-            addressed = {r: data if whole or r == self.rank else empty for r in range(self.world)}
-            held.report.bytes_to_others = remote_bytes(addressed, self.rank)
-            self.exchange.send(spec, addressed)
+            self.exchange.send_pieces(spec, data_schema, self._whole(held, whole, totals))
+            held.report.bytes_to_others = totals["remote"]
             held.report.skew = {
                 "partitions": held.stage.output.partitions,
                 "assignment": "run-time broadcast join",
                 "run_time": "broadcast to every rank" if whole else "kept where it is",
                 "partitions_per_rank": [0] * self.world,
-                "rows_kept_local": 0 if whole else data.num_rows,
-                "rows_moved": data.num_rows * (self.world - 1) if whole else 0,
+                "rows_kept_local": 0 if whole else held.rows,
+                "rows_moved": held.rows * (self.world - 1) if whole else 0,
                 "heavy_hitters": 0,
                 "heavy_handling": d.handling,
                 "heavy_rows_kept": 0,
@@ -254,67 +385,91 @@ class SkewExchanges:
                 "histogram_s": histogram_s,
             }
             return
-        by_range = d.by_range and held.buckets is not None
-        dest = d.assignment[held.buckets if by_range else held.parts].astype(np.int32)
-        hashes = held.hashes
-        null_rows = 0
-        if held.null_key is not None and (null_rows := int(held.null_key.sum())):
-            # an outer join's NULL keys match nothing: the preserved side's rows stay where they are, the
-            # null-supplied side's are dropped (they would come out nowhere)
-            if held.stage.output.heavy == "null_supplied":
-                live = ~held.null_key
-                data, dest, hashes = data.filter(pa.array(live)), dest[live], hashes[live]
-            else:
-                dest[held.null_key] = self.rank
-        keep = d.keep.get(m, set())
-        bcast = d.broadcast.get(m, set())
-        kept_heavy = bcast_rows = 0
-        if keep:
-            mask = np.isin(hashes, np.fromiter(keep, np.uint64, len(keep)))
-            dest[mask] = self.rank
-            for h in keep & d.holders.keys():  # kept at their holders: a rank that is none sends to the first
-                if self.rank not in d.holders[h]:
-                    away = hashes == np.uint64(h)
-                    dest[away] = d.holders[h][0]
-                    mask &= ~away
-            kept_heavy = int(mask.sum())
-        extra: list[tuple[pa.Table, tuple[int, ...]]] = []  # (rows, the ranks they all go to)
-        if bcast and len(hashes):
-            for h in sorted(bcast & d.holders.keys()):  # to the key's holders only
-                mask = hashes == np.uint64(h)
-                if mask.any():
-                    extra.append((data.filter(pa.array(mask)), d.holders[h]))
-                    data, dest, hashes = data.filter(pa.array(~mask)), dest[~mask], hashes[~mask]
-            everywhere = bcast - d.holders.keys()
-            mask = np.isin(hashes, np.fromiter(everywhere, np.uint64, len(everywhere)))
-            if mask.any():
-                extra.append((data.filter(pa.array(mask)), tuple(range(self.world))))
-                data, dest = data.filter(pa.array(~mask)), dest[~mask]
-            bcast_rows = sum(t.num_rows for t, _to in extra)
-        with_dest = data.append_column(PART_COLUMN, pa.array(dest.astype(np.int32)))
-        parts = split_by_partition(with_dest, self.world)
-        for rows, to in extra:
-            for r in to:
-                parts[r] = pa.concat_tables([parts[r], rows])
-        addressed = {r: parts[r] for r in range(self.world)}
-        held.report.bytes_to_others = remote_bytes(addressed, self.rank)
-        self.exchange.send(spec, addressed)
-        local = int((dest == self.rank).sum()) - kept_heavy
+        by_range = d.by_range and held.by_range is not None
+        self.exchange.send_pieces(spec, data_schema, self._addressed(m, held, d, by_range, totals))
+        held.report.bytes_to_others = totals["remote"]
         held.report.skew = {
             "partitions": held.stage.output.partitions,
             "assignment": "histogram+locality" + (", key ranges" if by_range else ""),
             "partitions_per_rank": np.bincount(d.assignment, minlength=self.world).tolist(),
-            "rows_kept_local": local,
-            "rows_moved": int(len(dest)) - local - kept_heavy,
+            "rows_kept_local": totals["kept"],
+            "rows_moved": totals["moved"],
             "heavy_hitters": d.heavy_count,
             "heavy_handling": d.handling,
-            "heavy_rows_kept": kept_heavy,
-            "heavy_rows_broadcast": bcast_rows,
+            "heavy_rows_kept": totals["kept_heavy"],
+            "heavy_rows_broadcast": totals["bcast"],
             "histogram_s": histogram_s,
         }
-        if null_rows:  # an outer join's NULL keys match nothing
+        if totals["nulls"]:  # an outer join's NULL keys match nothing
             what = "dropped" if held.stage.output.heavy == "null_supplied" else "kept_local"
-            held.report.skew[f"null_key_rows_{what}"] = null_rows
+            held.report.skew[f"null_key_rows_{what}"] = totals["nulls"]
+
+    def _whole(self, held: _Held, whole: bool, totals: dict[str, int]) -> Iterator[dict[int, pa.Table]]:
+        """A run-time broadcast join's member: every batch to every rank (``whole``), else kept here."""
+        for part in held.batches():
+            data, empty = part.data, part.data.slice(0, 0)
+            addressed = {r: data if whole or r == self.rank else empty for r in range(self.world)}
+            totals["remote"] += remote_bytes(addressed, self.rank)
+            yield addressed
+
+    def _addressed(
+        self, m: int, held: _Held, d: Decision, by_range: bool, totals: dict[str, int]
+    ) -> Iterator[dict[int, pa.Table]]:
+        """Each batch of ``held`` split by receiver as the decision says (module doc, step 4)."""
+        keep = d.keep.get(m, set())
+        bcast = d.broadcast.get(m, set())
+        keep_arr = np.fromiter(keep, np.uint64, len(keep))
+        everywhere = bcast - d.holders.keys()
+        everywhere_arr = np.fromiter(everywhere, np.uint64, len(everywhere))
+        for part in held.batches():
+            data, hashes = part.data, part.hashes
+            buckets = part.buckets if by_range else None
+            dest = d.assignment[buckets if buckets is not None else part.parts].astype(np.int32)
+            if part.null_key is not None and (nulls := int(part.null_key.sum())):
+                # an outer join's NULL keys match nothing: the preserved side's rows stay where they are, the
+                # null-supplied side's are dropped (they would come out nowhere)
+                totals["nulls"] += nulls
+                if held.stage.output.heavy == "null_supplied":
+                    live = ~part.null_key
+                    data, dest, hashes = data.filter(pa.array(live)), dest[live], hashes[live]
+                else:
+                    dest[part.null_key] = self.rank
+            kept_heavy = 0
+            if keep:
+                mask = np.isin(hashes, keep_arr)
+                dest[mask] = self.rank
+                for h in (
+                    keep & d.holders.keys()
+                ):  # kept at their holders: a rank that is none sends to the first
+                    if self.rank not in d.holders[h]:
+                        away = hashes == np.uint64(h)
+                        dest[away] = d.holders[h][0]
+                        mask &= ~away
+                kept_heavy = int(mask.sum())
+            extra: list[tuple[pa.Table, tuple[int, ...]]] = []  # (rows, the ranks they all go to)
+            if bcast and len(hashes):
+                for h in sorted(bcast & d.holders.keys()):  # to the key's holders only
+                    mask = hashes == np.uint64(h)
+                    if mask.any():
+                        extra.append((data.filter(pa.array(mask)), d.holders[h]))
+                        data, dest, hashes = data.filter(pa.array(~mask)), dest[~mask], hashes[~mask]
+                mask = np.isin(hashes, everywhere_arr)
+                if mask.any():
+                    extra.append((data.filter(pa.array(mask)), tuple(range(self.world))))
+                    data, dest = data.filter(pa.array(~mask)), dest[~mask]
+                totals["bcast"] += sum(t.num_rows for t, _to in extra)
+            with_dest = data.append_column(PART_COLUMN, pa.array(dest.astype(np.int32)))
+            parts = split_by_partition(with_dest, self.world)
+            for rows, to in extra:
+                for r in to:
+                    parts[r] = pa.concat_tables([parts[r], rows])
+            addressed = {r: parts[r] for r in range(self.world)}
+            totals["remote"] += remote_bytes(addressed, self.rank)
+            local = int((dest == self.rank).sum()) - kept_heavy
+            totals["kept"] += local
+            totals["moved"] += int(len(dest)) - local - kept_heavy
+            totals["kept_heavy"] += kept_heavy
+            yield addressed
 
 
 @dataclass

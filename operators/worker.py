@@ -176,7 +176,10 @@ class Worker:
         self._sink: Sink | None = None
         self._probes: dict[str, ProbeView] = {}  # predicate cache probes of native scans, by scan name
         self._skipping: dict[str, Any] = {}
-        self._skew = SkewExchanges(plan, rank, exchange, query_id)
+        folder = self.sandbox_options.get("temp_directory")
+        held = receive_limit(memory_budget) if memory_budget is not None and folder else 0
+        # a skew-aware exchange's held output past the limit waits on disk (operators/skew.py)
+        self._skew = SkewExchanges(plan, rank, exchange, query_id, folder if held else None, held)
         self._runtime = RuntimeJoins(plan, rank, exchange, query_id)
 
     def _storage(self, path: str) -> Storage:
@@ -219,6 +222,7 @@ class Worker:
                 finally:
                     for input_file in self._on_disk.values():
                         input_file.close()
+                    self._skew.close()
             result = self._result
         report.memory = {
             "budget_bytes": self.memory_budget,
@@ -499,7 +503,15 @@ class Worker:
                     else output.partition_sql
                 )
                 sql = f"SELECT *, ({part}) AS {PART_COLUMN}{key} FROM ({stage.sql}) AS t"
-                if self._skew.handles(stage):  # the column: the full key hash (operators/skew.py)
+                if self._skew.handles(stage) and self.rank in output.senders:
+                    # the column: the full key hash; held (a batch at a time, on disk past the budget's share)
+                    # until the histogram round (operators/skew.py)
+                    t = time.perf_counter()
+                    with db.batches(sql, BATCH_ROWS) as batches:
+                        self._skew.hold(stage, batches, sr, lambda s: exchange_spec(self.query_id, s))
+                    sr.send_s += time.perf_counter() - t
+                    return None
+                if self._skew.handles(stage):  # not a sender: nothing to hold
                     table = db.query(sql)
                 elif self.rank in output.senders and not self._runtime.handles(stage):
                     # read a batch at a time, each batch split and handed to the exchange as it comes: an
@@ -537,10 +549,6 @@ class Worker:
             # a run-time join: broadcast or hash from the actual size (operators/runtime_join.py)
             if self._runtime.handles(stage):
                 self._runtime.send(stage, table, sr, lambda s: exchange_spec(self.query_id, s))
-                sr.send_s += time.perf_counter() - t2
-                return table
-            if self._skew.handles(stage):  # histogram round and assignment: operators/skew.py
-                self._skew.hold(stage, table, sr, lambda s: exchange_spec(self.query_id, s))
                 sr.send_s += time.perf_counter() - t2
                 return table
             if output.kind == "hash":

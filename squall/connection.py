@@ -51,8 +51,6 @@ LOCAL_TABLES_NOTE = "local tables: the estimate models Lambda over the same file
 
 #: of a worker's memory budget, the most a broadcast join side may be (see Connection._planner_options_at)
 BROADCAST_BUDGET_SHARE = 0.25
-#: … and the most of its output a skew-aware exchange may hold on one rank (``PlannerOptions.held_limit``)
-HELD_BUDGET_SHARE = 0.25
 
 
 class Connection:
@@ -279,8 +277,7 @@ class Connection:
         share cores (more local workers than cores), with ``ranks_per_core`` set, which scales the
         skew-aware joins' threshold (see :attr:`PlannerOptions.skew_threshold`); where a worker's memory
         budget is small, with ``broadcast_limit`` at most :data:`BROADCAST_BUDGET_SHARE` of it (a broadcast side
-        is held whole by every rank, in Arrow and in DuckDB's hash table: larger ones are hash-partitioned) and
-        ``held_limit`` :data:`HELD_BUDGET_SHARE` of it (larger skew-aware exchanges keep plain, streamed hashing)."""
+        is held whole by every rank, in Arrow and in DuckDB's hash table: larger ones are hash-partitioned)."""
         options = self.planner_options
         given = options or PlannerOptions()
         share = self.platform.ranks_per_core(world_size)
@@ -289,9 +286,6 @@ class Connection:
         cap = self._broadcast_cap()
         if cap is not None and given.broadcast_limit > cap:
             options = given = dataclasses.replace(given, broadcast_limit=cap)
-        budget = getattr(self.platform, "memory_budget", None)
-        if budget and not given.held_limit:  # the caller did not set one
-            options = dataclasses.replace(given, held_limit=budget * HELD_BUDGET_SHARE)
         return options
 
     def _broadcast_cap(self) -> float | None:

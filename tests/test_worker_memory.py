@@ -162,9 +162,9 @@ def test_a_skew_aware_exchange_too_big_to_hold_keeps_plain_hashing_and_explain_s
         skew_min_bytes=0, broadcast_limit=0))  # fmt: skip
     sql = "SELECT o_orderpriority, count(*) AS n FROM lineitem JOIN orders ON l_orderkey = o_orderkey GROUP BY 1"
     try:
-        options = small._planner_options_at(2)
-        assert options is not None and options.held_limit == 512_000_000 * 0.25
-        assert "keeps plain hashing" not in small.explain(sql)  # SF 0.01 fits
+        assert "keeps plain hashing" not in small.explain(
+            sql
+        )  # no held_limit by default: held past it on disk
         tight = squall.connect(str(sf001), workers=2, worker_memory="512MB", planner_options=PlannerOptions(
             skew_min_bytes=0, broadcast_limit=0, held_limit=100_000))  # fmt: skip
         try:
@@ -193,9 +193,7 @@ def test_a_small_budget_caps_what_is_broadcast_and_explain_says_so(sf001):
             "memory budget of 488 MiB (broadcast limit 244 MiB)"
         ]
         assert small.sql(sql).fetchall() == roomy.sql(sql).fetchall()
-        roomy_options = roomy._planner_options_at(2)
-        assert roomy_options is not None and roomy_options.broadcast_limit == PlannerOptions().broadcast_limit
-        assert "join sides over" not in roomy.explain(sql)
+        assert roomy._planner_options_at(2) is None and "join sides over" not in roomy.explain(sql)
     finally:
         small.close()
         roomy.close()

@@ -135,7 +135,7 @@ def too_big_to_hold(ctx: Context, est_bytes: float) -> str:
         return ""
     return (
         f"~{megabytes(est_bytes / ctx.world)} per rank would be held until the histogram round, over "
-        f"held_limit {megabytes(limit)} (a share of each worker's memory budget)"
+        f"held_limit {megabytes(limit)}"
     )
 
 

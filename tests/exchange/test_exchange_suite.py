@@ -228,7 +228,7 @@ def test_streamed_send_and_bounded_receive(backend, limit, tmp_path):
 # --- skew-aware group exchange (squall.operators.skew): histogram round + assignment + selective broadcast
 
 
-def _skew_group(exchange, rank, world, query_id, clustered=False):
+def _skew_group(exchange, rank, world, query_id, clustered=False, folder=None):
     from types import SimpleNamespace
 
     from squall.operators.partition import PART_COLUMN, RANGE_COLUMN
@@ -274,21 +274,36 @@ def _skew_group(exchange, rank, world, query_id, clustered=False):
         return pa.table(columns)
 
     reports = {1: SimpleNamespace(skew={}), 2: SimpleNamespace(skew={})}
-    sx = SkewExchanges(plan, rank, exchange, query_id)
+    # with a folder: every member's output is held on disk (past 1 KB), read back a batch at a time
+    sx = SkewExchanges(plan, rank, exchange, query_id, folder and f"{folder}/r{rank}", 1000)
     spec_of = lambda s: ExchangeSpec(query_id, s.id, everyone, everyone, "hash")  # noqa: E731
-    sx.hold(stages[0], table(probe), reports[1], spec_of)
+    if folder:
+        Path(f"{folder}/r{rank}").mkdir()
+        probe_rows = table(probe).to_batches(max_chunksize=700)
+        sx.hold(
+            stages[0],
+            pa.RecordBatchReader.from_batches(probe_rows[0].schema, probe_rows),
+            reports[1],
+            spec_of,
+        )
+        assert [p.name[:5] for p in Path(f"{folder}/r{rank}").iterdir()] == ["held-"]
+    else:
+        sx.hold(stages[0], table(probe), reports[1], spec_of)
     assert sx.ready(stages[0]) == []
     sx.hold(stages[1], table(build), reports[2], spec_of)
+    assert not folder or not list(Path(f"{folder}/r{rank}").iterdir())  # sent: the files are gone
     got = {s.id: exchange.receive(spec_of(s)).column("k").to_pylist() for s in sx.ready(stages[1])}
     return got, {k: r.skew for k, r in reports.items()}
 
 
+@pytest.mark.parametrize("held", ["in-memory", "on-disk"])
 @pytest.mark.parametrize("clustered", [False, True], ids=["hash", "key-ranges"])
 @pytest.mark.parametrize("world", [3, 4])
-def test_skew_aware_group_exchange(backend, world, clustered):
+def test_skew_aware_group_exchange(backend, world, clustered, held, tmp_path):
     b, factory, config, query_id = _prepare(backend, world)
+    folder = str(tmp_path) if held == "on-disk" else None
     try:
-        results, _ = run_ranks(_skew_group, config, world, env=b.env, args=(query_id, clustered))
+        results, _ = run_ranks(_skew_group, config, world, env=b.env, args=(query_id, clustered, folder))
     finally:
         factory.cleanup(config)
     owner = 0 if clustered else 6 % world  # the rank the hot key's build row starts on
