@@ -194,6 +194,12 @@ class Exchange(ABC):
     def receive(self, spec: ExchangeSpec) -> pa.Table:
         """Return every row the senders of ``spec`` addressed to this rank."""
 
+    def receive_in_place(self, spec: ExchangeSpec, limit: int) -> tuple[Any, int, int] | None:
+        """When the rows addressed to this rank come to more than ``limit`` bytes and the endpoint keeps them in
+        files this process can read, (a ``pyarrow.dataset`` over them, rows, bytes): read where they are, never
+        copied or held. None otherwise (then :meth:`receive` or :meth:`receive_pieces`). Default: None."""
+        return None
+
     def receive_pieces(self, spec: ExchangeSpec) -> Iterator[pa.Table]:
         """The rows :meth:`receive` returns, in pieces (same order, same schema, same stats), for a receiver
         that writes them to disk as they come (``squall.operators.received``): an endpoint whose data arrives in

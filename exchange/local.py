@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from squall.exchange.base import (
     Exchange,
@@ -354,6 +355,29 @@ class LocalExchange(Exchange):
         received = concat(tables, None)
         self._received(spec, received.num_rows, received.nbytes)
         return received
+
+    def receive_in_place(self, spec: ExchangeSpec, limit: int) -> tuple[Any, int, int] | None:
+        """The senders' files (and this rank's own part, when held) as one dataset, when they pass ``limit``
+        (bytes: the files' sizes, LZ4-compressed on disk, plus the own part's Arrow bytes)."""
+        folder = self._dir(spec)
+        self._wait(spec, folder)
+        own = self._own.get(spec.exchange_id) if self.rank in spec.senders else None
+        paths = [
+            str(self._path(spec, folder, s))
+            for s in sorted(spec.senders)
+            if not (s == self.rank and own is not None)
+        ]
+        nbytes = sum(os.path.getsize(p) for p in paths) + (own.nbytes if own is not None else 0)
+        if nbytes <= limit:
+            return None
+        files = ds.dataset(paths, format="ipc")
+        data = files if own is None else ds.dataset([ds.dataset(own), files])
+        rows = data.count_rows()
+        if own is not None:
+            self._own.pop(spec.exchange_id)
+        self._stats.count("read", len(paths))
+        self._received(spec, rows, nbytes)
+        return data, rows, nbytes
 
     def receive_pieces(self, spec: ExchangeSpec) -> Iterator[pa.Table]:
         """Each sender's part a record batch at a time, read into memory (not mapped: a piece's memory is

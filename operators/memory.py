@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +77,58 @@ def folder_bytes(path: str) -> int:
     return total
 
 
+#: a worker past its budget stops its stage when the machine has less than this share of its memory left
+MACHINE_RESERVE = 0.05
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux ``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def machine_short() -> bool:
+    """Whether the machine has less than :data:`MACHINE_RESERVE` of its memory available."""
+    try:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        total, available = (int(info[k].split()[0]) for k in ("MemTotal", "MemAvailable"))
+    except (OSError, KeyError, ValueError):
+        return False
+    return available < MACHINE_RESERVE * total
+
+
 class SpillWatch:
     """The most bytes a spill folder held while the block ran (sampled every ``every_s`` seconds on a thread of
-    its own, and once at the end)."""
+    its own, and once at the end). With a ``budget`` and a ``stop`` (DuckDB's interrupt) it also guards the
+    machine: a worker past its budget while the machine runs out of memory (:func:`machine_short`) is stopped
+    (``over`` holds what it held), so that the stage fails in one line rather than the kernel stalling or
+    killing processes."""
 
-    def __init__(self, folder: str | None, every_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        folder: str | None,
+        every_s: float = 0.05,
+        budget: int | None = None,
+        stop: Callable[[], None] | None = None,
+    ) -> None:
         self.folder, self.every_s, self.most = folder, every_s, 0
+        self.budget, self.stop, self.over = budget, stop, 0
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _sample(self) -> None:
         assert self.folder is not None
         self.most = max(self.most, folder_bytes(self.folder))
+        if (
+            self.budget
+            and self.stop is not None
+            and (held := resident_bytes()) > self.budget
+            and machine_short()
+        ):
+            self.over = max(self.over, held)
+            self.stop()
 
     def _watch(self) -> None:
         while not self._done.wait(self.every_s):
@@ -117,6 +158,15 @@ def budget_exceeded(err: BaseException, stage: int, rank: int, budget: int | Non
     return (
         f"stage {stage} on rank {rank} needs more memory than {within}, even spilling to disk (DuckDB: {what}); "
         "give each worker more memory (--worker-memory / worker_memory=) or use more workers"
+    )
+
+
+def machine_out_of_memory(stage: int, rank: int, budget: int, held: int) -> str:
+    """The one-line message of a stage stopped past its budget while the machine ran out of memory."""
+    return (
+        f"stage {stage} on rank {rank} held {human_bytes(held)}, past its memory budget of {human_bytes(budget)}, "
+        "while the machine ran out of memory, and was stopped; give each worker more memory (--worker-memory / "
+        "worker_memory=), use fewer workers per machine, or run it where there is more memory"
     )
 
 

@@ -5,13 +5,16 @@ bytes stay within :func:`receive_limit` the pieces are held as one Arrow table, 
 return it. Past the limit every piece, the held ones first, is written to an Arrow IPC file (LZ4) in the worker's
 spill folder (the one DuckDB spills to, counted in ``spilled_bytes``), and the stage reads the input from
 there as a ``pyarrow.dataset`` (DuckDB scans it a batch at a time; nothing of it is held whole). The file is
-removed once the input's last stage ran (:meth:`Received.close`).
+removed once the input's last stage ran (:meth:`Received.close`). An exchange that keeps the input in files
+already (local: its query folder) is read there instead, with no copy
+(:meth:`~squall.exchange.base.Exchange.receive_in_place`).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,8 @@ class Received:
     rows: int
     nbytes: int
     path: str | None = None
+    #: read from disk, not held: a file of its own (``path``) or the exchange's files (``receive_in_place``)
+    on_disk: bool = False
 
     def close(self) -> None:
         """Remove the input's file, if it has one."""
@@ -52,28 +57,40 @@ class Received:
 
 def receive_within(exchange: Exchange, spec: ExchangeSpec, limit: int, folder: str) -> Received:
     """Receive ``spec`` holding at most ``limit`` bytes of it in memory; the rest goes to a file in ``folder``."""
+    return gather(exchange.receive_pieces(spec), limit, folder, f"received-x{spec.exchange_id}")
+
+
+def gather(
+    pieces: Iterable[pa.Table | pa.RecordBatch],
+    limit: int,
+    folder: str,
+    prefix: str,
+    schema: pa.Schema | None = None,
+) -> Received:
+    """``pieces`` (of one schema) held in memory while they stay within ``limit`` bytes, else all of them in an LZ4
+    Arrow file ``<folder>/<prefix>-….arrow`` read back as a dataset; ``schema`` when there may be no piece."""
     held: list[pa.Table] = []
     rows = size = 0
-    schema: pa.Schema | None = None
     path: Path | None = None
     sink: pa.NativeFile | None = None
     writer: pa.ipc.RecordBatchFileWriter | None = None
     try:
-        for piece in exchange.receive_pieces(spec):
-            schema = piece.schema
-            rows, size = rows + piece.num_rows, size + piece.nbytes
+        for piece in pieces:
+            table = pa.Table.from_batches([piece]) if isinstance(piece, pa.RecordBatch) else piece
+            schema = table.schema
+            rows, size = rows + table.num_rows, size + table.nbytes
             if writer is None:
-                held.append(piece)
+                held.append(table)
                 if size <= limit:
                     continue
-                path = Path(folder) / f"received-x{spec.exchange_id}-{uuid.uuid4().hex[:12]}.arrow"
+                path = Path(folder) / f"{prefix}-{uuid.uuid4().hex[:12]}.arrow"
                 sink = pa.OSFile(str(path), "wb")
                 writer = pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
-                pieces, held = held, []
+                tables, held = held, []
             else:
-                pieces = [piece]
-            for table in pieces:
-                writer.write_table(table, max_chunksize=BATCH_ROWS)
+                tables = [table]
+            for one in tables:
+                writer.write_table(one, max_chunksize=BATCH_ROWS)
         if writer is not None:
             writer.close()
     except BaseException:
@@ -85,4 +102,4 @@ def receive_within(exchange: Exchange, spec: ExchangeSpec, limit: int, folder: s
             sink.close()
     if path is None:
         return Received(concat(held, schema), rows, size)
-    return Received(ds.dataset(str(path), format="ipc"), rows, size, str(path))
+    return Received(ds.dataset(str(path), format="ipc"), rows, size, str(path), on_disk=True)

@@ -47,6 +47,13 @@ hashing both members (its bytes * (W - 1) < the other member's bytes), that memb
 rank and the other member's rows stay on the rank that holds them: a broadcast join decided from actual
 sizes, where the planner's estimates had said to hash both sides.
 
+Held output: a member's rows come from DuckDB a batch at a time; the histogram's counts are taken as they
+come, and the batches are held in memory up to the worker's limit (a quarter of its memory budget past the
+runtime, :func:`squall.operators.received.receive_limit`), past it in an LZ4 Arrow file in its spill folder
+(:class:`_Store`); step 4 reads them back a batch at a time and hands each batch, split by the decision, to the
+exchange (``Exchange.send_pieces``), so the exchange holds no more than the output itself does. Finding heavy
+hitters reads the held rows once more, only when a partition is locally large.
+
 Each member's :class:`~squall.operators.worker.StageReport` gets a ``skew`` dict (partitions, the
 assignment, rows kept local / moved, heavy hitters and how they were handled) that the driver merges
 into ``Result.stats["exchanges"]``.
@@ -257,9 +264,10 @@ class SkewExchanges:
         rows: pa.Table | pa.RecordBatchReader,
         report: Any,
         spec_of: Callable[[Stage], ExchangeSpec],
-    ) -> None:
+    ) -> float:
         """Keep ``stage``'s output (a table, or DuckDB's batches as they come: held in memory up to the limit,
-        then on disk); after the group's last member, run the histogram round and send all."""
+        then on disk); after the group's last member, run the histogram round and send all. Returns the
+        seconds the histogram round and the sending took (0 before the last member)."""
         group = self._group_of[stage.id]
         out = stage.output
         held = _Held(stage, report, _Store(rows.schema, self.folder, self.limit))
@@ -281,13 +289,16 @@ class SkewExchanges:
                     held.by_range += np.bincount(part.buckets[live], minlength=out.partitions)
             held.store.finish()
             report.rows_out, report.bytes_out = held.rows, held.sending
-            if stage.id == self.groups[group][-1]:
-                self._flush(group, self._held[group], spec_of)
+            if stage.id != self.groups[group][-1]:
+                return 0.0
+            t0 = time.perf_counter()
+            self._flush(group, self._held[group], spec_of)
         except BaseException:
             self.close()
             raise
-        for member in self._held.pop(group, []) if stage.id == self.groups[group][-1] else ():
+        for member in self._held.pop(group):
             member.store.close()
+        return time.perf_counter() - t0
 
     def close(self) -> None:
         """Let go of every held output (a failed query: their files removed)."""

@@ -31,9 +31,16 @@ import pyarrow.dataset as ds
 
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
-from squall.operators.duck import ParquetView, Sandbox, duck_type, file_read_select, ident
+from squall.operators.duck import ParquetView, Sandbox, duck_type, file_read_select, ident, interrupted
 from squall.operators.faults import after_write, before_stage, faults_from_env, scan_delay
-from squall.operators.memory import PeakMemory, SpillWatch, budget_exceeded, disk_full, out_of_disk
+from squall.operators.memory import (
+    PeakMemory,
+    SpillWatch,
+    budget_exceeded,
+    disk_full,
+    machine_out_of_memory,
+    out_of_disk,
+)
 from squall.operators.partition import (
     BATCH_ROWS,
     NULL_COLUMN,
@@ -44,7 +51,7 @@ from squall.operators.partition import (
     split_range_sql,
 )
 from squall.operators.rangepart import range_parts
-from squall.operators.received import Received, receive_limit, receive_within
+from squall.operators.received import Received, gather, receive_limit, receive_within
 from squall.operators.runtime_join import RuntimeJoins
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.sinks import Sink, sink_for
@@ -181,6 +188,7 @@ class Worker:
         # a skew-aware exchange's held output past the limit waits on disk (operators/skew.py)
         self._skew = SkewExchanges(plan, rank, exchange, query_id, folder if held else None, held)
         self._runtime = RuntimeJoins(plan, rank, exchange, query_id)
+        self._guard = SpillWatch(None)  # run()'s: the spill folder's size and the machine's memory
 
     def _storage(self, path: str) -> Storage:
         scheme = scheme_of(path)
@@ -215,8 +223,13 @@ class Worker:
         ) as db:
             with (
                 abort_watch(self.exchange, db),
-                SpillWatch(self.sandbox_options.get("temp_directory")) as spill,
+                SpillWatch(
+                    self.sandbox_options.get("temp_directory"),
+                    budget=self.memory_budget,
+                    stop=db.con.interrupt,
+                ) as spill,
             ):
+                self._guard = spill
                 try:
                     self._run_stages(db, views, received, report)
                 finally:
@@ -274,17 +287,30 @@ class Worker:
                 raise ExchangeAborted(f"query aborted before stage {stage.id}")
             try:
                 self._stage_and_receive(stage, db, views, received, reports)
-            except (duckdb.OutOfMemoryException, MemoryError) as exc:
-                raise QueryRuntimeError(
-                    budget_exceeded(exc, stage.id, self.rank, self.memory_budget)
-                ) from None
-            except OSError as exc:
-                if not disk_full(exc):
+            except Exception as exc:
+                said = self._one_line(exc, stage)
+                if said is exc:
                     raise
-                folder = self.sandbox_options.get("temp_directory") or "the temp folder"
-                raise QueryRuntimeError(out_of_disk(stage.id, self.rank, folder)) from None
+                raise said from None
+            if self._guard.over:  # stopped past its budget where nothing could be interrupted
+                raise self._one_line(MemoryError(), stage)
             if self.on_stage is not None:
                 self.on_stage(stage.id)
+
+    def _one_line(self, exc: Exception, stage: Stage) -> Exception:
+        """The error a stage's failure raises: one line for running out of memory (the budget, or the machine
+        past it: the guard stopped it) or disk; ``exc`` itself otherwise."""
+        if self._guard.over and (interrupted(exc) or isinstance(exc, MemoryError)):
+            assert self.memory_budget is not None
+            return QueryRuntimeError(
+                machine_out_of_memory(stage.id, self.rank, self.memory_budget, self._guard.over)
+            )
+        if isinstance(exc, (duckdb.OutOfMemoryException, MemoryError)):
+            return QueryRuntimeError(budget_exceeded(exc, stage.id, self.rank, self.memory_budget))
+        if isinstance(exc, OSError) and disk_full(exc):
+            folder = self.sandbox_options.get("temp_directory") or "the temp folder"
+            return QueryRuntimeError(out_of_disk(stage.id, self.rank, folder))
+        return exc
 
     def _stage_and_receive(
         self,
@@ -310,7 +336,7 @@ class Worker:
                 rr.receive_s += time.perf_counter() - t0
                 rr.rows_received, rr.bytes_received = got.rows, got.nbytes
                 received[ready.id] = got.data
-                if got.path is not None:
+                if got.on_disk:
                     self._on_disk[ready.id] = got
                     self._received_to_disk += got.nbytes
 
@@ -334,13 +360,28 @@ class Worker:
             self.exchange.send_pieces(exchange_spec(self.query_id, stage), schema, addressed(batches))
         sr.compute_s += time.perf_counter() - t0 - sr.partition_s
 
+    def _kept(self, db: Sandbox, sql: str, prefix: str) -> Received:
+        """The rows of ``sql`` (a scan a join filter kept): past the budget's share on disk, as received inputs."""
+        folder = self.sandbox_options.get("temp_directory")
+        if self.memory_budget is None or folder is None:
+            table = db.query(sql)
+            return Received(table, table.num_rows, table.nbytes)
+        with db.batches(sql, BATCH_ROWS) as rows:
+            return gather(rows, receive_limit(self.memory_budget), folder, prefix, rows.schema)
+
     def _receive(self, spec: ExchangeSpec) -> Received:
         """``spec``'s rows for this rank: held within the budget's share, past it on disk (operators/received.py)."""
         folder = self.sandbox_options.get("temp_directory")
         if self.memory_budget is None or folder is None:
             got = self.exchange.receive(spec)
             return Received(got, got.num_rows, got.nbytes)
-        return receive_within(self.exchange, spec, receive_limit(self.memory_budget), folder)
+        limit = receive_limit(self.memory_budget)
+        if (
+            in_place := self.exchange.receive_in_place(spec, limit)
+        ) is not None:  # read where the exchange keeps it
+            data, rows, nbytes = in_place
+            return Received(data, rows, nbytes, on_disk=True)
+        return receive_within(self.exchange, spec, limit, folder)
 
     def _write(self, stage: Stage, db: Sandbox) -> pa.Table:
         """A write plan's result stage: its rows stream from the stage's SQL into this rank's staged files
@@ -490,10 +531,12 @@ class Worker:
         filtered: list[str] = []
         try:
             for label, pre_sql, post_sql, name in stage.join_filters:  # see Stage.join_filters
-                kept = db.query(post_sql)
-                db.register(name, kept)
+                kept = self._kept(db, post_sql, f"kept-s{stage.id}")
+                db.register(name, kept.data)
                 filtered.append(name)
-                sr.join_filters[label] = [_count(db, pre_sql), kept.num_rows]
+                if kept.on_disk:
+                    done.append(kept)
+                sr.join_filters[label] = [_count(db, pre_sql), kept.rows]
             if output.kind == "hash" and not self._runtime.stays_here(stage):
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
                 key += f", ({output.null_sql}) AS {NULL_COLUMN}" if output.null_sql else ""
@@ -508,8 +551,11 @@ class Worker:
                     # until the histogram round (operators/skew.py)
                     t = time.perf_counter()
                     with db.batches(sql, BATCH_ROWS) as batches:
-                        self._skew.hold(stage, batches, sr, lambda s: exchange_spec(self.query_id, s))
-                    sr.send_s += time.perf_counter() - t
+                        sent_s = self._skew.hold(
+                            stage, batches, sr, lambda s: exchange_spec(self.query_id, s)
+                        )
+                    sr.send_s += sent_s  # the histogram round and the sending: after the group's last member
+                    sr.compute_s += time.perf_counter() - t - sent_s
                     return None
                 if self._skew.handles(stage):  # not a sender: nothing to hold
                     table = db.query(sql)

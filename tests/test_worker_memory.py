@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -197,3 +198,23 @@ def test_a_small_budget_caps_what_is_broadcast_and_explain_says_so(sf001):
     finally:
         small.close()
         roomy.close()
+
+
+def test_a_worker_past_its_budget_is_stopped_when_the_machine_runs_short(tmp_path, monkeypatch):
+    """The guard in SpillWatch: past the budget alone it lets the worker go on (the machine has room); past it
+    while the machine has under 5 % left it stops the stage, and the worker says so in one line."""
+    import squall.operators.memory as memory
+
+    stops: list[bool] = []
+    with memory.SpillWatch(str(tmp_path), every_s=0.01, budget=1, stop=lambda: stops.append(True)) as roomy:
+        time.sleep(0.05)
+    assert roomy.over == 0 and not stops
+    monkeypatch.setattr(memory, "machine_short", lambda: True)
+    with memory.SpillWatch(str(tmp_path), every_s=0.01, budget=1, stop=lambda: stops.append(True)) as short:
+        time.sleep(0.05)
+    assert short.over > 1 and stops
+    message = memory.machine_out_of_memory(4, 1, 512 << 20, 3 << 30)
+    assert message.startswith(
+        "stage 4 on rank 1 held 3 GiB, past its memory budget of 512 MiB, while the machine"
+    )
+    assert "\n" not in message and "--worker-memory" in message

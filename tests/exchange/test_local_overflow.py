@@ -66,3 +66,21 @@ def test_a_large_streamed_send_is_written_as_it_comes_own_part_too_on_disk_past_
         assert exchange.receive(spec) == pa.concat_tables([_table(3), _table(2, 7)])
     finally:
         factory.cleanup(config)
+
+
+def test_an_input_past_the_limit_is_read_in_place_from_the_senders_files(tmp_path):
+    factory = LocalExchangeFactory(root=tmp_path)
+    config = factory.prepare("q4", 2)
+    a, b = open_exchange(config, 0, 2), open_exchange(config, 1, 2)
+    spec = ExchangeSpec("q4", 1, (0, 1), (0, 1), "hash")
+    a.send(spec, {0: _table(3), 1: _table(4, 100)})
+    b.send(spec, {0: _table(2, 200), 1: _table(5, 300)})
+    try:
+        assert b.receive_in_place(spec, 1 << 30) is None  # within the limit: held as usual
+        data, rows, nbytes = b.receive_in_place(spec, 0)
+        assert rows == 9 and nbytes > 0 and not b._own  # its own part too, handed over
+        assert data.to_table().sort_by("id") == pa.concat_tables([_table(4, 100), _table(5, 300)])
+        assert a.receive(spec).sort_by("id") == pa.concat_tables([_table(3), _table(2, 200)])
+        assert b.stats().rows_received == 9
+    finally:
+        factory.cleanup(config)
