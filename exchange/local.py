@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from squall.exchange.base import (
     Exchange,
@@ -370,6 +369,8 @@ class LocalExchange(Exchange):
         nbytes = sum(os.path.getsize(p) for p in paths) + (own.nbytes if own is not None else 0)
         if nbytes <= limit:
             return None
+        import pyarrow.dataset as ds  # ~0.2 s to import: only for an input this big
+
         files = ds.dataset(paths, format="ipc")
         data = files if own is None else ds.dataset([ds.dataset(own), files])
         rows = data.count_rows()

@@ -17,13 +17,16 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from squall.exchange.base import Exchange, ExchangeSpec, concat
 from squall.operators.memory import RUNTIME_BYTES
 from squall.operators.partition import BATCH_ROWS
+
+if TYPE_CHECKING:  # pyarrow.dataset costs ~0.2 s to import: only when an input goes to disk
+    import pyarrow.dataset as ds
 
 #: of a worker's budget past the runtime's, the most one received input is held in memory
 RECEIVED_SHARE = 0.25
@@ -102,4 +105,6 @@ def gather(
             sink.close()
     if path is None:
         return Received(concat(held, schema), rows, size)
+    import pyarrow.dataset as ds
+
     return Received(ds.dataset(str(path), format="ipc"), rows, size, str(path), on_disk=True)

@@ -22,12 +22,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute
-import pyarrow.dataset as ds
 
 from squall.errors import QueryRuntimeError
 from squall.exchange.base import Exchange, ExchangeAborted, ExchangeSpec
@@ -61,6 +60,9 @@ from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.operators.write import write_part
 from squall.plan import ExchangeInput, Plan, ScanInput, Stage
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 # DuckDB errors caused by the data or the query's own logic: the user's to fix.
 USER_RUNTIME = (  # DuckDB errors that are the query's fault (a bad cast, …), not the engine's
