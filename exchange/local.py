@@ -287,7 +287,9 @@ class LocalExchange(Exchange):
         with ExitStack() as stack:
             writers = {
                 r: stack.enter_context(
-                    pa.ipc.new_file(stack.enter_context(pa.OSFile(str(p.tmp), "wb")), schema)
+                    pa.ipc.new_file(
+                        stack.enter_context(pa.OSFile(str(p.tmp), "wb")), schema, options=p.options()
+                    )
                 )
                 for r, p in placed.items()
             }

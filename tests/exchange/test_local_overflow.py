@@ -84,3 +84,18 @@ def test_an_input_past_the_limit_is_read_in_place_from_the_senders_files(tmp_pat
         assert b.stats().rows_received == 9
     finally:
         factory.cleanup(config)
+
+
+def test_a_streamed_output_on_disk_is_lz4_compressed(tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "STREAM_HELD_BYTES", 0)
+    factory = LocalExchangeFactory(root=tmp_path, memory_limit=1 << 40)
+    config = factory.prepare("q5", 1)
+    exchange = open_exchange(config, 0, 1)
+    spec = ExchangeSpec("q5", 1, (0,), (0,), "hash")
+    zeros = pa.table({"z": pa.array([0] * 100_000, pa.int64())})
+    exchange.send_pieces(spec, zeros.schema, iter([{0: zeros}, {0: zeros}]))
+    try:
+        assert os.path.getsize(tmp_path / "q5" / "x1" / "s0-r0.arrow") < zeros.nbytes / 10  # 1.6 MB of zeros
+        assert exchange.receive(spec).num_rows == 200_000
+    finally:
+        factory.cleanup(config)
