@@ -400,14 +400,23 @@ def _run_benchmark(
 def test_benchmark_runs_and_agrees(sf001: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     argv = ["--sf", str(SF), "--data", str(sf001), "--workers", "2", "--queries", "1,6,13", "--repeat", "2"]
     status, text = _run_benchmark(monkeypatch, argv)
-    lines = text.strip().splitlines()
+    header, *lines = text.strip().splitlines()
     assert status == 0, text
+    assert header.startswith("DuckDB memory_limit ") and header.endswith(" MiB (Squall's local share)")
     assert [line[:3] for line in lines[:3]] == ["Q01", "Q06", "Q13"]
     assert all(
         " squall " in line and " duckdb " in line and " ratio " in line and line.endswith("  ok")
         for line in lines[:3]
     )
     assert lines[-1].startswith("geomean ratio squall/duckdb: ")
+
+
+def test_benchmark_without_a_warm_up_checks_its_one_run(sf001: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["--sf", str(SF), "--data", str(sf001), "--queries", "4", "--no-warmup"]
+    status, text = _run_benchmark(monkeypatch, argv, corrupt="o_orderpriority")
+    assert status == 1 and "Q04" in text and "DIFFERS" in text and "timed run" not in text, text
+    status, text = _run_benchmark(monkeypatch, argv)
+    assert status == 0 and text.strip().splitlines()[1].endswith("  ok"), text
 
 
 def test_benchmark_fails_on_a_wrong_result(sf001: Path, monkeypatch: pytest.MonkeyPatch) -> None:
