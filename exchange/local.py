@@ -22,7 +22,8 @@ it and hands it to the same rank's receive (no copy in the folder's memory, ``/d
 A folder in memory (``/dev/shm``) is RAM that no worker's memory budget counts: once the file system holds
 ``memory_limit`` bytes (default :data:`MEMORY_SHARE` of the machine's memory when the root is in memory), a
 sender writes its file on disk instead (``overflow``: ``<temp>/squall-<driver pid>-exchange/<query_id>/``,
-removed with the query; a killed driver's by the next one's sweep) and links it into the query folder under the same name, so receivers find it where they always do.
+removed with the query; a killed driver's by the next one's sweep) and links it into the query folder under
+the same name, so receivers find it where they always do.
 A stage's output streamed by :meth:`LocalExchange.send_pieces` past :data:`STREAM_HELD_BYTES` is written as it
 comes, its rank's own part too, and on disk when the folder's memory has a limit.
 """

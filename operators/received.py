@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,6 +48,16 @@ class Received:
     #: read from disk, not held: a file of its own (``path``) or the exchange's files (``receive_in_place``)
     on_disk: bool = False
 
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows a record batch at a time (from its own file: one batch read at a time)."""
+        if self.path is None:
+            yield from self.data.to_batches()
+            return
+        with pa.OSFile(self.path) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
     def close(self) -> None:
         """Remove the input's file, if it has one."""
         if self.path is not None:
@@ -66,12 +76,13 @@ def receive_within(exchange: Exchange, spec: ExchangeSpec, limit: int, folder: s
 def gather(
     pieces: Iterable[pa.Table | pa.RecordBatch],
     limit: int,
-    folder: str,
+    folder: str | None,
     prefix: str,
     schema: pa.Schema | None = None,
 ) -> Received:
     """``pieces`` (of one schema) held in memory while they stay within ``limit`` bytes, else all of them in an LZ4
-    Arrow file ``<folder>/<prefix>-….arrow`` read back as a dataset; ``schema`` when there may be no piece."""
+    Arrow file ``<folder>/<prefix>-….arrow`` read back as a dataset (``folder`` None: all held); ``schema`` when
+    there may be no piece."""
     held: list[pa.Table] = []
     rows = size = 0
     path: Path | None = None
@@ -84,7 +95,7 @@ def gather(
             rows, size = rows + table.num_rows, size + table.nbytes
             if writer is None:
                 held.append(table)
-                if size <= limit:
+                if folder is None or size <= limit:
                     continue
                 path = Path(folder) / f"{prefix}-{uuid.uuid4().hex[:12]}.arrow"
                 sink = pa.OSFile(str(path), "wb")

@@ -50,7 +50,7 @@ sizes, where the planner's estimates had said to hash both sides.
 Held output: a member's rows come from DuckDB a batch at a time; the histogram's counts are taken as they
 come, and the batches are held in memory up to the worker's limit (a quarter of its memory budget past the
 runtime, :func:`squall.operators.received.receive_limit`), past it in an LZ4 Arrow file in its spill folder
-(:class:`_Store`); step 4 reads them back a batch at a time and hands each batch, split by the decision, to the
+(:func:`squall.operators.received.gather`, as received inputs are); step 4 reads them back a batch at a time and hands each batch, split by the decision, to the
 exchange (``Exchange.send_pieces``), so the exchange holds no more than the output itself does. Finding heavy
 hitters reads the held rows once more, only when a partition is locally large.
 
@@ -62,10 +62,8 @@ into ``Result.stats["exchanges"]``.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,6 +72,7 @@ import pyarrow.compute as pc
 
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.partition import NULL_COLUMN, PART_COLUMN, RANGE_COLUMN, split_by_partition
+from squall.operators.received import Received, gather
 from squall.operators.skew_assign import SLACK, assign, loads
 from squall.plan import Output, Plan, Stage
 
@@ -115,12 +114,12 @@ class _Rows:
 
 @dataclass
 class _Held:
-    """A member's output, held until the histogram round (batches in memory, or an LZ4 Arrow file past the
-    limit: :class:`_Store`), with the counts the histogram needs, taken as the batches came."""
+    """A member's output, held until the histogram round (in memory, or in an LZ4 Arrow file past the limit:
+    :func:`~squall.operators.received.gather`), with the counts the histogram needs, taken as the batches came."""
 
     stage: Stage
     report: Any  # the member's StageReport
-    store: _Store
+    kept: Received | None = None  # the rows (set once they all came)
     rows: int = 0
     sending: int = 0  # Arrow bytes it would send (without the extra columns)
     nulls: int = 0
@@ -128,8 +127,28 @@ class _Held:
     by_range: np.ndarray | None = None  # rows per key range
 
     def batches(self) -> Iterator[_Rows]:
-        for batch in self.store.batches():
+        assert self.kept is not None
+        for batch in self.kept.batches():
             yield _derive(batch, self.stage.output)
+
+    def count(self, batch: pa.RecordBatch) -> None:
+        """Add ``batch``'s rows to the histogram's counts."""
+        out = self.stage.output
+        part = _derive(batch, out)
+        self.rows += part.data.num_rows
+        self.sending += part.data.nbytes
+        live = slice(None) if part.null_key is None else ~part.null_key
+        if part.null_key is not None:
+            self.nulls += int(part.null_key.sum())
+        self.counts += np.bincount(part.parts[live], minlength=out.partitions)
+        if self.by_range is not None and part.buckets is not None:
+            self.by_range += np.bincount(part.buckets[live], minlength=out.partitions)
+
+    def close(self) -> None:
+        """Let go of the rows (their file removed)."""
+        if self.kept is not None:
+            self.kept.close()
+            self.kept = None
 
 
 def _derive(batch: pa.RecordBatch, out: Output) -> _Rows:
@@ -148,59 +167,6 @@ def _derive(batch: pa.RecordBatch, out: Output) -> _Rows:
     parts = (hashes % np.uint64(out.partitions)).astype(np.int32)
     data = pa.Table.from_batches([batch]).drop_columns(drop)
     return _Rows(data, hashes, parts, buckets, null_key)
-
-
-class _Store:
-    """Record batches held in memory while they stay within ``limit`` bytes, then (all of them) in an LZ4 Arrow
-    IPC file in ``folder``, read back a batch at a time; ``folder`` None: always in memory."""
-
-    def __init__(self, schema: pa.Schema, folder: str | None, limit: int) -> None:
-        self.schema, self.folder, self.limit = schema, folder, limit
-        self.held: list[pa.RecordBatch] = []
-        self.nbytes = 0
-        self.path: Path | None = None
-        self._sink: pa.NativeFile | None = None
-        self._writer: pa.ipc.RecordBatchFileWriter | None = None
-
-    def add(self, batch: pa.RecordBatch) -> None:
-        self.nbytes += batch.nbytes
-        if self._writer is not None:
-            self._writer.write_batch(batch)
-            return
-        self.held.append(batch)
-        if self.folder is not None and self.nbytes > self.limit:
-            self.path = Path(self.folder) / f"held-{uuid.uuid4().hex[:12]}.arrow"
-            self._sink = pa.OSFile(str(self.path), "wb")
-            options = pa.ipc.IpcWriteOptions(compression="lz4")
-            self._writer = pa.ipc.new_file(self._sink, self.schema, options=options)
-            for held in self.held:
-                self._writer.write_batch(held)
-            self.held = []
-
-    def finish(self) -> None:
-        """No more batches come."""
-        if self._writer is not None:
-            self._writer.close()
-            assert self._sink is not None
-            self._sink.close()
-            self._writer = self._sink = None
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        if self.path is None:
-            yield from self.held
-            return
-        with pa.OSFile(str(self.path)) as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-
-    def close(self) -> None:
-        """Let go of the rows (the file removed)."""
-        self.finish()
-        self.held = []
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
-            self.path = None
 
 
 def remote_bytes(addressed: dict[int, pa.Table], rank: int) -> int:
@@ -270,24 +236,19 @@ class SkewExchanges:
         seconds the histogram round and the sending took (0 before the last member)."""
         group = self._group_of[stage.id]
         out = stage.output
-        held = _Held(stage, report, _Store(rows.schema, self.folder, self.limit))
+        held = _Held(stage, report)
         held.counts = np.zeros(out.partitions, np.int64)
         held.by_range = np.zeros(out.partitions, np.int64) if out.range_sql else None
         self._held.setdefault(group, []).append(held)
         batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
-        try:
+
+        def counted() -> Iterator[pa.RecordBatch]:  # the histogram's counts, as the batches come
             for batch in batches:
-                held.store.add(batch)
-                part = _derive(batch, out)  # the histogram's counts, as the batches come
-                held.rows += part.data.num_rows
-                held.sending += part.data.nbytes
-                live = slice(None) if part.null_key is None else ~part.null_key
-                if part.null_key is not None:
-                    held.nulls += int(part.null_key.sum())
-                held.counts += np.bincount(part.parts[live], minlength=out.partitions)
-                if held.by_range is not None and part.buckets is not None:
-                    held.by_range += np.bincount(part.buckets[live], minlength=out.partitions)
-            held.store.finish()
+                held.count(batch)
+                yield batch
+
+        try:
+            held.kept = gather(counted(), self.limit, self.folder, "held", rows.schema)
             report.rows_out, report.bytes_out = held.rows, held.sending
             if stage.id != self.groups[group][-1]:
                 return 0.0
@@ -297,14 +258,14 @@ class SkewExchanges:
             self.close()
             raise
         for member in self._held.pop(group):
-            member.store.close()
+            member.close()
         return time.perf_counter() - t0
 
     def close(self) -> None:
         """Let go of every held output (a failed query: their files removed)."""
         for members in self._held.values():
             for member in members:
-                member.store.close()
+                member.close()
         self._held.clear()
 
     # --- the group's exchange ------------------------------------------------------------------------
@@ -376,7 +337,8 @@ class SkewExchanges:
     def _send(self, m: int, held: _Held, d: Decision, spec: ExchangeSpec, histogram_s: float) -> None:
         """Send ``held`` by the decision, a batch at a time (the exchange writes them as they come)."""
         totals = {"kept": 0, "moved": 0, "kept_heavy": 0, "bcast": 0, "nulls": 0, "remote": 0}
-        schema = held.store.schema
+        assert held.kept is not None
+        schema = held.kept.data.schema
         data_schema = pa.schema([f for f in schema if f.name not in (PART_COLUMN, RANGE_COLUMN, NULL_COLUMN)])
         if d.whole_broadcast >= 0:  # the run-time broadcast join (see module doc)
             whole = m == d.whole_broadcast

@@ -185,10 +185,13 @@ class Worker:
         self._sink: Sink | None = None
         self._probes: dict[str, ProbeView] = {}  # predicate cache probes of native scans, by scan name
         self._skipping: dict[str, Any] = {}
-        folder = self.sandbox_options.get("temp_directory")
-        held = receive_limit(memory_budget) if memory_budget is not None and folder else 0
-        # a skew-aware exchange's held output past the limit waits on disk (operators/skew.py)
-        self._skew = SkewExchanges(plan, rank, exchange, query_id, folder if held else None, held)
+        #: where received inputs, kept scans and skew-aware exchanges' held output go past ``_held_limit`` bytes:
+        #: the spill folder (None: no budget, all held; operators/received.py)
+        self._disk: str | None = (
+            self.sandbox_options.get("temp_directory") if memory_budget is not None else None
+        )
+        self._held_limit = receive_limit(memory_budget) if memory_budget is not None and self._disk else 0
+        self._skew = SkewExchanges(plan, rank, exchange, query_id, self._disk, self._held_limit)
         self._runtime = RuntimeJoins(plan, rank, exchange, query_id)
         self._guard = SpillWatch(None)  # run()'s: the spill folder's size and the machine's memory
 
@@ -364,26 +367,22 @@ class Worker:
 
     def _kept(self, db: Sandbox, sql: str, prefix: str) -> Received:
         """The rows of ``sql`` (a scan a join filter kept): past the budget's share on disk, as received inputs."""
-        folder = self.sandbox_options.get("temp_directory")
-        if self.memory_budget is None or folder is None:
+        if self._disk is None:
             table = db.query(sql)
             return Received(table, table.num_rows, table.nbytes)
         with db.batches(sql, BATCH_ROWS) as rows:
-            return gather(rows, receive_limit(self.memory_budget), folder, prefix, rows.schema)
+            return gather(rows, self._held_limit, self._disk, prefix, rows.schema)
 
     def _receive(self, spec: ExchangeSpec) -> Received:
         """``spec``'s rows for this rank: held within the budget's share, past it on disk (operators/received.py)."""
-        folder = self.sandbox_options.get("temp_directory")
-        if self.memory_budget is None or folder is None:
+        if self._disk is None:
             got = self.exchange.receive(spec)
             return Received(got, got.num_rows, got.nbytes)
-        limit = receive_limit(self.memory_budget)
-        if (
-            in_place := self.exchange.receive_in_place(spec, limit)
-        ) is not None:  # read where the exchange keeps it
+        in_place = self.exchange.receive_in_place(spec, self._held_limit)  # read where the exchange keeps it
+        if in_place is not None:
             data, rows, nbytes = in_place
             return Received(data, rows, nbytes, on_disk=True)
-        return receive_within(self.exchange, spec, limit, folder)
+        return receive_within(self.exchange, spec, self._held_limit, self._disk)
 
     def _write(self, stage: Stage, db: Sandbox) -> pa.Table:
         """A write plan's result stage: its rows stream from the stage's SQL into this rank's staged files
