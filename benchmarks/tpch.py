@@ -16,7 +16,8 @@ rank's scan, compute, send (partition + write) and receive (wait + read) seconds
 
 Each line also gives the bytes Squall's exchanges sent for the query (from ``Result.stats``; a rank's rows
 to itself included) and, as ``network``, the bytes they sent to other ranks (``bytes_moved``); then memory: the
-largest rank's peak (over its runs; ``/budget`` with ``--worker-memory``), all ranks' peaks plus the driver's
+largest rank's peak (over its runs; ``/budget`` with ``--worker-memory``), the peak explain expected of a rank
+(``expected``: :mod:`squall.driver.forecast.scale.memory`, from the plan alone), all ranks' peaks plus the driver's
 (``all``: an upper bound of what Squall held at once), the driver's (this process, which also holds the DuckDB
 peer's memory: ``driver+peer``) and the most bytes spilled.
 ``--worker-memory SIZE`` gives each worker that budget and DuckDB W times it as its ``memory_limit``.
@@ -46,6 +47,7 @@ import pyarrow as pa
 
 import squall
 import squall.tpch as tpch
+from squall.driver.forecast.predict import plan_need
 from squall.driver.options import PlannerOptions
 from squall.driver.platforms.memory import LOCAL_SHARE, machine_memory
 from squall.errors import DataError, SquallError
@@ -172,9 +174,10 @@ def network_bytes(stats: dict[str, Any]) -> int:
     return sum(int(e.get("bytes_moved", 0)) for e in stats.get("exchanges", []))
 
 
-def memory_text(runs: list[dict[str, Any]], driver_peak: int) -> str:
-    """Over a query's runs: the largest rank's peak (and the budget), all ranks' peaks summed plus the driver's,
-    the driver's peak and the bytes spilled, in MiB."""
+def memory_text(runs: list[dict[str, Any]], driver_peak: int, expected: float = 0.0) -> str:
+    """Over a query's runs: the largest rank's peak (and the budget), what the plan was expected to ask of a rank
+    (``expected``, explain's figure), all ranks' peaks summed plus the driver's, the driver's peak and the bytes
+    spilled, in MiB."""
     mib = 1 << 20
     ranks = [w for stats in runs for w in stats.get("per_worker", [])]
     top = max((w["peak_memory_bytes"] for w in ranks), default=0)
@@ -183,7 +186,8 @@ def memory_text(runs: list[dict[str, Any]], driver_peak: int) -> str:
     spilled = max((st.get("memory", {}).get("spilled_bytes", 0) for st in runs), default=0)
     within = f"/{budget // mib}" if budget else ""
     return (
-        f"peak {top // mib}{within} MiB  all {(together + driver_peak) // mib} MiB  driver+peer {driver_peak // mib} MiB"
+        f"peak {top // mib}{within} MiB  expected {int(expected) // mib} MiB  all {(together + driver_peak) // mib} MiB"
+        f"  driver+peer {driver_peak // mib} MiB"
         f"  spilled {spilled // mib} MiB"
     )
 
@@ -378,7 +382,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             sent, moved = exchanged_bytes(best_stats), network_bytes(best_stats)
             print(
                 f"{label}  squall {best_squall:.3f}s  duckdb {best_duck:.3f}s  ratio {ratio:.2f}  "
-                f"bytes {sent}  network {moved}  {memory_text(squall_stats, driver_peak.peak())}  {verdict}",
+                f"bytes {sent}  network {moved}  "
+                f"{memory_text(squall_stats, driver_peak.peak(), plan_need(con.plan(sql)).peak)}  {verdict}",
                 file=out,
                 flush=True,
             )

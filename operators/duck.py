@@ -265,6 +265,24 @@ class Sandbox:
     def unregister(self, name: str) -> None:
         self.con.unregister(name)
 
+    def load(self, name: str, rows: pa.RecordBatchReader) -> None:
+        """Copy ``rows`` (an input too large to hold, read from disk a batch at a time) into a temporary DuckDB
+        table ``name``.
+
+        DuckDB estimates a scanned Arrow stream or dataset at ~1 row, so a join would build its hash table on it
+        however large it is; a table of its own has exact statistics, and DuckDB keeps it within its memory limit
+        (spilling it to its temp folder). :meth:`drop` removes it."""
+        source = f"__load_{name}"
+        self.con.register(source, rows)
+        try:
+            self.con.execute(f"CREATE TEMP TABLE {ident(name)} AS SELECT * FROM {ident(source)}")
+        finally:
+            self.con.unregister(source)
+
+    def drop(self, name: str) -> None:
+        """Remove a table :meth:`load` made."""
+        self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(name)}")
+
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         return self.con.sql(sql)
 

@@ -24,17 +24,27 @@ from typing import Any
 RUNTIME_BYTES = 128 << 20
 #: of a worker's budget past :data:`RUNTIME_BYTES`, DuckDB's ``memory_limit`` (the rest: Arrow data outside DuckDB)
 DUCKDB_SHARE = 0.6
-#: of the free disk under the temp folder, what one worker may spill
+#: of the free disk under the temp folder, what DuckDB may spill: the workers that share the disk split it, the
+#: rest is for the exchange's and the received inputs' files
 SPILL_DISK_SHARE = 0.5
 
 
-def sandbox_memory(budget: int, temp_directory: str) -> dict[str, Any]:
-    """The Sandbox options that keep a worker within ``budget`` bytes, spilling to ``temp_directory``."""
+def spill_limit(temp_directory: str, sharers: int = 1) -> int:
+    """Bytes one of ``sharers`` workers spilling under ``temp_directory`` may spill: their even split of
+    :data:`SPILL_DISK_SHARE` of the disk free there now (at least 1 GiB)."""
     free = shutil.disk_usage(temp_directory).free
+    return max(1 << 30, int(free * SPILL_DISK_SHARE) // max(1, sharers))
+
+
+def sandbox_memory(budget: int, temp_directory: str, spill_bytes: int | None = None) -> dict[str, Any]:
+    """The Sandbox options that keep a worker within ``budget`` bytes, spilling at most ``spill_bytes`` (default
+    :func:`spill_limit` of ``temp_directory`` for one worker) to ``temp_directory``. Options that stay the same
+    from query to query keep the worker's DuckDB instance (so the local platform fixes ``spill_bytes`` per pool)."""
+    spill = spill_bytes if spill_bytes is not None else spill_limit(temp_directory)
     return {
         "memory_limit": f"{duckdb_limit(budget) >> 20}MiB",
         "temp_directory": temp_directory,
-        "max_temp_directory_size": f"{max(1 << 30, int(free * SPILL_DISK_SHARE)) >> 20}MB",
+        "max_temp_directory_size": f"{spill >> 20}MiB",
     }
 
 
@@ -170,9 +180,9 @@ def machine_out_of_memory(stage: int, rank: int, budget: int, held: int) -> str:
     )
 
 
-def disk_full(err: OSError) -> bool:
-    """Whether ``err`` says a disk is full (Python's ENOSPC, or Arrow's ``[errno 28]`` text)."""
-    return err.errno == errno.ENOSPC or "No space left on device" in str(err)
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err`` says a disk is full (Python's ENOSPC, or Arrow's or DuckDB's "No space left on device")."""
+    return getattr(err, "errno", None) == errno.ENOSPC or "No space left on device" in str(err)
 
 
 def out_of_disk(stage: int, rank: int, folder: str) -> str:

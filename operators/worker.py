@@ -50,7 +50,7 @@ from squall.operators.partition import (
     split_range_sql,
 )
 from squall.operators.rangepart import range_parts
-from squall.operators.received import Received, gather, receive_limit, receive_within
+from squall.operators.received import Received, batch_stream, gather, receive_limit, receive_within
 from squall.operators.runtime_join import RuntimeJoins
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.sinks import Sink, sink_for
@@ -312,7 +312,7 @@ class Worker:
             )
         if isinstance(exc, (duckdb.OutOfMemoryException, MemoryError)):
             return QueryRuntimeError(budget_exceeded(exc, stage.id, self.rank, self.memory_budget))
-        if isinstance(exc, OSError) and disk_full(exc):
+        if isinstance(exc, (OSError, duckdb.IOException)) and disk_full(exc):
             folder = self.sandbox_options.get("temp_directory") or "the temp folder"
             return QueryRuntimeError(out_of_disk(stage.id, self.rank, folder))
         return exc
@@ -527,16 +527,23 @@ class Worker:
         t1 = time.perf_counter()
         sr.scan_s += t1 - t0
         output = stage.output
+        loaded = [name for name, table in inputs.items() if not isinstance(table, pa.Table)]
         for name, table in inputs.items():
-            db.register(name, table)
+            if name in loaded:  # on disk: a table of DuckDB's own, with statistics its optimizer can use
+                db.load(name, batch_stream(table))
+            else:
+                db.register(name, table)
         filtered: list[str] = []
         try:
             for label, pre_sql, post_sql, name in stage.join_filters:  # see Stage.join_filters
                 kept = self._kept(db, post_sql, f"kept-s{stage.id}")
-                db.register(name, kept.data)
-                filtered.append(name)
                 if kept.on_disk:
+                    db.load(name, batch_stream(kept.data))
+                    loaded.append(name)
                     done.append(kept)
+                else:
+                    db.register(name, kept.data)
+                filtered.append(name)
                 sr.join_filters[label] = [_count(db, pre_sql), kept.rows]
             if output.kind == "hash" and not self._runtime.stays_here(stage):
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
@@ -581,7 +588,7 @@ class Worker:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
         finally:
             for name in (*inputs, *filtered):
-                db.unregister(name)
+                db.drop(name) if name in loaded else db.unregister(name)
             for input_file in done:
                 input_file.close()
         t2 = time.perf_counter()

@@ -328,20 +328,31 @@ class Connection:
             plan, choice = planned, None
         else:
             plan, choice = self._plan_with_choice(sql)
-        text = explain_plan(plan)
-        if not estimate and choice is None:
-            return text
-        reason = choice.reason if choice is not None else (self._auto_note or None)
-        if not estimate:
-            return f"{text.rstrip()}\n\n{reason}"
-        from squall.driver.forecast.predict import (
-            format_estimate,  # the scale model: imported when first used
+        from squall.driver.forecast.predict import (  # the scale model: imported when first used
+            format_estimate,
+            plan_need,
         )
 
+        text = explain_plan(plan).rstrip()
+        need = plan_need(plan)
+        reason = choice.reason if choice is not None else (self._auto_note or None)
+        if not estimate:
+            text += f"\n\nmemory per worker: {need.line(self._worker_budget())}"
+            return f"{text}\n\n{reason}" if choice is not None else text
         # local files on lambda: planned from their footers all the same, and modelled as if in S3
         notes = [] if self._unreadable is None else [LOCAL_TABLES_NOTE]
         est = self.estimator.estimate(plan)
-        return f"{text.rstrip()}\n\n{format_estimate(est, self.estimator, reason, notes)}"
+        return f"{text}\n\n{format_estimate(est, self.estimator, reason, notes, need)}"
+
+    def _worker_budget(self) -> int | None:
+        """The memory budget of one worker: the platform's (local, fabric), or on lambda the function's memory
+        less the runtime's reserve; None when no budget is set."""
+        budget = getattr(self.platform, "memory_budget", None)
+        if budget is None and self.platform.name in ("lambda", "lambda-local"):
+            from squall.driver.forecast.predict import memory_plan
+
+            return memory_plan(self.estimator)[1] << 20
+        return int(budget) if budget else None
 
     @property
     def estimator(self) -> Estimator:

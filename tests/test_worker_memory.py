@@ -7,20 +7,30 @@ workers' runtime, ~110 MiB, does not shrink with the data)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
 import time
 
+import duckdb
 import pytest
 
 import squall
 from squall import tpch
 from squall.driver.options import PlannerOptions
 from squall.driver.platforms.local.platform import LocalPlatform
-from squall.driver.platforms.memory import LOCAL_SHARE, local_worker_budget, machine_memory
+from squall.driver.platforms.memory import DRIVER_BYTES, LOCAL_SHARE, local_worker_budget, machine_memory
 from squall.errors import OptionError, QueryRuntimeError
-from squall.operators.memory import budget_exceeded, duckdb_limit, human_bytes
+from squall.operators.memory import (
+    budget_exceeded,
+    disk_full,
+    duckdb_limit,
+    human_bytes,
+    out_of_disk,
+    sandbox_memory,
+    spill_limit,
+)
 from squall.testing import assert_same_result
 
 BUDGET = 256_000_000
@@ -107,18 +117,52 @@ def test_the_message_says_what_duckdb_asked_for():
     assert "failed to allocate data of size 64.0 MiB (144.0 MiB/163.0 MiB used)" in message
 
 
+def test_a_full_disk_is_told_as_one_line_whoever_hit_it():
+    assert disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert disk_full(
+        OSError("[errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device")
+    )
+    duck = duckdb.IOException(
+        'IO Error: Could not write file "/tmp/x/duckdb_temp.tmp": No space left on device'
+    )
+    assert disk_full(duck) and not disk_full(OSError(errno.EACCES, "Permission denied"))
+    message = out_of_disk(4, 1, "/tmp/squall-1-spill/w2")
+    assert message.startswith("stage 4 on rank 1 filled the disk it spills to (/tmp/squall-1-spill/w2)")
+    assert "\n" not in message
+
+
+def test_the_pool_splits_the_disk_it_spills_to_once():
+    """Every worker of a pool spills at most its even split of half the free disk, fixed when the pool starts (so
+    a worker's DuckDB instance, kept by its configuration, is reused from query to query)."""
+    platform = LocalPlatform(workers=2, pool_size=3)
+    try:
+        root = platform.spill_root()
+        assert platform._spill_bytes == pytest.approx(spill_limit(root, 3), rel=0.01)
+        assert platform._spill_bytes < spill_limit(root, 1) / 2.5 or platform._spill_bytes == 1 << 30
+        options = sandbox_memory(512 << 20, root, platform._spill_bytes)
+        assert options["max_temp_directory_size"] == f"{platform._spill_bytes >> 20}MiB"
+        assert options == sandbox_memory(512 << 20, root, platform._spill_bytes)
+    finally:
+        platform.close()
+
+
 def test_the_default_budget_shares_the_machine_among_the_pool_and_the_driver():
     platform = LocalPlatform(workers=2, pool_size=3)
     try:
-        assert platform.memory_budget == local_worker_budget(3) == int(machine_memory() * LOCAL_SHARE) // 4
+        whole = int(machine_memory() * LOCAL_SHARE)
+        assert (
+            platform.memory_budget == local_worker_budget(3) == (whole - min(whole // 4, DRIVER_BYTES)) // 3
+        )
         assert platform.sharing(1).memory_budget == platform.memory_budget
     finally:
         platform.close()
-    half = LocalPlatform(workers=2, memory=6 << 30)
+    small = LocalPlatform(workers=2, memory=3 << 30)  # an even third of 2.4 GiB for the driver: under 1 GiB
     try:
-        assert half.memory_budget == int((6 << 30) * LOCAL_SHARE) // 3
+        assert small.memory_budget == int((3 << 30) * LOCAL_SHARE) // 3
     finally:
-        half.close()
+        small.close()
+    # a large machine: the driver runs no stage and keeps 1 GiB, the workers share the rest
+    assert local_worker_budget(2, 24 << 30) == (int((24 << 30) * LOCAL_SHARE) - (1 << 30)) // 2
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ simulated once, however often it is explained or run (``computed`` counts the si
 ``workers="auto"`` (:meth:`Estimator.auto_workers`): on the lambda platforms W is chosen per query —
 the model sweeps W = 1, 2, 4, … up to the platform's cap over the plan re-spread to each W
 (:func:`~squall.driver.forecast.scale.workload.scaled`, stage sizes guessed by shape) and takes
-:func:`~squall.driver.forecast.scale.best_workers` (the cheapest W within 10 % of the fastest). The local and
-fabric platforms keep a warm pool of fixed size, so there "auto" is the machine's cores, chosen once
-(:func:`fixed_auto_workers`).
+:func:`~squall.driver.forecast.scale.best_workers` (the cheapest W within 10 % of the fastest) among the W at
+which no worker is expected to need more than its budget (:mod:`~squall.driver.forecast.scale.memory`; when no W
+fits, among all, and the reason says so). The local and fabric platforms keep a warm pool of fixed size, so
+there "auto" is the machine's cores, chosen once (:func:`fixed_auto_workers`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ from squall.driver.forecast.scale import (
     estimate_workload,
     load_calibration,
 )
+from squall.driver.forecast.scale.memory import MemoryNeed, memory_need
 from squall.driver.forecast.scale.requests import CURRENT as EXCHANGE_VERSION
-from squall.driver.forecast.scale.workload import guess_sizes, scaled
+from squall.driver.forecast.scale.workload import from_plan, guess_sizes, scaled
 from squall.driver.platforms.memory import lambda_worker_budget_mb
+from squall.operators.memory import human_bytes
 from squall.plan import Plan
 
 #: platform name -> the scale model's profile; other platforms are priced as Lambda (``aws``)
@@ -173,23 +176,44 @@ class Estimator:
         if hit is not None:
             return hit
         sizes = guess_sizes(template)
+        budget = float(memory_plan(self)[1] << 20)
         estimates: dict[int, Estimate] = {}
+        needs: dict[int, float] = {}
         for w in auto_candidates(cap):
             work = scaled(template, sizes, w, 1.0)
             estimates[w] = estimate_workload(work, replace(self.config, workers=w), self.calibration)
-        w = best_workers(estimates)
-        fastest = min(estimates, key=lambda k: estimates[k].time_s)
+            needs[w] = memory_need(work).peak
+        fitting = {w: e for w, e in estimates.items() if needs[w] <= budget}
+        w = best_workers(fitting or estimates)
+        fastest = min(fitting or estimates, key=lambda k: estimates[k].time_s)
         e = estimates[w]
         reason = (
             f"W={w} chosen by workers='auto': the cheapest of W=1..{cap} within 10 % of the fastest "
             f"(W={fastest}, {estimates[fastest].time_s:.2f} s); predicted {e.time_s:.2f} s, ${e.cost_usd:.6f}"
         )
+        reason += _memory_reason(needs, set(fitting), budget, w)
         choice = AutoChoice(w, reason, estimates)
         with self._lock:
             self._auto[key] = choice
             while len(self._auto) > CACHE_SIZE:
                 self._auto.popitem(last=False)
         return choice
+
+
+def _memory_reason(needs: dict[int, float], fitting: set[int], budget: float, chosen: int) -> str:
+    """What the memory budget did to ``workers="auto"``'s choice (empty when every W fits)."""
+    if len(fitting) == len(needs):
+        return ""
+    if not fitting:
+        return (
+            f"; no W up to {max(needs)} keeps a worker within its budget of {human_bytes(budget)} (at W={chosen} "
+            f"a worker is expected to need {human_bytes(needs[chosen])}: it spills)"
+        )
+    left = sorted(w for w in needs if w not in fitting)
+    return (
+        f"; W={', '.join(map(str, left))} left out: a worker would need more than its budget of "
+        f"{human_bytes(budget)} (at W={left[-1]}: {human_bytes(needs[left[-1]])})"
+    )
 
 
 def platform_config(platform: Any) -> PlatformConfig:
@@ -209,6 +233,12 @@ def platform_config(platform: Any) -> PlatformConfig:
     if levels is not None:
         kwargs["levels"] = levels
     return PlatformConfig(**kwargs)
+
+
+def plan_need(plan: Plan) -> MemoryNeed:
+    """What ``plan`` is expected to ask of each worker at its peak (:mod:`~squall.driver.forecast.scale.memory`;
+    stage sizes guessed by shape)."""
+    return memory_need(from_plan(plan))
 
 
 def memory_plan(estimator: Estimator) -> tuple[int, int]:
@@ -241,10 +271,14 @@ def summary(est: Estimate, estimator: Estimator) -> dict[str, Any]:
 
 
 def format_estimate(
-    est: Estimate, estimator: Estimator, reason: str | None = None, notes: Sequence[str] = ()
+    est: Estimate,
+    estimator: Estimator,
+    reason: str | None = None,
+    notes: Sequence[str] = (),
+    need: MemoryNeed | None = None,
 ) -> str:
     """The lines ``squall explain --estimate`` prints under the plan (``notes``: the caller's, after the
-    model's)."""
+    model's; ``need``: the plan's expected peak per worker, :func:`plan_need`)."""
     s = summary(est, estimator)
     reqs = ", ".join(f"{k} {v:,}" for k, v in s["requests"].items()) or "none"
     lines = [
@@ -254,6 +288,8 @@ def format_estimate(
         f"  S3     {reqs}",
         f"  memory {s['memory_mb']} MB per worker (function), budget {s['budget_mb']} MB",
     ]
+    if need is not None:
+        lines.append(f"         {need.line(s['budget_mb'] << 20)}")
     if reason:
         lines.append(f"  why W  {reason}")
     lines += [f"  note   {n}" for n in (*est.notes, *notes)]

@@ -3,9 +3,9 @@
 Who sets it:
 
 - local (and fabric ranks started on this machine): the machine's memory — its cgroup limit when it has one,
-  else ``MemTotal`` — or the total given by hand (``memory=``), of which :data:`LOCAL_SHARE` is shared evenly
-  by the pool's worker processes and the driver; or a budget per worker given by hand (``worker_memory=``,
-  ``--worker-memory``);
+  else ``MemTotal`` — or the total given by hand (``memory=``), of which :data:`LOCAL_SHARE` is shared by the
+  pool's worker processes and the driver (the driver keeps at most :data:`DRIVER_BYTES`, the workers split the
+  rest evenly); or a budget per worker given by hand (``worker_memory=``, ``--worker-memory``);
 - lambda: the function's memory (``memory_mb`` of the platform's settings, ``SQUALL_WORKER_MEMORY_MB`` when
   deployed) minus :data:`LAMBDA_RESERVE_MB` for what runs beside the worker's process in the execution
   environment (:func:`lambda_worker_budget_mb`); ``explain --estimate`` prints both.
@@ -42,11 +42,19 @@ def machine_memory() -> int:
     return min(limited, total) if limited else total
 
 
+#: the most the driver keeps for itself of the local share (planning, footers, the result on its way out): it
+#: runs no stage, so past this its even share is the workers'
+DRIVER_BYTES = 1 << 30
+
+
 def local_worker_budget(processes: int, total: int | None = None) -> int:
-    """The budget of each of ``processes`` local worker processes when the driver is one more process and all
-    share :data:`LOCAL_SHARE` of ``total`` bytes (default: :func:`machine_memory`)."""
+    """The budget of each of ``processes`` local worker processes when they and the driver share
+    :data:`LOCAL_SHARE` of ``total`` bytes (default: :func:`machine_memory`): the driver keeps an even share of
+    it, at most :data:`DRIVER_BYTES`, and the workers split the rest evenly."""
     whole = int((total if total is not None else machine_memory()) * LOCAL_SHARE)
-    return max(MIN_WORKER_BYTES, whole // (max(1, processes) + 1))
+    processes = max(1, processes)
+    driver = min(whole // (processes + 1), DRIVER_BYTES)
+    return max(MIN_WORKER_BYTES, (whole - driver) // processes)
 
 
 def check_budget(budget: int, label: str) -> int:

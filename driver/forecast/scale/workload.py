@@ -104,6 +104,8 @@ class StageWork:
     #: a hash exchange by the key ranges each rank's scan splits hold (``Output.split_ranges``): every
     #: row stays on the rank that made it, no remote piece carries rows
     stays_local: bool = False
+    #: per input, in the stage's order: the Arrow bytes each rank gets of it (scans: rows x row width)
+    input_bytes: tuple[np.ndarray, ...] = ()
 
     def out_share(self, rank: int) -> float:
         """Fraction of the stage's output produced on ``rank`` (its expected output rows, else
@@ -178,6 +180,7 @@ def from_plan(plan: Plan, sizes: StageSizes | None = None) -> Workload:
         files, splits = np.zeros(world), np.zeros(world)
         in_rows, in_bytes = np.zeros(world), np.zeros(world)
         inputs: list[tuple[np.ndarray, np.ndarray]] = []
+        held: list[np.ndarray] = []
         for inp in stage.inputs:
             if isinstance(inp, ScanInput):
                 rows = np.zeros(world)
@@ -189,13 +192,17 @@ def from_plan(plan: Plan, sizes: StageSizes | None = None) -> Workload:
                     splits[r] += sum(max(1, len(s.row_groups)) for s in sp)
                 scan_rows += rows
                 inputs.append((rows, (rows > 0).astype(float)))
+                held.append(rows * _row_width(inp.columns))
             elif isinstance(inp, ExchangeInput):
+                before = in_bytes.copy()
                 inputs.append(_deliver(done[inp.stage], in_rows, in_bytes, measured.get(inp.stage, ())))
+                held.append(in_bytes - before)
         size = sizes.sizes.get(stage.id) or guess_sizes(plan).sizes[stage.id]
         work = StageWork(stage.id, stage_shape(stage), tuple(stage.ranks), scan_rows, scan_bytes, in_rows,
                          in_bytes, size.rows_out, size.bytes_out, stage.output.kind,
                          tuple(stage.output.senders), tuple(stage.output.receivers), max(1, len(stage.columns)),
-                         files, splits, stays_local=bool(stage.output.split_ranges))  # fmt: skip
+                         files, splits, stays_local=bool(stage.output.split_ranges),
+                         input_bytes=tuple(held))  # fmt: skip
         _outputs(work, stage.sql, inputs, measured.get(stage.id, ()))
         stages.append(work)
         done[stage.id] = work
@@ -276,6 +283,7 @@ def scaled(
         files, splits = np.zeros(world), np.zeros(world)
         in_rows, in_bytes = np.zeros(world), np.zeros(world)
         inputs: list[tuple[np.ndarray, np.ndarray]] = []
+        held: list[np.ndarray] = []
         for inp in stage.inputs:
             if isinstance(inp, ScanInput):
                 factor = 1.0 if inp.table in FIXED_TABLES else sf_factor
@@ -295,8 +303,11 @@ def scaled(
                 mine = np.zeros(world)
                 mine[idx] = rows * share
                 inputs.append((mine, (mine > 0).astype(float)))
+                held.append(mine * _row_width(inp.columns))
             elif isinstance(inp, ExchangeInput):
+                before = in_bytes.copy()
                 inputs.append(_deliver(done[inp.stage], in_rows, in_bytes))
+                held.append(in_bytes - before)
         base = sizes.sizes.get(stage.id) or guess_sizes(plan).sizes[stage.id]
         grow = sf_factor ** min(1.0, max(0.0, exponents.get(stage.id, 1.0)))
         rows_out, bytes_out = base.rows_out * grow, base.bytes_out * grow
@@ -315,7 +326,7 @@ def scaled(
         work = StageWork(stage.id, stage_shape(stage), ranks, scan_rows, scan_bytes, in_rows, in_bytes,
                          rows_out, bytes_out, out.kind, senders if out.kind != "result" else (), receivers,
                          max(1, len(stage.columns)), files, splits,
-                         stays_local=bool(out.split_ranges))  # fmt: skip
+                         stays_local=bool(out.split_ranges), input_bytes=tuple(held))  # fmt: skip
         _outputs(work, stage.sql, inputs, ())
         stages.append(work)
         done[stage.id] = work

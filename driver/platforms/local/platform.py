@@ -71,6 +71,7 @@ from squall.driver.platforms.memory import check_budget, local_worker_budget
 from squall.errors import OptionError, QueryCancelled, QueryRuntimeError, SquallError, WorkerError
 from squall.exchange.base import ExchangeFactory, exchange_factory
 from squall.exchange.local import default_root
+from squall.operators.memory import spill_limit
 from squall.plan import Plan, ScanInput
 
 log = logging.getLogger("squall.platform.local")
@@ -176,6 +177,7 @@ class LocalPlatform(Platform):
             else local_worker_budget(self.pool_size, memory)
         )
         self._spill_root: str | None = None
+        self._spill_bytes: int | None = None  # what each worker may spill (spill_root() sets it)
         self._threads_given = threads_per_worker
         self.threads = threads_per_worker or max(1, cores // self.world_size)
         self.worker_env = dict(worker_env or {})
@@ -335,6 +337,8 @@ class LocalPlatform(Platform):
         with self._lock:
             if self._spill_root is None:
                 self._spill_root = tempfile.mkdtemp(prefix=f"squall-{os.getpid()}-spill")
+                # fixed for the pool: the pool's workers split the disk, and a kept DuckDB instance stays valid
+                self._spill_bytes = spill_limit(self._spill_root, self.pool_size)
             return self._spill_root
 
     def close(self) -> None:
@@ -351,7 +355,7 @@ class LocalPlatform(Platform):
             self._close_listener()
             if self._spill_root is not None:
                 shutil.rmtree(self._spill_root, ignore_errors=True)
-                self._spill_root = None
+                self._spill_root, self._spill_bytes = None, None
         remove_process_root()
 
     def kill(self) -> None:
@@ -478,6 +482,7 @@ class LocalPlatform(Platform):
                 "threads": self.threads,
                 "memory_budget": self.memory_budget,
                 "spill_root": self._owner.spill_root(),
+                "spill_bytes": self._owner._spill_bytes,
             }
             with deferred_sigint():  # a message is sent whole or not at all
                 pending[rank] = worker

@@ -90,15 +90,15 @@ def die_with_parent(parent: int | None) -> None:
 
 
 @functools.lru_cache(maxsize=4)
-def _memory_options(budget: int | None, spill_root: str | None) -> dict[str, Any]:
-    """The Sandbox options that keep this worker within ``budget`` bytes, spilling to a folder of its own under
-    ``spill_root`` (the same for every query of the same budget, so the kept DuckDB instances are reused; DuckDB
-    removes its spill files when a query's data goes)."""
+def _memory_options(budget: int | None, spill_root: str | None, spill_bytes: int | None) -> dict[str, Any]:
+    """The Sandbox options that keep this worker within ``budget`` bytes, spilling at most ``spill_bytes`` to a
+    folder of its own under ``spill_root`` (the same for every query of the same budget, so the kept DuckDB
+    instances are reused; DuckDB removes its spill files when a query's data goes)."""
     if not budget or not spill_root:
         return {}
     folder = os.path.join(spill_root, f"w{os.getpid()}")
     os.makedirs(folder, exist_ok=True)
-    return {**sandbox_memory(int(budget), folder), "reuse": True}
+    return {**sandbox_memory(int(budget), folder, spill_bytes), "reuse": True}
 
 
 def serve(conn: Connection, threads: int | None) -> None:
@@ -131,7 +131,9 @@ def serve(conn: Connection, threads: int | None) -> None:
                     threads=wanted,
                     storage_options=msg.get("storage_options"),
                     on_stage=functools.partial(_stage_done, conn, query_id, rank),
-                    sandbox_options=_memory_options(msg.get("memory_budget"), msg.get("spill_root")),
+                    sandbox_options=_memory_options(
+                        msg.get("memory_budget"), msg.get("spill_root"), msg.get("spill_bytes")
+                    ),
                     memory_budget=msg.get("memory_budget"),
                 )
                 result, report = worker.run()

@@ -1,0 +1,47 @@
+"""An exchange input too large to hold is read from disk a batch at a time into a DuckDB table of its own
+(issue 38): DuckDB then knows its size — a scanned Arrow dataset is estimated at ~1 row, and a join would build
+its hash table on it — and keeps it within its memory limit."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from squall.operators.duck import Sandbox
+from squall.operators.received import batch_stream, dataset_batches
+
+
+def _file(path, start: int, rows: int, batch: int) -> str:
+    table = pa.table({"k": pa.array(range(start, start + rows), pa.int64())})
+    with pa.ipc.new_file(
+        str(path), table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")
+    ) as writer:
+        writer.write_table(table, max_chunksize=batch)
+    return str(path)
+
+
+def test_batches_come_in_order_from_files_and_held_parts(tmp_path):
+    files = ds.dataset([_file(tmp_path / "a.arrow", 0, 2500, 1000), _file(tmp_path / "b.arrow", 2500, 500, 1000)],
+                       format="ipc")  # fmt: skip
+    own = pa.table({"k": pa.array(range(3000, 3100), pa.int64())})
+    batches = list(dataset_batches(ds.dataset([ds.dataset(own), files])))
+    assert [b.num_rows for b in batches] == [100, 1000, 1000, 500, 500]
+    assert pa.Table.from_batches(batches).column("k").to_pylist() == [*range(3000, 3100), *range(3000)]
+
+
+def test_a_loaded_input_has_its_real_size_for_the_optimizer(tmp_path):
+    big = ds.dataset(_file(tmp_path / "big.arrow", 0, 200_000, 10_000), format="ipc")
+    small = pa.table({"s": pa.array(range(0, 200_000, 100), pa.int64())})
+    with Sandbox({"small": small}) as db:
+        db.register("scanned", big)
+        assert "~1 row" in db.relation("EXPLAIN SELECT * FROM scanned").fetchall()[0][1]
+        db.unregister("scanned")
+        db.load("big", batch_stream(big))
+        plan = db.relation("EXPLAIN SELECT count(*) FROM big JOIN small ON k = s").fetchall()[0][1]
+        assert "~200,000 rows" in plan, plan
+        assert db.query("SELECT count(*) AS n FROM big JOIN small ON k = s").column("n")[0].as_py() == 2000
+        db.drop("big")
+        assert (
+            db.query("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 'big'")["n"][0].as_py()
+            == 0
+        )
