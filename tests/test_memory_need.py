@@ -111,3 +111,6 @@ def test_auto_workers_on_lambda_leaves_out_a_w_past_the_budget(sf001, monkeypatc
     assert "; no W up to 8 keeps a worker within its budget of 0 B" in nothing_fits.reason, (
         nothing_fits.reason
     )
+    assert nothing_fits.reason.endswith(
+        "a function of 1769 MB would fit it at W=8 (the memory is set when deployed)"
+    )

@@ -200,14 +200,25 @@ class Estimator:
         return choice
 
 
+#: Lambda function sizes ``workers="auto"`` suggests when no W fits the deployed one (MB; 10,240 is Lambda's most)
+FUNCTION_MEMORY_MB = (1769, 3008, 4096, 6144, 8192, 10240)
+
+
 def _memory_reason(needs: dict[int, float], fitting: set[int], budget: float, chosen: int) -> str:
     """What the memory budget did to ``workers="auto"``'s choice (empty when every W fits)."""
     if len(fitting) == len(needs):
         return ""
     if not fitting:
+        least = min(needs, key=lambda w: needs[w])
+        sizes = [mb for mb in FUNCTION_MEMORY_MB if lambda_worker_budget_mb(mb) << 20 >= needs[least]]
+        deploy = (
+            f"; a function of {sizes[0]} MB would fit it at W={least} (the memory is set when deployed)"
+            if sizes
+            else ""
+        )
         return (
             f"; no W up to {max(needs)} keeps a worker within its budget of {human_bytes(budget)} (at W={chosen} "
-            f"a worker is expected to need {human_bytes(needs[chosen])}: it spills)"
+            f"a worker is expected to need {human_bytes(needs[chosen])}: it spills){deploy}"
         )
     left = sorted(w for w in needs if w not in fitting)
     return (

@@ -47,6 +47,7 @@ import numpy as np
 import simpy
 
 from squall.driver.forecast.scale.calibration import Calibration
+from squall.driver.forecast.scale.memory import stage_need
 from squall.driver.forecast.scale.params import LogNormal, PlatformConfig, Profile
 from squall.driver.forecast.scale.requests import (
     ABORT_CHECK_S,
@@ -62,6 +63,7 @@ from squall.driver.forecast.scale.requests import (
 )
 from squall.driver.forecast.scale.workload import StageWork, Workload
 from squall.driver.platforms.lambda_ import tree
+from squall.driver.platforms.memory import lambda_worker_budget_mb
 from squall.driver.platforms.prices import query_cost
 
 #: the invocation tree is the Lambda platform's own: the driver's first-level blocks, each worker's children
@@ -731,11 +733,9 @@ class Simulation:
         # output partitioning and IPC encoding
         out_bytes = st.bytes_out * st.out_share(r)
         seconds += out_bytes / self.cal.encode_Bps / self.prof.compute_speed
-        mem_mb = (
-            float(st.scan_bytes[r]) * self.cal.decompress_ratio + float(st.in_bytes[r]) + out_bytes
-        ) / 2**20
-        limit = 0.6 * self.cfg.memory_mb
-        spilled = mem_mb > limit
+        # what the stage asks of the rank (forecast/scale/memory.py) against the worker's budget
+        mem_mb = float(stage_need(st).per_rank[r]) / 2**20
+        spilled = mem_mb > lambda_worker_budget_mb(int(self.cfg.memory_mb))
         if spilled:
             seconds *= self.cal.spill_slowdown
         return seconds, mem_mb, spilled
@@ -1001,7 +1001,10 @@ class Simulation:
             )
         notes = sorted(set(self.notes))
         if any(s.spilled for s in self.per_stage.values()):
-            notes.append("some stages exceed 60 % of the function's memory (DuckDB spills to /tmp)")
+            notes.append(
+                "some stages ask a worker for more than its budget (the function's memory less the runtime's): "
+                "they spill to /tmp"
+            )
         return Estimate(
             time_s=elapsed,
             cost_usd=float(cost["cost_usd"]),

@@ -142,9 +142,17 @@ def _row_width(columns: Sequence[tuple[str, str]]) -> float:
     return max(width, 8.0)
 
 
+def _groups_after_joins(sql: str) -> bool:
+    """Whether the stage groups its joins' rows (a GROUP BY after its last JOIN: a partial or final aggregate over
+    them), so it outputs groups, not joined rows."""
+    text = " ".join(sql.upper().split())
+    return text.rfind("GROUP BY") > text.rfind(" JOIN ")
+
+
 def guess_sizes(plan: Plan) -> StageSizes:
-    """Rough output sizes by stage shape when nothing was measured (aggregates: ≤ 1,000 groups per rank;
-    joins and scans: half their input; sorts: their input, or the LIMIT)."""
+    """Rough output sizes by stage shape when nothing was measured (aggregates, and joins whose rows the stage
+    groups: ≤ 1,000 groups per rank; other joins and scans: half their input; sorts: their input, or the
+    LIMIT)."""
     out: dict[int, StageSize] = {}
     for stage in plan.stages:
         rows_in = 0.0
@@ -156,7 +164,7 @@ def guess_sizes(plan: Plan) -> StageSizes:
                 rows_in += out[inp.stage].rows_out if inp.stage in out else 0.0
         shape = stage_shape(stage)
         m = re.search(r"\bLIMIT\s+(\d+)", stage.sql.upper())
-        if shape == "aggregate":
+        if shape == "aggregate" or (shape == "join" and _groups_after_joins(stage.sql)):
             rows = min(rows_in, 1000.0 * len(stage.ranks))
         elif m:
             rows = min(rows_in, float(m.group(1)) * len(stage.ranks))
