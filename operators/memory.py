@@ -194,6 +194,21 @@ def out_of_disk(stage: int, rank: int, folder: str) -> str:
     )
 
 
+def spill_full(err: BaseException) -> bool:
+    """Whether DuckDB stopped because its spill folder reached ``max_temp_directory_size`` (it could not offload a
+    block), not because the memory it was given was too little."""
+    return "failed to offload" in str(err) or "max_temp_directory_size" in str(err)
+
+
+def out_of_spill(stage: int, rank: int, folder: str, limit: str) -> str:
+    """The one-line message of a stage whose spilling reached the worker's share of the disk (``limit``)."""
+    return (
+        f"stage {stage} on rank {rank} spilled all its share of the disk ({limit} in {folder}: half the disk free "
+        "when the pool started, split among its workers) and needs more: free disk space there (or set TMPDIR to a "
+        "larger disk), give each worker more memory (--worker-memory / worker_memory=), or use fewer workers"
+    )
+
+
 def human_bytes(n: float) -> str:
     """``n`` bytes as text in binary units: ``512 MB``, ``1.5 GB``, ``900 KB``."""
     if n >= 1 << 30:

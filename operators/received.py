@@ -8,7 +8,7 @@ there: the worker copies it, a batch at a time (:func:`batch_stream`), into a te
 keeps within its memory limit and whose exact statistics its optimizer uses (a scanned Arrow dataset is estimated
 at ~1 row, and a join would build its hash table on it). The file is
 removed once the input's last stage ran (:meth:`Received.close`). An exchange that keeps the input in files
-already (local: its query folder) is read there instead, with no copy
+already (local: its query folder) is read from there instead, with no copy in the spill folder
 (:meth:`~squall.exchange.base.Exchange.receive_in_place`).
 """
 

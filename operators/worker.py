@@ -39,6 +39,8 @@ from squall.operators.memory import (
     disk_full,
     machine_out_of_memory,
     out_of_disk,
+    out_of_spill,
+    spill_full,
 )
 from squall.operators.partition import (
     BATCH_ROWS,
@@ -310,10 +312,13 @@ class Worker:
             return QueryRuntimeError(
                 machine_out_of_memory(stage.id, self.rank, self.memory_budget, self._guard.over)
             )
+        folder = self.sandbox_options.get("temp_directory") or "the temp folder"
+        if isinstance(exc, duckdb.OutOfMemoryException) and spill_full(exc):
+            limit = str(self.sandbox_options.get("max_temp_directory_size", "its limit"))
+            return QueryRuntimeError(out_of_spill(stage.id, self.rank, folder, limit))
         if isinstance(exc, (duckdb.OutOfMemoryException, MemoryError)):
             return QueryRuntimeError(budget_exceeded(exc, stage.id, self.rank, self.memory_budget))
         if isinstance(exc, (OSError, duckdb.IOException)) and disk_full(exc):
-            folder = self.sandbox_options.get("temp_directory") or "the temp folder"
             return QueryRuntimeError(out_of_disk(stage.id, self.rank, folder))
         return exc
 

@@ -131,6 +131,22 @@ def test_a_full_disk_is_told_as_one_line_whoever_hit_it():
     assert "\n" not in message
 
 
+def test_a_stage_past_its_share_of_the_spill_disk_fails_in_one_line(sf1):
+    """DuckDB stops at ``max_temp_directory_size`` ("failed to offload"): the message says the disk share, not
+    the memory, ran out. The pool's share is set small here (normally half the free disk, at least 1 GiB)."""
+    con = squall.connect(str(sf1), workers=2, worker_memory="256MB")
+    try:
+        con.platform.spill_root()
+        con.platform._spill_bytes = 64 << 20  # the aggregate spills ~490 MiB
+        with pytest.raises(QueryRuntimeError) as info:
+            con.sql(SPILLS)
+        message = str(info.value)
+        assert "spilled all its share of the disk (64MiB in " in message and "\n" not in message, message
+        assert con.sql("SELECT 1 AS one").fetchall() == [(1,)]
+    finally:
+        con.close()
+
+
 def test_the_pool_splits_the_disk_it_spills_to_once():
     """Every worker of a pool spills at most its even split of half the free disk, fixed when the pool starts (so
     a worker's DuckDB instance, kept by its configuration, is reused from query to query)."""
