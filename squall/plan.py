@@ -145,6 +145,15 @@ class ScanInput:
     #: what the table's source says of this scan (format, snapshot, ``partitions``/``files`` read of total),
     #: as (key, value) pairs, for explain and stats (``TableInfo.source_notes``)
     source_notes: tuple[tuple[str, str], ...] = ()
+    #: the planner's estimate of the rows passing ``filters`` over all ranks (0: none); steers estimates only
+    est_rows: float = 0.0
+
+    def keep(self) -> float:
+        """The estimated share of the scanned rows that pass ``filters`` (1 without an estimate)."""
+        scanned = sum(s.rows for part in self.splits for s in part)
+        if self.est_rows <= 0 or scanned <= 0:
+            return 1.0
+        return min(1.0, self.est_rows / scanned)
 
     def file_read(self, path: str) -> FileRead | None:
         """The :class:`FileRead` of ``path``, or None when the file holds the table's columns as they are."""
@@ -360,6 +369,7 @@ class Plan:
                             key_bounds=tuple((lo, hi) for lo, hi in i.get("key_bounds", ())),
                             files=tuple(FileRead.from_dict(f) for f in i.get("files", ())),
                             source_notes=tuple((k, v) for k, v in i.get("source_notes", ())),
+                            est_rows=float(i.get("est_rows", 0.0)),
                         )
                     )
                 else:

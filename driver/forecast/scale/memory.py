@@ -29,7 +29,7 @@ PROCESS_BYTES = 130 << 20
 #: a hash table (join build side, aggregate groups) over its rows' Arrow bytes
 HASH_FACTOR = 2.0
 #: what a streaming stage holds: a few row groups and batches in flight
-STREAM_BYTES = 64 << 20
+STREAM_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)

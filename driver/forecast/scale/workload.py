@@ -150,16 +150,16 @@ def _groups_after_joins(sql: str) -> bool:
 
 
 def guess_sizes(plan: Plan) -> StageSizes:
-    """Rough output sizes by stage shape when nothing was measured (aggregates, and joins whose rows the stage
-    groups: ≤ 1,000 groups per rank; other joins and scans: half their input; sorts: their input, or the
-    LIMIT)."""
+    """Rough output sizes by stage shape when nothing was measured, from inputs whose scans keep the rows the
+    planner estimated passing their filters (aggregates, and joins whose rows the stage groups: ≤ 1,000 groups
+    per rank; other joins: half their input; scans: their filtered input; sorts: their input, or the LIMIT)."""
     out: dict[int, StageSize] = {}
     for stage in plan.stages:
         rows_in = 0.0
         for inp in stage.inputs:
-            if isinstance(inp, ScanInput):
+            if isinstance(inp, ScanInput):  # the rows passing its filters, as the planner estimated them
                 per = [sum(s.rows for s in inp.splits_for(r)) for r in stage.ranks]
-                rows_in += float(sum(per))
+                rows_in += float(sum(per)) * inp.keep()
             else:
                 rows_in += out[inp.stage].rows_out if inp.stage in out else 0.0
         shape = stage_shape(stage)
@@ -168,8 +168,10 @@ def guess_sizes(plan: Plan) -> StageSizes:
             rows = min(rows_in, 1000.0 * len(stage.ranks))
         elif m:
             rows = min(rows_in, float(m.group(1)) * len(stage.ranks))
-        elif shape in ("join", "scan"):
+        elif shape == "join":
             rows = rows_in * 0.5
+        elif shape == "scan":  # its filters are in rows_in already
+            rows = rows_in
         else:
             rows = rows_in
         out[stage.id] = StageSize(rows, rows * _row_width(stage.columns))
@@ -200,7 +202,7 @@ def from_plan(plan: Plan, sizes: StageSizes | None = None) -> Workload:
                     splits[r] += sum(max(1, len(s.row_groups)) for s in sp)
                 scan_rows += rows
                 inputs.append((rows, (rows > 0).astype(float)))
-                held.append(rows * _row_width(inp.columns))
+                held.append(rows * inp.keep() * _row_width(inp.columns))
             elif isinstance(inp, ExchangeInput):
                 before = in_bytes.copy()
                 inputs.append(_deliver(done[inp.stage], in_rows, in_bytes, measured.get(inp.stage, ())))
@@ -311,7 +313,7 @@ def scaled(
                 mine = np.zeros(world)
                 mine[idx] = rows * share
                 inputs.append((mine, (mine > 0).astype(float)))
-                held.append(mine * _row_width(inp.columns))
+                held.append(mine * inp.keep() * _row_width(inp.columns))
             elif isinstance(inp, ExchangeInput):
                 before = in_bytes.copy()
                 inputs.append(_deliver(done[inp.stage], in_rows, in_bytes))

@@ -95,6 +95,7 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
         skipping=skipping.without_probe(skipped, "not probed: a stealing scan") if steal else skipped,
         files=_file_reads(info, splits, {source for source, _i in node.columns}),
         source_notes=info.source_notes,
+        est_rows=float(node.est_rows),
     )
     out: L.Node = InputRef(name, node.names)
     if node.filters:
