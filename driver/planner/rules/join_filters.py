@@ -49,6 +49,7 @@ from sqlglot import exp
 from squall.driver.estimate.rows import estimate_rows
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, render
+from squall.driver.planner import runtime
 from squall.driver.planner.core import REPLICATED, Context, Dist
 from squall.driver.planner.exprs import NUMERIC, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, build_node
@@ -324,7 +325,13 @@ def _decide_build(ctx: Context, node: L.Join) -> Decision | None:
         return None
     broadcast = choice in ("left", "right")
     if broadcast and not _moves(ctx, probe):  # the probe side is joined where it is scanned: nothing to save
-        return None
+        # … unless the broadcast rests on guesses and is left to run time (planner/runtime.py): when both sides
+        # come out spread, joins.plan hashes both and the probe side moves whole (TPC-H Q9 at SF100: lineitem
+        # by partkey against a LIKE-filtered part estimated at 95 MB); then the filter pays as for a hash join
+        deferred = runtime.candidate(ctx, node, lambda n: joins._cut_bytes(ctx, n))
+        if deferred is None or deferred[0] != choice:
+            return None
+        broadcast = False
     distinct = _distinct_build(ctx, build, bkeys)
     if distinct is None:
         return None
