@@ -170,9 +170,7 @@ def guess_sizes(plan: Plan) -> StageSizes:
             rows = min(rows_in, float(m.group(1)) * len(stage.ranks))
         elif shape == "join":
             rows = rows_in * 0.5
-        elif shape == "scan":  # its filters are in rows_in already
-            rows = rows_in
-        else:
+        else:  # scans: their filters are in rows_in already
             rows = rows_in
         out[stage.id] = StageSize(rows, rows * _row_width(stage.columns))
     return StageSizes(out, "guessed")
