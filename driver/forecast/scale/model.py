@@ -359,6 +359,7 @@ class Simulation:
         self.done_ranks: list[float] = []
         self.all_done = self.env.event()
         self.threads = prof.threads_override or max(1, math.ceil(config.memory_mb / 1769))
+        self._needs: dict[int, np.ndarray] = {}  # stage id -> bytes each rank needs (_compute)
         self.per_stage = {s.id: StageEstimate(s.id, s.shape, len(s.ranks)) for s in work.stages}
         self.exchanges: dict[int, ExchangeCounts] = {}
         self.piece: dict[int, float] = {}
@@ -734,7 +735,9 @@ class Simulation:
         out_bytes = st.bytes_out * st.out_share(r)
         seconds += out_bytes / self.cal.encode_Bps / self.prof.compute_speed
         # what the stage asks of the rank (forecast/scale/memory.py) against the worker's budget
-        mem_mb = float(stage_need(st).per_rank[r]) / 2**20
+        if st.id not in self._needs:  # every rank's at once: once per stage, not once per rank
+            self._needs[st.id] = stage_need(st).per_rank
+        mem_mb = float(self._needs[st.id][r]) / 2**20
         spilled = mem_mb > lambda_worker_budget_mb(int(self.cfg.memory_mb))
         if spilled:
             seconds *= self.cal.spill_slowdown
