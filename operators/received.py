@@ -56,9 +56,7 @@ class Received:
             yield from self.data.to_batches()
             return
         with pa.OSFile(self.path) as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
+            yield from _file_batches(source)
 
     def close(self) -> None:
         """Remove the input's file, if it has one."""
@@ -68,6 +66,13 @@ class Received:
             except FileNotFoundError:
                 pass
             self.path = None
+
+
+def _file_batches(source: pa.NativeFile) -> Iterator[pa.RecordBatch]:
+    """An Arrow IPC file's record batches, one read at a time."""
+    reader = pa.ipc.open_file(source)
+    for i in range(reader.num_record_batches):
+        yield reader.get_batch(i)
 
 
 def dataset_batches(data: ds.Dataset) -> Iterator[pa.RecordBatch]:
@@ -82,9 +87,7 @@ def dataset_batches(data: ds.Dataset) -> Iterator[pa.RecordBatch]:
     elif isinstance(data, ds.FileSystemDataset) and isinstance(data.format, ds.IpcFileFormat):
         for path in data.files:
             with data.filesystem.open_input_file(path) as source:
-                reader = pa.ipc.open_file(source)
-                for i in range(reader.num_record_batches):
-                    yield reader.get_batch(i)
+                yield from _file_batches(source)
     else:
         yield from data.to_batches(batch_readahead=0, fragment_readahead=0, use_threads=False)
 

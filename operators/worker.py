@@ -532,23 +532,25 @@ class Worker:
         t1 = time.perf_counter()
         sr.scan_s += t1 - t0
         output = stage.output
-        loaded = [name for name, table in inputs.items() if not isinstance(table, pa.Table)]
-        for name, table in inputs.items():
-            if name in loaded:  # on disk: a table of DuckDB's own, with statistics its optimizer can use
-                db.load(name, batch_stream(table))
-            else:
-                db.register(name, table)
-        filtered: list[str] = []
+        registered: list[str] = []  # what the finally removes: a copy into DuckDB (loaded) or an Arrow view
+        loaded: list[str] = []
+
+        def expose(name: str, data: pa.Table | ds.Dataset) -> None:
+            if isinstance(data, pa.Table):
+                db.register(name, data)
+            else:  # on disk: a table of DuckDB's own, with statistics its optimizer can use
+                db.load(name, batch_stream(data))
+                loaded.append(name)
+            registered.append(name)
+
         try:
+            for name, table in inputs.items():
+                expose(name, table)
             for label, pre_sql, post_sql, name in stage.join_filters:  # see Stage.join_filters
                 kept = self._kept(db, post_sql, f"kept-s{stage.id}")
                 if kept.on_disk:
-                    db.load(name, batch_stream(kept.data))
-                    loaded.append(name)
                     done.append(kept)
-                else:
-                    db.register(name, kept.data)
-                filtered.append(name)
+                expose(name, kept.data)
                 sr.join_filters[label] = [_count(db, pre_sql), kept.rows]
             if output.kind == "hash" and not self._runtime.stays_here(stage):
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
@@ -592,7 +594,7 @@ class Worker:
         except USER_RUNTIME as err:
             raise QueryRuntimeError(str(err).splitlines()[0]) from None
         finally:
-            for name in (*inputs, *filtered):
+            for name in registered:
                 db.drop(name) if name in loaded else db.unregister(name)
             for input_file in done:
                 input_file.close()
