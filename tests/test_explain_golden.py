@@ -16,6 +16,8 @@ import squall
 from squall import tpch
 
 GOLDEN = Path(__file__).parent / "golden" / "explain"
+#: each worker's memory budget in the goldens' last line (pinned: the machine's own share varies with its memory)
+GOLDEN_WORKER_MEMORY = 4608 << 20
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def planner(sf1):
     # skew-aware joins' threshold: PlannerOptions.ranks_per_core)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("squall.driver.platforms.local.platform.os.cpu_count", lambda: 4)
-        con = squall.Connection(data=str(sf1), workers=4)
+        con = squall.Connection(data=str(sf1), workers=4, worker_memory=GOLDEN_WORKER_MEMORY)
         yield con
         con.close()
 

@@ -19,11 +19,13 @@ import pytest
 from squall import tpch
 from squall.driver.catalog.snapshot import SnapshotCatalog, from_snapshot
 from squall.driver.compile import compile_sql
+from squall.driver.forecast.predict import plan_need
 from squall.driver.options import PlannerOptions
 from squall.driver.planner import RULES
 from squall.driver.report.explain import explain_plan
 from squall.operators.duck import Sandbox
 from tests.fixture_cases import parse_cases, write_expect
+from tests.test_explain_golden import GOLDEN_WORKER_MEMORY
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"
 GOLDEN = Path(__file__).parent / "golden" / "explain"
@@ -94,5 +96,9 @@ def test_rule_case(catalog, db, path: Path, name: str):
 
 @pytest.mark.parametrize("n", tpch.QUERY_NUMBERS, ids=lambda n: f"q{n:02d}")
 def test_tpch_goldens_from_snapshot(catalog, db, n):
-    """The snapshot holds all the planner reads: it plans the 22 TPC-H goldens (SF1, W=4) exactly."""
-    assert explain(catalog, db, tpch.query(n), 4) + "\n" == (GOLDEN / f"q{n:02d}.txt").read_text()
+    """The snapshot holds all the planner reads: it plans the 22 TPC-H goldens (SF1, W=4) exactly, and
+    explain's expected peak per worker from it as from the files."""
+    plan = compile_sql(catalog, tpch.query(n), 4, None, db)
+    memory = plan_need(plan).line(GOLDEN_WORKER_MEMORY)
+    text = f"{explain_plan(plan).rstrip()}\n\nmemory per worker: {memory}\n"
+    assert text == (GOLDEN / f"q{n:02d}.txt").read_text()
