@@ -253,6 +253,7 @@ class Sandbox:
         self._key = _instance_key(config, paths) if reuse else None
         root = _shared_instance(self._key, config, paths) if self._key else _locked_instance(config, paths)
         self.con = root.cursor() if reuse else root
+        self._arrow_types: dict[pa.Schema, tuple[str, ...]] = {}
         for name, table in (inputs or {}).items():
             self.con.register(name, table)
         for name, view in views.items():
@@ -285,6 +286,17 @@ class Sandbox:
 
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         return self.con.sql(sql)
+
+    def arrow_types(self, schema: pa.Schema) -> tuple[str, ...]:
+        """The DuckDB type of each field of ``schema`` as DuckDB reads Arrow data of it (remembered per schema:
+        the planner asks for every scan of a table)."""
+        types = self._arrow_types.get(schema)
+        if types is None:
+            types = tuple(str(t) for t in self.con.from_arrow(schema.empty_table()).types)
+            if len(self._arrow_types) >= 1024:
+                self._arrow_types.clear()
+            self._arrow_types[schema] = types
+        return types
 
     def batches(self, sql: str, rows: int) -> pa.RecordBatchReader:
         """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory)."""

@@ -25,6 +25,18 @@ def col(name: str) -> exp.Column:
 
 
 def sql_of(expression: exp.Expression) -> str:
+    """``expression`` as DuckDB SQL. A reference to one quoted column (most calls while planning) is quoted here
+    directly: sqlglot copies the tree before it generates, which costs more than the text."""
+    if type(expression) is exp.Column and not expression.comments:
+        args = expression.args
+        name = args.get("this")
+        if (
+            type(name) is exp.Identifier
+            and name.args.get("quoted")
+            and not name.comments
+            and not (args.get("table") or args.get("db") or args.get("catalog"))
+        ):
+            return '"' + name.this.replace('"', '""') + '"'
     return expression.sql(DIALECT)
 
 

@@ -100,7 +100,7 @@ def _pushable_filters(ast: exp.Expression, catalog: Catalog) -> dict[str, list[e
                 continue
             cols = list(c.find_all(exp.Column))
             if cols and all(col.table == alias and col.name in columns[t.name] for col in cols):
-                bare = c.copy().transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n)
+                bare = c.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n)
                 out.setdefault(t.name.lower(), []).append(bare)
     return out
 

@@ -45,4 +45,4 @@ def rewrite_cols(e: exp.Expression, names: dict[str, str]) -> exp.Expression:
             return L.col(names[text])
         return n
 
-    return e.copy().transform(fix)
+    return e.transform(fix)

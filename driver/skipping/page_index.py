@@ -16,10 +16,11 @@ again. Any DuckDB error (a file without the index, a damaged or missing range) r
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +31,44 @@ import pyarrow.parquet as pq
 
 
 def connect(path: str) -> duckdb.DuckDBPyConnection:
-    """A DuckDB session that may read exactly one local file (its footer and indexes)."""
-    con = duckdb.connect(":memory:", config={"threads": 1})
+    """A DuckDB session that may read exactly one local file (its footer and indexes), caching none of its
+    bytes (a metadata mirror fills in after it is first read)."""
+    con = duckdb.connect(":memory:", config={"threads": 1, "enable_external_file_cache": False})
     con.execute("SET allowed_paths = [?]", [path])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.con: duckdb.DuckDBPyConnection | None = None
+
+
+#: the sessions of the files probed last, (path, stamp) → session: a new DuckDB instance takes ~20 ms, and
+#: planning a query probes the same few files for many columns and values
+_SESSIONS: OrderedDict[tuple[str, str], _Session] = OrderedDict()
+_SESSIONS_LOCK = threading.Lock()
+_MAX_SESSIONS = 32
+
+
+@contextlib.contextmanager
+def _session(path: str, stamp: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A kept :func:`connect` session on ``path`` at ``stamp``, used by one thread at a time."""
+    key = (path, stamp)
+    with _SESSIONS_LOCK:
+        entry = _SESSIONS.get(key)
+        if entry is None:
+            entry = _SESSIONS[key] = _Session()
+            while len(_SESSIONS) > _MAX_SESSIONS:
+                _SESSIONS.popitem(last=False)  # closed once no thread uses it
+        else:
+            _SESSIONS.move_to_end(key)
+    with entry.lock:
+        if entry.con is None:
+            entry.con = connect(path)
+        yield entry.con
 
 
 @dataclass(frozen=True)
@@ -68,7 +101,7 @@ def bloom_columns_of(footer: pq.FileMetaData) -> frozenset[str]:
 def bloom_columns(path: str, stamp: str) -> frozenset[str]:
     """Columns of a local file (at ``stamp``) whose footer points at Bloom filters (read by DuckDB)."""
     try:
-        with connect(path) as con:
+        with _session(path, stamp) as con:
             rows = con.execute(
                 "SELECT DISTINCT path_in_schema FROM parquet_metadata(?) WHERE bloom_filter_offset IS NOT NULL",
                 [path],
@@ -82,7 +115,7 @@ def bloom_columns(path: str, stamp: str) -> frozenset[str]:
 def bloom_excludes(path: str, stamp: str, column: str, value: Any) -> frozenset[int]:
     """Row groups of a local file whose Bloom filter on ``column`` says ``value`` is absent."""
     try:
-        with connect(path) as con:
+        with _session(path, stamp) as con:
             rows = con.execute(
                 "SELECT row_group_id FROM parquet_bloom_probe(?, ?, ?) WHERE bloom_filter_excludes",
                 [path, column, value],
@@ -171,7 +204,7 @@ class PageIndexCache:
             if entry is not None:
                 self._files.move_to_end(key)
         if entry is None:
-            table = _read_page_index(path)
+            table = _read_page_index(path, stamp)
             with self._lock:
                 self.reads += 1
                 entry = self._files.setdefault(key, (table, {}))
@@ -206,11 +239,11 @@ class PageIndexCache:
 PAGE_INDEXES = PageIndexCache()
 
 
-def _read_page_index(path: str) -> pa.Table | None:
+def _read_page_index(path: str, stamp: str) -> pa.Table | None:
     """A local file's page index (column, row group, first row, rows, NULL page, bounds as text), None
     when it has none or DuckDB cannot read it."""
     try:
-        with connect(path) as con:
+        with _session(path, stamp) as con:
             table: pa.Table = con.sql(
                 "SELECT path_in_schema AS col, row_group_id AS rg, first_row_index AS first, num_rows AS n, "
                 "null_page, min_value AS lo, max_value AS hi FROM parquet_page_index(?) "

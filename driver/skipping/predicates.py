@@ -81,7 +81,7 @@ def _atom(pred: exp.Expression, source_of: Mapping[str, str]) -> list[Any]:
             ]
         except TypeError:
             pass
-    renamed = pred.copy().transform(
+    renamed = pred.transform(
         lambda n: exp.column(source_of.get(n.name, n.name), quoted=True) if isinstance(n, exp.Column) else n
     )
     return ["sql", renamed.sql(dialect="duckdb", normalize=True)]

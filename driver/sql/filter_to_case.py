@@ -16,6 +16,8 @@ NAME = "filter_to_case"
 
 
 def apply(ast: exp.Expression, context: Any) -> exp.Expression:
+    if ast.find(exp.Filter) is None:
+        return ast  # nothing to rewrite: no copy
     return ast.transform(filter_to_case)
 
 

@@ -36,7 +36,7 @@ class Aggregation(ClauseBase):
                     return L.col(n.name)
                 if isinstance(n, (exp.Grouping, exp.GroupingId)):
                     return self._grouping(n, keys, gid, scope)
-                text = n.sql(DIALECT)
+                text = L.sql_of(n)
                 if text in call_by_sql:
                     return L.col(call_by_sql[text])
                 if text in keys.by_sql:
@@ -50,7 +50,7 @@ class Aggregation(ClauseBase):
 
             if has_subquery(e):
                 raise NotSupportedError(f"subquery in an expression: {e.sql(DIALECT)[:80]}")
-            return e.copy().transform(fix)
+            return e.transform(fix)
 
         return agg_node, rewrite
 

@@ -73,7 +73,7 @@ class ClauseBase(SubqueryMixin):
                 return L.col(internal)
             return node
 
-        return e.copy().transform(fix)
+        return e.transform(fix)
 
     def _is_agg(self, node: exp.Expression) -> bool:
         if isinstance(node, (exp.Window, exp.Grouping, exp.GroupingId)):

@@ -182,7 +182,7 @@ def _expand_columns(projections: list[exp.Expression], scope: Scope) -> list[exp
             def put(n: exp.Expression, ref: exp.Expression = ref) -> exp.Expression:
                 return ref.copy() if isinstance(n, exp.Columns) else n
 
-            item = p.copy().transform(put)
+            item = p.transform(put)
             if isinstance(item, (exp.Alias, exp.Column)):
                 out.append(item)
             else:

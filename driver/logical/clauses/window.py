@@ -49,7 +49,7 @@ class Windows(ClauseBase):
                     return exp.column(by_sql[n.sql(DIALECT)], table=INTERNAL)
                 return n
 
-            return rewrite(e.copy().transform(pre))
+            return rewrite(e.transform(pre))
 
         return win_node, rewrite_w
 

@@ -688,7 +688,7 @@ def empty_value(value: exp.Expression, aggregates: set[str]) -> exp.Expression |
             raise NotSupportedError(f"{agg.sql(DIALECT)[:40]} in a correlated scalar subquery")
         return n
 
-    empty = value.copy().transform(fix)
+    empty = value.transform(fix)
     return None if _surely_null(empty) else empty
 
 

@@ -101,7 +101,7 @@ def _renamed(e: exp.Expression, mapping: dict[str, str]) -> exp.Expression:
             return L.col(mapping[n.name])
         return n
 
-    return e.copy().transform(swap)
+    return e.transform(swap)
 
 
 def coalesce_subqueries(node: L.Node, fresh: Callable[[str], str]) -> tuple[L.Node, list[Coalesced]]:

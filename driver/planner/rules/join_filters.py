@@ -242,7 +242,7 @@ def _plan_local(
 
 def _key_types(ctx: Context, b_node: L.Node, key_sql: list[str]) -> tuple[str, ...]:
     """DuckDB's types of the build keys over the planned build side."""
-    _s, typed = ctx.typecheck(f"SELECT {', '.join(key_sql)} FROM ({render(b_node)}) AS t", leaves(b_node))
+    typed = ctx.typecheck(f"SELECT {', '.join(key_sql)} FROM ({render(b_node)}) AS t", leaves(b_node))
     return tuple(t for _n, t in typed)
 
 

@@ -52,7 +52,7 @@ def _typed(ctx: Context, node: L.SetOp, inputs: tuple[L.Node, ...], want: tuple[
     out = dataclasses.replace(node, inputs=inputs)
     if want is None:
         return out
-    _schema, types = ctx.typecheck(render(out), leaves(out))
+    types = ctx.typecheck(render(out), leaves(out))
     if tuple(t for _n, t in types) == want:
         return out
     return dataclasses.replace(node, inputs=tuple(ctx.cast_to(n, want) for n in inputs))
