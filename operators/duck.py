@@ -253,7 +253,7 @@ class Sandbox:
         self._key = _instance_key(config, paths) if reuse else None
         root = _shared_instance(self._key, config, paths) if self._key else _locked_instance(config, paths)
         self.con = root.cursor() if reuse else root
-        self._arrow_types: dict[pa.Schema, tuple[str, ...]] = {}
+        self._arrow_types: dict[pa.DataType, str] = {}
         for name, table in (inputs or {}).items():
             self.con.register(name, table)
         for name, view in views.items():
@@ -288,15 +288,16 @@ class Sandbox:
         return self.con.sql(sql)
 
     def arrow_types(self, schema: pa.Schema) -> tuple[str, ...]:
-        """The DuckDB type of each field of ``schema`` as DuckDB reads Arrow data of it (remembered per schema:
-        the planner asks for every scan of a table)."""
-        types = self._arrow_types.get(schema)
-        if types is None:
-            types = tuple(str(t) for t in self.con.from_arrow(schema.empty_table()).types)
-            if len(self._arrow_types) >= 1024:
-                self._arrow_types.clear()
-            self._arrow_types[schema] = types
-        return types
+        """The DuckDB type of each field of ``schema`` as DuckDB reads Arrow data of it (remembered per Arrow
+        type: the planner asks for every scan of a table)."""
+        known = self._arrow_types
+        if len(known) >= 4096:
+            known.clear()
+        missing = list(dict.fromkeys(f.type for f in schema if f.type not in known))
+        if missing:
+            empty = pa.schema([pa.field(f"c{i}", t) for i, t in enumerate(missing)]).empty_table()
+            known.update(zip(missing, (str(t) for t in self.con.from_arrow(empty).types)))
+        return tuple(known[f.type] for f in schema)
 
     def batches(self, sql: str, rows: int) -> pa.RecordBatchReader:
         """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory)."""

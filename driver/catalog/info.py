@@ -6,6 +6,7 @@ kept by the :class:`~squall.driver.catalog.tables.Catalog` (which re-exports the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,13 +78,23 @@ class TableInfo:
     #: partitions and files kept of total, as (key, value) pairs
     source_notes: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
-    @property
+    @functools.cached_property
     def num_rows(self) -> int:
         return sum(rg.num_rows for rg in self.row_groups)
 
+    @functools.cached_property
+    def _column_bytes(self) -> dict[str, int]:
+        return {}  # filled by column_bytes: the planner asks for the same columns many times per query
+
     def column_bytes(self, column: str) -> int:
         """Uncompressed bytes of a column over the whole table."""
-        return sum(rg.columns[column].uncompressed_bytes for rg in self.row_groups if column in rg.columns)
+        known = self._column_bytes.get(column)
+        if known is None:
+            known = sum(
+                rg.columns[column].uncompressed_bytes for rg in self.row_groups if column in rg.columns
+            )
+            self._column_bytes[column] = known
+        return known
 
     def column_range(self, column: str) -> tuple[Any, Any] | None:
         """Overall (min, max) of a column from row-group statistics; None when any group lacks them."""

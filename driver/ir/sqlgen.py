@@ -8,6 +8,7 @@ of the chain that consumes it, so the order survives.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -69,16 +70,11 @@ def _indent(text: str) -> str:
 
 
 def _newline_in_quotes(text: str) -> bool:
-    quote = ""
-    for ch in text:
-        if quote:
-            if ch == quote:
-                quote = ""  # a doubled quote ('') closes and reopens: same state after both
-            elif ch == "\n":
-                return True
-        elif ch in "'\"":
-            quote = ch
-    return False
+    return any("\n" in m.group(0) for m in _QUOTED.finditer(text))
+
+
+#: a quoted literal or identifier (a doubled quote inside reads as two adjacent ones), or an unclosed one
+_QUOTED = re.compile(r"'[^']*(?:'|$)|\"[^\"]*(?:\"|$)")
 
 
 def _sub(node: L.Node) -> str:
