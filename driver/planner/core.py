@@ -24,7 +24,7 @@ from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend import value_lists
 from squall.driver.frontend.bind import BoundQuery
 from squall.driver.ir import nodes as L
-from squall.driver.ir.sqlgen import InputRef, render
+from squall.driver.ir.sqlgen import InputRef, q, render
 from squall.driver.logical.translate import Names
 from squall.driver.options import PlannerOptions, rule_name
 from squall.driver.planner.exprs import hashable, leaves
@@ -295,7 +295,7 @@ class Context:
         receivers = (0,) if output.kind == "gather" else tuple(range(self.world))
         partition_sql = ""
         if output.kind == "hash":
-            partition_sql = self._partition_sql(sql, output.keys, refs)
+            partition_sql = self._partition_sql(sql, output.keys, refs, types)
         out = dataclasses.replace(output, senders=senders, receivers=receivers, partition_sql=partition_sql)
         note += _one_rank_note(node)
         run_sql, probes = _with_named_probes(node, sql)
@@ -333,11 +333,19 @@ class Context:
             return ref
         return L.Project(ref, tuple((new, L.col(old)) for new, old in zip(node.names, ref.out)))
 
-    def _partition_sql(self, sql: str, keys: tuple[str, ...], refs: list[InputRef]) -> str:
-        """``hash(keys) % W``, keys as ``hashable`` gives them."""
-        key_sql = ", ".join(keys)
-        types = self.typecheck(f"SELECT {key_sql} FROM ({sql}) AS t", refs)
-        parts = [hashable(key, typ) for key, (_name, typ) in zip(keys, types)]
+    def _partition_sql(
+        self, sql: str, keys: tuple[str, ...], refs: list[InputRef], columns: tuple[tuple[str, str], ...]
+    ) -> str:
+        """``hash(keys) % W``, keys as ``hashable`` gives them; a key that is one of the stage's output
+        ``columns`` (name, DuckDB type) has that type, others are typed by DuckDB."""
+        of = {q(name): typ for name, typ in columns}
+        if all(key in of for key in keys):
+            key_types = [of[key] for key in keys]
+        else:
+            key_types = [
+                typ for _name, typ in self.typecheck(f"SELECT {', '.join(keys)} FROM ({sql}) AS t", refs)
+            ]
+        parts = [hashable(key, typ) for key, typ in zip(keys, key_types)]
         return f"hash({', '.join(parts)}) % {self.world}"
 
     def gather(self, node: L.Node, dist: Dist, note: str) -> L.Node:
