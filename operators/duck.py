@@ -157,6 +157,34 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+_LEADING_WITH = re.compile(r"^\s*WITH\s+(RECURSIVE\s+)?", re.IGNORECASE)
+
+
+def typed_empty(columns: tuple[tuple[str, str], ...]) -> str:
+    """A query of no rows whose columns have these names and DuckDB types ("" for no columns)."""
+    if not columns:
+        return ""
+    return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {ident(n)}" for n, t in columns) + " LIMIT 0"
+
+
+def typed_inputs(inputs: dict[str, tuple[tuple[str, str], ...]], sql: str) -> str | None:
+    """``sql`` behind one typed, empty CTE per input (name → its (column, DuckDB type)), merged into ``sql``'s own
+    ``WITH``: DuckDB binds it for names and types with nothing registered (~0.5 ms less per input than an empty
+    Arrow table registered and unregistered). None when an input has no columns. A name ``sql`` defines itself
+    makes the text fail to bind: callers fall back to registering."""
+    ctes = []
+    for name, columns in inputs.items():
+        if not (select := typed_empty(columns)):
+            return None
+        ctes.append(f"{ident(name)} AS ({select})")
+    if not ctes:
+        return sql
+    head = ", ".join(ctes)
+    if m := _LEADING_WITH.match(sql):
+        return f"WITH {m.group(1) or ''}{head}, {sql[m.end() :]}"
+    return f"WITH {head}\n{sql}"
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 

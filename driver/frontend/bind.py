@@ -9,9 +9,11 @@ from __future__ import annotations
 import difflib
 import functools
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import duckdb
+import pyarrow as pa
 from sqlglot import exp
 
 from squall.driver.catalog.tables import Catalog
@@ -23,7 +25,7 @@ from squall.driver.frontend.safety import check_safe, referenced_tables
 from squall.driver.frontend.time_travel import pin_versions
 from squall.driver.frontend.unsupported import refuse_unsupported
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
-from squall.operators.duck import Sandbox, raise_if_interrupted
+from squall.operators.duck import Sandbox, raise_if_interrupted, typed_inputs
 
 
 @dataclass(frozen=True)
@@ -96,27 +98,49 @@ class Binder:
         assert db is not None
         with self._lock:
             try:
-                for name in tables:
-                    db.register(name, self.catalog.table(name).schema.empty_table())
-                rel = value_lists.typed_relation(db.relation, sql)
+                rel = _bind_typed(db, sql, {name: self.catalog.table(name).schema for name in tables})
                 if rel is None:
-                    raise UnsafeQueryError("only SELECT queries are allowed")
-                names = tuple(rel.columns)
-                types = tuple(str(t) for t in rel.types)
-            except duckdb.ParserException as err:
-                if "max expression depth" in str(err).lower():
-                    raise too_deep_for_duckdb() from None
-                raise SqlSyntaxError(_one_line(str(err)).removeprefix("Parser Error: ")) from None
-            except (duckdb.BinderException, duckdb.CatalogException) as err:
-                raise BindError(_one_line(str(err))) from None
-            except duckdb.PermissionException as err:
-                raise UnsafeQueryError(_one_line(str(err))) from None
-            except duckdb.Error as err:
-                raise_if_interrupted(err)
-                raise QueryRuntimeError(_one_line(str(err))) from None
+                    rel = self._bind_registered(db, sql, tables)
+                names, types = tuple(rel.columns), tuple(str(t) for t in rel.types)
             finally:
-                for name in tables:
-                    db.unregister(name)
                 if own:
                     db.close()
         return BoundQuery(sql, ast, tuple(tables), names, types)
+
+    def _bind_registered(self, db: Sandbox, sql: str, tables: Collection[str]) -> duckdb.DuckDBPyRelation:
+        """``sql`` as the user wrote it bound over empty tables registered under its tables' names: the path
+        whose errors (syntax, binder, permission) are reported to the user."""
+        try:
+            for name in tables:
+                db.register(name, self.catalog.table(name).schema.empty_table())
+            rel = value_lists.typed_relation(db.relation, sql)
+            if rel is None:
+                raise UnsafeQueryError("only SELECT queries are allowed")
+            return rel
+        except duckdb.ParserException as err:
+            if "max expression depth" in str(err).lower():
+                raise too_deep_for_duckdb() from None
+            raise SqlSyntaxError(_one_line(str(err)).removeprefix("Parser Error: ")) from None
+        except (duckdb.BinderException, duckdb.CatalogException) as err:
+            raise BindError(_one_line(str(err))) from None
+        except duckdb.PermissionException as err:
+            raise UnsafeQueryError(_one_line(str(err))) from None
+        except duckdb.Error as err:
+            raise_if_interrupted(err)
+            raise QueryRuntimeError(_one_line(str(err))) from None
+        finally:
+            for name in tables:
+                db.unregister(name)
+
+
+def _bind_typed(db: Sandbox, sql: str, schemas: dict[str, pa.Schema]) -> duckdb.DuckDBPyRelation | None:
+    """``sql`` bound behind typed, empty CTEs named like its tables (nothing registered); None when that text
+    cannot be made or does not bind as a SELECT (the caller binds the user's own text and reports its error)."""
+    typed = typed_inputs({name: tuple(zip(s.names, db.arrow_types(s))) for name, s in schemas.items()}, sql)
+    if typed is None:
+        return None
+    try:
+        return value_lists.typed_relation(db.relation, typed)
+    except duckdb.Error as err:
+        raise_if_interrupted(err)
+        return None

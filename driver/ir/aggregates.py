@@ -46,17 +46,19 @@ def split_aggs(
     seen: dict[str, str] = {}
 
     def add_partial(func: str, args: tuple[exp.Expression, ...], text: str) -> str:
-        key = L.sql_of(parse(text))
+        call = parse(text)
+        key = L.sql_of(call)
         if key not in seen:
             seen[key] = fresh("p_" + func)
-            partial.append((seen[key], L.AggCall(func, args, False, parse(text))))
+            partial.append((seen[key], L.AggCall(func, args, False, call)))
         return seen[key]
 
     def add_final(func: str, text: str) -> str:
-        key = L.sql_of(parse(text))
+        call = parse(text)
+        key = L.sql_of(call)
         if key not in seen:
             seen[key] = fresh("f_" + func)
-            final.append((seen[key], L.AggCall(func, (), False, parse(text))))
+            final.append((seen[key], L.AggCall(func, (), False, call)))
         return seen[key]
 
     for name, a in node.aggs:

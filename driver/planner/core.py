@@ -10,7 +10,6 @@ so a planner bug fails here, not on a worker.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,33 +30,8 @@ from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, named_probes
 from squall.driver.planner.reuse import stage_key
 from squall.errors import NotSupportedError
-from squall.operators.duck import Sandbox, ident, raise_if_interrupted
+from squall.operators.duck import Sandbox, raise_if_interrupted, typed_empty, typed_inputs
 from squall.plan import ExchangeInput, Output, ScanInput, Stage
-
-_LEADING_WITH = re.compile(r"^\s*WITH\s+(RECURSIVE\s+)?", re.IGNORECASE)
-
-
-def _typed_empty(columns: tuple[tuple[str, str], ...]) -> str:
-    """A query of no rows whose columns have these names and DuckDB types ("" for no columns)."""
-    if not columns:
-        return ""
-    return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {ident(n)}" for n, t in columns) + " LIMIT 0"
-
-
-def _typed_inputs(inputs: dict[str, tuple[tuple[str, str], ...]], sql: str) -> str | None:
-    """``sql`` behind one typed, empty CTE per input (merged into ``sql``'s own ``WITH``); None when an
-    input has no columns."""
-    ctes = []
-    for name, columns in inputs.items():
-        if not (select := _typed_empty(columns)):
-            return None
-        ctes.append(f"{ident(name)} AS ({select})")
-    if not ctes:
-        return sql
-    head = ", ".join(ctes)
-    if m := _LEADING_WITH.match(sql):
-        return f"WITH {m.group(1) or ''}{head}, {sql[m.end() :]}"
-    return f"WITH {head}\n{sql}"
 
 
 @dataclass(frozen=True)
@@ -201,7 +175,7 @@ class Context:
         registered: ~0.5 ms where registering empty Arrow tables and running took ~4 ms); when that text fails,
         the inputs are registered as empty tables instead, and DuckDB's error on it is the one reported."""
         refs = list(refs)
-        typed = _typed_inputs({leaf.name: self.input_types(leaf.name) for leaf in refs}, sql)
+        typed = typed_inputs({leaf.name: self.input_types(leaf.name) for leaf in refs}, sql)
         if typed is not None:
             try:
                 rel = value_lists.typed_relation(self._db.relation, typed)
@@ -232,7 +206,7 @@ class Context:
     def _empty_input(self, name: str) -> pa.Table:
         if isinstance(self.inputs[name], ScanInput):
             return self.scan_schemas[name].empty_table()
-        select = _typed_empty(self.input_types(name))
+        select = typed_empty(self.input_types(name))
         return self._db.query(select) if select else pa.table({})
 
     def logical_types(self, node: L.Node) -> tuple[str, ...] | None:
@@ -252,7 +226,7 @@ class Context:
 
         try:
             sql = render(swap(node))
-            typed = _typed_inputs(tables, sql)
+            typed = typed_inputs(tables, sql)
             if typed is None:
                 return None
             return tuple(str(t) for t in self._db.relation(typed).types)

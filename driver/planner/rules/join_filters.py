@@ -341,20 +341,38 @@ def _decide_build(ctx: Context, node: L.Join) -> Decision | None:
     cost = filter_bytes * senders * ctx.world + ctx.options.join_filter_round_bytes
     if broadcast and _replicated(ctx, build):
         cost = 0.0  # computed where the probe is scanned: no round, no bytes
-    targets = _probe_targets(ctx, probe, pkeys, distinct, cost)
+    targets = _probe_targets(ctx, probe, pkeys, distinct, cost, _key_domain(ctx, build, bkeys))
     return (build, bkeys, pkeys, targets, broadcast) if targets else None
 
 
+def _key_domain(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ...]) -> float:
+    """Distinct values of the build keys' columns in their whole tables (the smallest, over the scans the keys
+    come from; 0 unknown): the domain a filtered build side picks its keys from."""
+    found = [
+        _ndv(ctx, scan, cols, max(float(ctx.catalog.table(scan.table).num_rows), 1.0))
+        for scan, cols in _trace(build, tuple(k.name for k in bkeys if isinstance(k, exp.Column)))
+    ]
+    return min(found) if found else 0.0
+
+
 def _probe_targets(
-    ctx: Context, probe: L.Node, pkeys: tuple[exp.Expression, ...], distinct: float, cost: float
+    ctx: Context,
+    probe: L.Node,
+    pkeys: tuple[exp.Expression, ...],
+    distinct: float,
+    cost: float,
+    domain: float = 0.0,
 ) -> list[tuple[L.Scan, tuple[str, ...], float]]:
-    """The probe side's scans worth filtering by ``distinct`` build keys, with their estimated keep."""
+    """The probe side's scans worth filtering by ``distinct`` build keys, with their estimated keep: the share of
+    the probe key's distinct values the build keys hold, both drawn from the larger of the two key domains (the
+    probe's distinct values, the build keys' ``domain`` in their table): a fact table's dates are a few of the
+    date dimension's, and one year of that dimension holds a year's share of them (TPC-DS Q39's inventory)."""
     targets = []
     for scan, cols in _trace(probe, tuple(k.name for k in pkeys)):
         rows = float(ctx.catalog.table(scan.table).num_rows)
         if rows <= ctx.options.replicated_scan_rows:  # likely read whole by every rank: never sent
             continue
-        keep = min(1.0, distinct / _ndv(ctx, scan, cols, rows))
+        keep = min(1.0, distinct / max(_ndv(ctx, scan, cols, rows), domain))
         saved = (1.0 - keep) * scan.est_rows * max(scan.row_width, 1.0)
         if saved > cost and keep <= ctx.options.join_filter_max_keep:
             targets.append((scan, cols, keep))
