@@ -16,7 +16,6 @@ import functools
 import os
 import signal
 import sys
-import threading
 import traceback
 from multiprocessing.connection import Client, Connection
 from typing import Any, NoReturn
@@ -161,15 +160,6 @@ def serve(conn: Connection, threads: int | None) -> None:
             conn.send(("error", query_id, rank, kind, message, traceback.format_exc()))
 
 
-def _warm_imports() -> None:
-    """Import, while the pool waits for its first query, what a worker's first query would import on its critical
-    path: PyArrow's first cast of an array (C code, in every scan that widens a type) imports pandas (~0.3 s)."""
-    try:
-        import pandas  # noqa: F401
-    except ImportError:  # pyarrow then casts without it
-        pass
-
-
 def main(argv: list[str]) -> int:
     """``ADDRESS SLOT THREADS`` (started by the local platform; ranks started by a cluster launcher use
     :mod:`squall.driver.platforms.fabric.worker_process`)."""
@@ -187,7 +177,6 @@ def main(argv: list[str]) -> int:
         fail(f"SLOT and THREADS must be integers, got {argv[1]!r} and {argv[2]!r}", USAGE)
     conn = connect(address, "AF_UNIX", authkey_from_env(USAGE), USAGE)
     conn.send(slot)
-    threading.Thread(target=_warm_imports, name="warm-imports", daemon=True).start()
     serve(conn, threads or None)
     return 0
 
