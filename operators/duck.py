@@ -185,6 +185,11 @@ def typed_inputs(inputs: dict[str, tuple[tuple[str, str], ...]], sql: str) -> st
     return f"WITH {head}\n{sql}"
 
 
+#: Arrow type → the DuckDB type DuckDB reads it as (:meth:`Sandbox.arrow_types`)
+_ARROW_TYPES: dict[pa.DataType, str] = {}
+_ARROW_TYPES_LOCK = threading.Lock()
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -281,7 +286,6 @@ class Sandbox:
         self._key = _instance_key(config, paths) if reuse else None
         root = _shared_instance(self._key, config, paths) if self._key else _locked_instance(config, paths)
         self.con = root.cursor() if reuse else root
-        self._arrow_types: dict[pa.DataType, str] = {}
         for name, table in (inputs or {}).items():
             self.con.register(name, table)
         for name, view in views.items():
@@ -317,15 +321,21 @@ class Sandbox:
 
     def arrow_types(self, schema: pa.Schema) -> tuple[str, ...]:
         """The DuckDB type of each field of ``schema`` as DuckDB reads Arrow data of it (remembered per Arrow
-        type: the planner asks for every scan of a table)."""
-        known = self._arrow_types
-        if len(known) >= 4096:
-            known.clear()
-        missing = list(dict.fromkeys(f.type for f in schema if f.type not in known))
+        type for the process, :data:`_ARROW_TYPES`: the planner asks for every scan of every query, each on a
+        sandbox of its own)."""
+        wanted = [f.type for f in schema]
+        with _ARROW_TYPES_LOCK:
+            have = {t: _ARROW_TYPES[t] for t in wanted if t in _ARROW_TYPES}
+        missing = list(dict.fromkeys(t for t in wanted if t not in have))
         if missing:
             empty = pa.schema([pa.field(f"c{i}", t) for i, t in enumerate(missing)]).empty_table()
-            known.update(zip(missing, (str(t) for t in self.con.from_arrow(empty).types)))
-        return tuple(known[f.type] for f in schema)
+            found = dict(zip(missing, (str(t) for t in self.con.from_arrow(empty).types)))
+            have.update(found)
+            with _ARROW_TYPES_LOCK:
+                if len(_ARROW_TYPES) >= 4096:
+                    _ARROW_TYPES.clear()
+                _ARROW_TYPES.update(found)
+        return tuple(have[t] for t in wanted)
 
     def batches(self, sql: str, rows: int) -> pa.RecordBatchReader:
         """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory)."""
