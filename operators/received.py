@@ -56,7 +56,22 @@ class Received:
             yield from self.data.to_batches()
             return
         with pa.OSFile(self.path) as source:
-            yield from _file_batches(source)
+            yield from _file_batches(source, self.data.schema.names)
+
+    def without(self, column: str) -> Received:
+        """The same rows without ``column`` (in memory: a table without it; on disk: the same file, read
+        without it), owning the file from now on; ``self`` unchanged when it has no such column."""
+        schema = self.data.schema
+        if column not in schema.names:
+            return self
+        if isinstance(self.data, pa.Table):
+            return Received(self.data.drop_columns([column]), self.rows, self.nbytes)
+        import pyarrow.dataset as ds
+
+        assert self.path is not None
+        narrowed = ds.dataset(self.path, format="ipc", schema=schema.remove(schema.get_field_index(column)))
+        path, self.path = self.path, None
+        return Received(narrowed, self.rows, self.nbytes, path, on_disk=True)
 
     def close(self) -> None:
         """Remove the input's file, if it has one."""
@@ -68,11 +83,13 @@ class Received:
             self.path = None
 
 
-def _file_batches(source: pa.NativeFile) -> Iterator[pa.RecordBatch]:
-    """An Arrow IPC file's record batches, one read at a time."""
+def _file_batches(source: pa.NativeFile, names: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """An Arrow IPC file's record batches, one read at a time (only the columns ``names``, when given)."""
     reader = pa.ipc.open_file(source)
+    whole = names is None or reader.schema.names == names
     for i in range(reader.num_record_batches):
-        yield reader.get_batch(i)
+        batch = reader.get_batch(i)
+        yield batch if whole else batch.select(names)
 
 
 def dataset_batches(data: ds.Dataset) -> Iterator[pa.RecordBatch]:
@@ -87,7 +104,7 @@ def dataset_batches(data: ds.Dataset) -> Iterator[pa.RecordBatch]:
     elif isinstance(data, ds.FileSystemDataset) and isinstance(data.format, ds.IpcFileFormat):
         for path in data.files:
             with data.filesystem.open_input_file(path) as source:
-                yield from _file_batches(source)
+                yield from _file_batches(source, data.schema.names)
     else:
         yield from data.to_batches(batch_readahead=0, fragment_readahead=0, use_threads=False)
 

@@ -12,6 +12,13 @@ go to every rank, role "decides") and the other side's stage B (role "stays"). O
    them — B's exchange is skipped on every rank (no request, no copy); hash: both go by ``hash % W`` as
    planned. When B's stage runs before S's (plan order), B's output is held until the decision.
 
+A side's output comes from DuckDB a batch at a time and is held as received inputs are
+(:func:`~squall.operators.received.gather`: in memory up to the worker's share of its budget, past it in an LZ4
+Arrow file in its spill folder), its rows and data bytes counted as the batches come. A hashed side is read back
+and sent a batch at a time (:meth:`~squall.exchange.base.Exchange.send_pieces`); a broadcast side is small by
+the decision; a side kept in place becomes this rank's input as it is held (on disk: read from its file, which
+goes once the input's last stage ran).
+
 The bytes are *data bytes* (fixed-width values at their width, strings at their length plus a 4-byte
 offset, 16 bytes a row for nested values), not Arrow buffer or IPC sizes: the same rows give the same
 number however they are chunked or ordered, so a retried or duplicated sender publishes what the first
@@ -25,7 +32,7 @@ the limit, the sizes round's seconds) that the driver merges into ``Result.stats
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +41,7 @@ import pyarrow.compute as pc
 
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.received import Received, gather
 from squall.operators.skew import remote_bytes
 from squall.plan import Plan, Stage
 
@@ -41,8 +49,9 @@ from squall.plan import Plan, Stage
 NESTED_ROW_BYTES = 16
 
 
-def data_bytes(table: pa.Table) -> int:
-    """Bytes of ``table``'s values, independent of chunking and row order (module doc)."""
+def data_bytes(table: pa.Table | pa.RecordBatch) -> int:
+    """Bytes of ``table``'s values, independent of chunking and row order (module doc): the bytes of a table
+    are the sum of its batches'."""
     total = 0
     for column in table.columns:
         t = column.type
@@ -97,15 +106,40 @@ class Decision:
 
 @dataclass
 class _Held:
+    """A side's output, held until it moves (see module doc), with what the decision needs of it."""
+
     stage: Stage
-    table: pa.Table  # with PART_COLUMN = the partition (hash % W)
-    report: Any
+    report: Any  # the side's StageReport
+    kept: Received | None = None  # the rows (PART_COLUMN = hash % W, unless decided to stay before it ran)
+    rows: int = 0
+    nbytes: int = 0  # data bytes (module doc), PART_COLUMN left out
+    sending: int = 0  # Arrow bytes it would send, PART_COLUMN left out
+
+    def count(self, batch: pa.RecordBatch) -> None:
+        data = batch.drop_columns([PART_COLUMN]) if PART_COLUMN in batch.schema.names else batch
+        self.rows += batch.num_rows
+        self.nbytes += data_bytes(data)
+        self.sending += data.nbytes
+
+    def close(self) -> None:
+        """Let go of the rows (their file removed)."""
+        if self.kept is not None:
+            self.kept.close()
+            self.kept = None
 
 
 class RuntimeJoins:
     """One rank's run-time join decisions of a plan (see module doc)."""
 
-    def __init__(self, plan: Plan, rank: int, exchange: Exchange, query_id: str) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        rank: int,
+        exchange: Exchange,
+        query_id: str,
+        folder: str | None = None,
+        limit: int = 0,
+    ) -> None:
         self.plan, self.rank, self.exchange, self.query_id = plan, rank, exchange, query_id
         self.world = plan.world_size
         #: join id -> role ("decides": S, "stays": B) -> stage id
@@ -115,8 +149,11 @@ class RuntimeJoins:
             if out.runtime_join:
                 self.members.setdefault(out.runtime_join, {})[out.runtime_role] = stage.id
         self.decisions: dict[int, Decision] = {}
-        self._held: dict[int, _Held] = {}
-        self._kept: dict[int, pa.Table] = {}  # B stage id -> its own rows (broadcast decided)
+        #: a side's output past ``limit`` bytes is held in a file in ``folder`` (None: in memory)
+        self.folder, self.limit = folder, limit
+        self.held_to_disk = 0  # bytes of outputs held in ``folder``
+        self._held: dict[int, _Held] = {}  # join id -> B, ran before S
+        self._kept: dict[int, Received] = {}  # B stage id -> its own rows (broadcast decided)
         self._ready: dict[int, list[Stage]] = {}  # stage id -> exchanges to receive once it ran
 
     def handles(self, stage: Stage) -> bool:
@@ -145,18 +182,63 @@ class RuntimeJoins:
         d = self.decisions.get(stage.output.runtime_join) if self.handles(stage) else None
         return d is not None and d.broadcast and stage.output.runtime_role == "stays"
 
-    def kept(self, stage_id: int) -> pa.Table | None:
-        """The rows of stage ``stage_id`` that stay on this rank with no exchange (broadcast decided), once."""
+    def kept(self, stage_id: int) -> Received | None:
+        """The rows of stage ``stage_id`` that stay on this rank with no exchange (broadcast decided), once: the
+        caller closes it (removing its file, when it has one) after the input's last stage."""
         return self._kept.pop(stage_id, None)
 
-    def send(
-        self, stage: Stage, table: pa.Table, report: Any, spec_of: Callable[[Stage], ExchangeSpec]
-    ) -> None:
-        """Decide (for S), then send or keep ``stage``'s output; B waits for the decision when it runs first."""
+    def hold(
+        self,
+        stage: Stage,
+        rows: pa.Table | pa.RecordBatchReader,
+        report: Any,
+        spec_of: Callable[[Stage], ExchangeSpec],
+    ) -> float:
+        """Hold ``stage``'s output (DuckDB's batches as they come; with PART_COLUMN unless :meth:`stays_here`),
+        decide (for S), then send or keep it; B waits for the decision when it runs first, and is sent as it
+        comes when S ran first and is hashed. Returns the seconds the decision and the sending took (the
+        sending as it comes counts as the stage's own time)."""
+        held = _Held(stage, report)
+        batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
+
+        def counted() -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                held.count(batch)
+                yield batch
+
+        decided = self.decisions.get(stage.output.runtime_join)
+        try:
+            if decided is not None and not decided.broadcast:  # nothing to wait for: hashed as it comes
+                report.runtime = decided.summary(stage.output.runtime_role)
+                self._hashed(stage, counted(), rows.schema, report, spec_of(stage))
+                report.rows_out, report.bytes_out = held.rows, held.sending
+                self._ready[stage.id] = [stage]
+                return 0.0
+            held.kept = gather(counted(), self.limit, self.folder, f"runtime-s{stage.id}", rows.schema)
+            report.rows_out, report.bytes_out = held.rows, held.sending
+            self.held_to_disk += held.sending if held.kept.on_disk else 0
+            t0 = time.perf_counter()
+            self._send(held, spec_of)
+        except BaseException:
+            held.close()
+            self.close()
+            raise
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Let go of every held or kept output (a failed query: their files removed)."""
+        for held in self._held.values():
+            held.close()
+        for kept in self._kept.values():
+            kept.close()
+        self._held.clear()
+        self._kept.clear()
+
+    def _send(self, held: _Held, spec_of: Callable[[Stage], ExchangeSpec]) -> None:
+        stage = held.stage
         join = stage.output.runtime_join
-        held = _Held(stage, table, report)
         if stage.output.runtime_role == "decides":
-            self.decisions[join] = self._decide(stage, table, spec_of(stage))
+            self.decisions[join] = self._decide(held, spec_of(stage))
             ready = [self._move(held, spec_of)]
             if (b := self._held.pop(join, None)) is not None:  # B ran first and waited for this
                 ready.insert(0, self._move(b, spec_of))
@@ -167,11 +249,10 @@ class RuntimeJoins:
         else:
             self._held[join] = held
 
-    def _decide(self, stage: Stage, table: pa.Table, spec: ExchangeSpec) -> Decision:
-        out = stage.output
+    def _decide(self, held: _Held, spec: ExchangeSpec) -> Decision:
+        out = held.stage.output
         t0 = time.perf_counter()
-        data = table.drop_columns([PART_COLUMN])
-        rows, nbytes = data.num_rows, data_bytes(data)
+        rows, nbytes = held.rows, held.nbytes
         if not self.exchange.supports_sizes:
             return Decision(
                 False, rows, nbytes, out.runtime_limit, 0.0, f"the {self.exchange.name} exchange has no sizes"
@@ -184,28 +265,51 @@ class RuntimeJoins:
         return Decision(small, total_rows, total, out.runtime_limit, time.perf_counter() - t0, why)
 
     def _move(self, held: _Held, spec_of: Callable[[Stage], ExchangeSpec]) -> Stage | None:
-        """Send ``held`` as decided; the stage to receive, or None when its rows stay here."""
-        stage, report = held.stage, held.report
+        """Send ``held`` as decided (its rows let go of once sent); the stage to receive, or None when its rows
+        stay here."""
+        stage, report, kept = held.stage, held.report, held.kept
+        assert kept is not None
         d = self.decisions[stage.output.runtime_join]
         role = stage.output.runtime_role
-        t0 = time.perf_counter()
-        data = (
-            held.table.drop_columns([PART_COLUMN]) if PART_COLUMN in held.table.column_names else held.table
-        )
+        report.runtime = d.summary(role)
         if d.broadcast and role == "stays":
-            self._kept[stage.id] = data
+            self._kept[stage.id] = kept.without(PART_COLUMN)
+            held.kept = None  # the worker's input now: it closes it
             report.bytes_to_others = 0
-            report.rows_received, report.bytes_received = data.num_rows, data.nbytes
-            report.runtime = d.summary(role)
+            report.rows_received, report.bytes_received = held.rows, held.sending
             return None
         spec = self.spec(stage, spec_of(stage))
-        if d.broadcast:
-            addressed = {r: data for r in spec.receivers}
-        else:
-            parts = split_by_partition(held.table, len(stage.output.receivers))
-            addressed = {r: parts[i] for i, r in enumerate(stage.output.receivers)}
-            report.partition_s += time.perf_counter() - t0
-        report.bytes_to_others = remote_bytes(addressed, self.rank)
-        self.exchange.send(spec, addressed)
-        report.runtime = d.summary(role)
+        try:
+            if d.broadcast:  # S: at most runtime_limit data bytes, by the decision
+                whole = held.kept = kept.without(PART_COLUMN)  # closed below, its file with it
+                data = whole.data if isinstance(whole.data, pa.Table) else whole.data.to_table()
+                addressed = {r: data for r in spec.receivers}
+                report.bytes_to_others = remote_bytes(addressed, self.rank)
+                self.exchange.send(spec, addressed)
+            else:
+                self._hashed(stage, kept.batches(), kept.data.schema, report, spec)
+        finally:
+            held.close()
         return stage
+
+    def _hashed(
+        self,
+        stage: Stage,
+        batches: Iterable[pa.RecordBatch],
+        schema: pa.Schema,
+        report: Any,
+        spec: ExchangeSpec,
+    ) -> None:
+        """Send ``batches`` (with PART_COLUMN) to their receivers a batch at a time (``send_pieces``)."""
+        receivers = stage.output.receivers
+        report.bytes_to_others = 0
+
+        def pieces() -> Iterator[dict[int, pa.Table]]:
+            for batch in batches:
+                t = time.perf_counter()
+                parts = split_by_partition(pa.Table.from_batches([batch]), len(receivers))
+                report.bytes_to_others += sum(p.nbytes for r, p in zip(receivers, parts) if r != self.rank)
+                report.partition_s += time.perf_counter() - t
+                yield dict(zip(receivers, parts))
+
+        self.exchange.send_pieces(spec, schema.remove(schema.get_field_index(PART_COLUMN)), pieces())

@@ -210,6 +210,7 @@ class SkewExchanges:
         self._held: dict[int, list[_Held]] = {}
         #: a member's output past ``limit`` bytes is held in a file in ``folder`` (None: in memory)
         self.folder, self.limit = folder, limit
+        self.held_to_disk = 0  # bytes of outputs held in ``folder``
 
     def handles(self, stage: Stage) -> bool:
         """True when ``stage``'s output goes through a skew-aware exchange."""
@@ -250,6 +251,7 @@ class SkewExchanges:
         try:
             held.kept = gather(counted(), self.limit, self.folder, "held", rows.schema)
             report.rows_out, report.bytes_out = held.rows, held.sending
+            self.held_to_disk += held.sending if held.kept.on_disk else 0
             if stage.id != self.groups[group][-1]:
                 return 0.0
             t0 = time.perf_counter()

@@ -120,7 +120,8 @@ class WorkerReport:
     written: dict[str, Any] = field(default_factory=dict)
     #: this rank's memory: ``budget_bytes`` (None: none set), ``peak_bytes`` (resident, the process's peak
     #: during the query), ``spilled_bytes`` (the most its spill folder held) and ``received_to_disk_bytes``
-    #: (received inputs written there, not held: operators/received.py) — see operators/memory.py
+    #: (received inputs written there, not held: operators/received.py), ``held_to_disk_bytes`` (outputs held
+    #: there until a run-time join's or skew-aware exchange's decision) — see operators/memory.py
     memory: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,7 +195,7 @@ class Worker:
         )
         self._held_limit = receive_limit(memory_budget) if memory_budget is not None and self._disk else 0
         self._skew = SkewExchanges(plan, rank, exchange, query_id, self._disk, self._held_limit)
-        self._runtime = RuntimeJoins(plan, rank, exchange, query_id)
+        self._runtime = RuntimeJoins(plan, rank, exchange, query_id, self._disk, self._held_limit)
         self._guard = SpillWatch(None)  # run()'s: the spill folder's size and the machine's memory
 
     def _storage(self, path: str) -> Storage:
@@ -243,12 +244,14 @@ class Worker:
                     for input_file in self._on_disk.values():
                         input_file.close()
                     self._skew.close()
+                    self._runtime.close()
             result = self._result
         report.memory = {
             "budget_bytes": self.memory_budget,
             "peak_bytes": peak.peak(),
             "spilled_bytes": spill.most,
             "received_to_disk_bytes": self._received_to_disk,
+            "held_to_disk_bytes": self._runtime.held_to_disk + self._skew.held_to_disk,
         }
         report.skipping = self._skipping
         report.elapsed_s = time.perf_counter() - start
@@ -521,7 +524,9 @@ class Worker:
             else:
                 assert isinstance(inp, ExchangeInput)
                 if inp.stage not in received and (kept := self._runtime.kept(inp.stage)) is not None:
-                    received[inp.stage] = kept  # a run-time join's side that stayed where it was made
+                    received[inp.stage] = kept.data  # a run-time join's side that stayed where it was made
+                    if kept.on_disk:
+                        self._on_disk[inp.stage] = kept
                 table = received[inp.stage]
                 if self._last_use.get(inp.stage) == stage.id:
                     del received[inp.stage]
@@ -552,6 +557,21 @@ class Worker:
                     done.append(kept)
                 expose(name, kept.data)
                 sr.join_filters[label] = [_count(db, pre_sql), kept.rows]
+            if self._runtime.handles(stage) and self.rank in output.senders:
+                # a run-time join's side: held a batch at a time (on disk past the budget's share) until the
+                # decision, then broadcast, hashed or kept here (operators/runtime_join.py)
+                stays = self._runtime.stays_here(stage)
+                sql = (
+                    stage.sql
+                    if stays
+                    else f"SELECT *, ({output.partition_sql}) AS {PART_COLUMN} FROM ({stage.sql}) AS t"
+                )
+                t = time.perf_counter()
+                with db.batches(sql, BATCH_ROWS) as batches:
+                    sent_s = self._runtime.hold(stage, batches, sr, lambda s: exchange_spec(self.query_id, s))
+                sr.send_s += sent_s
+                sr.compute_s += time.perf_counter() - t - sent_s
+                return None
             if output.kind == "hash" and not self._runtime.stays_here(stage):
                 key = f", ({output.range_sql}) AS {RANGE_COLUMN}" if output.range_sql else ""
                 key += f", ({output.null_sql}) AS {NULL_COLUMN}" if output.null_sql else ""
@@ -607,11 +627,6 @@ class Worker:
         )
         sr.bytes_out = table.nbytes
         if output.kind != "result" and self.rank in output.senders:
-            # a run-time join: broadcast or hash from the actual size (operators/runtime_join.py)
-            if self._runtime.handles(stage):
-                self._runtime.send(stage, table, sr, lambda s: exchange_spec(self.query_id, s))
-                sr.send_s += time.perf_counter() - t2
-                return table
             if output.kind == "hash":
                 parts = split_by_partition(table, len(output.receivers))
                 sr.partition_s += time.perf_counter() - t2

@@ -179,6 +179,35 @@ def test_on_fabric_tcp(tables):
     _check_big_is_small(big_is_small, tables, EST_BIG_IS_SMALL, 3)
 
 
+@pytest.fixture(scope="module")
+def larger_tables(tmp_path_factory):
+    """Sides of ~20-40 MB per rank at W=2: more than a 192 MiB worker holds of one output (16 MiB)."""
+    return write_runtime_join_data(
+        tmp_path_factory.mktemp("runtime_join_larger"), dim_rows=2_000_000, big_rows=2_000_000,
+        small_rows=2_400_000,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("sql", [EST_SMALL_IS_BIG, EST_BIG_IS_SMALL], ids=["hashed", "kept-in-place"])
+def test_a_side_past_the_budgets_share_is_held_on_disk(larger_tables, sql):
+    """Within a small budget a run-time join's side waits for the decision on disk, not in memory: S (hashed
+    after the decision, read back a batch at a time) or B (kept in place: this rank's input from its file)."""
+    opts = dataclasses.replace(OPTS, skew_handling=False)  # the sides go through the run-time decision only
+    with squall.connect(
+        data=str(larger_tables), workers=2, planner_options=opts, worker_memory="192MiB"
+    ) as con:
+        result = con.sql(sql)
+    assert_same_result(result.to_arrow(), reference(larger_tables, sql), sql)
+    d = decisions(result.stats)
+    broadcast = sql == EST_BIG_IS_SMALL
+    assert d["decides"]["run_time_join"]["decision"] == ("broadcast" if broadcast else "hash"), d
+    if broadcast:
+        assert d["stays"]["bytes_moved"] == 0 and sum(d["stays"]["rows_per_rank"]) == 2_400_000
+    held = [w["held_to_disk_bytes"] for w in result.stats["per_worker"]]
+    assert all(h > 16 << 20 for h in held), held  # every rank's held side went to disk
+    assert result.stats["memory"]["held_to_disk_bytes"] == sum(held)
+
+
 # --- the build side ---------------------------------------------------------------------------------------
 
 

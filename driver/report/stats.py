@@ -156,13 +156,15 @@ def _rank_memory(report: dict[str, Any]) -> dict[str, Any]:
         "peak_memory_bytes": memory.get("peak_bytes", 0),
         "spilled_bytes": memory.get("spilled_bytes", 0),
         "received_to_disk_bytes": memory.get("received_to_disk_bytes", 0),
+        "held_to_disk_bytes": memory.get("held_to_disk_bytes", 0),
     }
 
 
 def memory_stats(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """``stats["memory"]``: each worker's budget (None: none set), the largest peak of any rank (its process's
-    resident memory) and which rank had it, the spill folders' most bytes summed over the ranks, and the bytes of
-    received inputs the ranks wrote to disk rather than hold (operators/received.py)."""
+    resident memory) and which rank had it, the spill folders' most bytes summed over the ranks, the bytes of
+    received inputs the ranks wrote to disk rather than hold (operators/received.py), and of stage outputs held
+    on disk for a run-time join or skew-aware exchange's decision."""
     ranks = [(r["rank"], _rank_memory(r)) for r in reports]
     top = max(ranks, key=lambda item: item[1]["peak_memory_bytes"], default=(None, _rank_memory({})))
     budgets = {m["memory_budget_bytes"] for _rank, m in ranks}
@@ -172,6 +174,7 @@ def memory_stats(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_rank": top[0],
         "spilled_bytes": sum(m["spilled_bytes"] for _rank, m in ranks),
         "received_to_disk_bytes": sum(m["received_to_disk_bytes"] for _rank, m in ranks),
+        "held_to_disk_bytes": sum(m["held_to_disk_bytes"] for _rank, m in ranks),
     }
 
 

@@ -326,3 +326,121 @@ def test_skew_aware_group_exchange(backend, world, clustered, held, tmp_path):
     assert sorted(k for r in range(world) for k in results[r][0][2] if k != 7) == [
         k for k in range(1, 5000) if k != 7
     ]
+
+
+# --- run-time join decision (squall.operators.runtime_join): sizes round, then broadcast / hash / kept in place
+
+
+def _runtime_join(exchange, rank, world, query_id, decision, order, folder=None):
+    from types import SimpleNamespace
+
+    from squall.operators.partition import PART_COLUMN
+    from squall.operators.runtime_join import RuntimeJoins
+    from squall.plan import Output, Plan, Stage
+
+    everyone = tuple(range(world))
+    limit = 1e12 if decision == "broadcast" else 0.0
+    roles = {1: "decides", 2: "stays"}
+    stages = {
+        sid: Stage(
+            sid,
+            everyone,
+            (),
+            "",
+            Output(
+                "hash",
+                everyone,
+                everyone,
+                ("k",),
+                "k % 4",
+                runtime_join=1,
+                runtime_role=role,
+                runtime_limit=limit,
+            ),
+        )
+        for sid, role in roles.items()
+    }
+    plan = Plan("", world, tuple(stages.values()), ("k",))
+    rows = {1: np.arange(rank, 400, world), 2: np.arange(rank * 10_000, rank * 10_000 + 3000)}  # S, B keys
+
+    def output(sid, partitioned=True):
+        keys = rows[sid]
+        columns = {"k": pa.array(keys, pa.int64()), "v": pa.array([f"s{sid}-{k}" for k in keys])}
+        if partitioned:
+            columns[PART_COLUMN] = pa.array(keys % world, pa.int64())
+        batches = pa.table(columns).to_batches(max_chunksize=500)
+        return pa.RecordBatchReader.from_batches(batches[0].schema, batches)
+
+    mine = folder and f"{folder}/r{rank}"
+    if mine:
+        Path(mine).mkdir()
+    # with a folder: every side past 1 KB is held on disk, read back a batch at a time
+    rj = RuntimeJoins(plan, rank, exchange, query_id, mine, 1000)
+    spec_of = lambda s: ExchangeSpec(query_id, s.id, everyone, everyone, "hash")  # noqa: E731
+    reports = {sid: SimpleNamespace(runtime={}, bytes_to_others=0, partition_s=0.0) for sid in stages}
+    files_while_held = []
+    for sid in (1, 2) if order == "s_first" else (2, 1):
+        stage = stages[sid]
+        rj.hold(stage, output(sid, not rj.stays_here(stage)), reports[sid], spec_of)
+        files_while_held.append(sorted(p.name.split("-")[1] for p in Path(mine).iterdir()) if mine else [])
+    got = {}
+    for sid in (1, 2):
+        for ready in rj.ready(stages[sid]):
+            got[ready.id] = exchange.receive(rj.spec(ready, spec_of(ready))).to_pydict()
+    kept = rj.kept(2)
+    if kept is not None:
+        assert "k" in kept.data.schema.names and PART_COLUMN not in kept.data.schema.names
+        got[2] = (kept.data if isinstance(kept.data, pa.Table) else kept.data.to_table()).to_pydict()
+        kept.close()
+    left = sorted(p.name for p in Path(mine).iterdir()) if mine else []
+    summary = {
+        sid: {k: r.runtime[k] for k in ("decision", "this_side", "decided_by_rows")}
+        for sid, r in reports.items()
+    }
+    return got, summary, files_while_held, left
+
+
+@pytest.mark.parametrize(
+    ("decision", "order", "held"),
+    [
+        ("broadcast", "b_first", "on-disk"),  # B waits for S on disk, then is this rank's input from there
+        ("broadcast", "s_first", "on-disk"),  # S on disk sent whole; B held as decided, on disk
+        ("hash", "b_first", "on-disk"),  # both read back from disk a batch at a time and hashed
+        ("hash", "s_first", "in-memory"),
+    ],
+    ids=[
+        "broadcast-b_first-on_disk",
+        "broadcast-s_first-on_disk",
+        "hash-b_first-on_disk",
+        "hash-s_first-held",
+    ],
+)
+def test_runtime_join_exchange(backend, decision, order, held, tmp_path):
+    world = 3
+    b, factory, config, query_id = _prepare(backend, world)
+    folder = str(tmp_path) if held == "on-disk" else None
+    try:
+        results, _ = run_ranks(
+            _runtime_join, config, world, env=b.env, args=(query_id, decision, order, folder)
+        )
+    finally:
+        factory.cleanup(config)
+    s_keys = list(range(400))
+    for r in range(world):
+        got, summary, files_while_held, left = results[r]
+        assert summary[1]["decided_by_rows"] == 400 and summary[1]["decision"] == decision
+        b_keys = list(range(r * 10_000, r * 10_000 + 3000))
+        if decision == "broadcast":  # S whole on every rank; B's rows stay where they were made
+            assert sorted(got[1]["k"]) == s_keys
+            assert got[2]["k"] == b_keys and got[2]["v"] == [f"s2-{k}" for k in b_keys]
+            assert summary[2]["this_side"] == "kept where it is (no exchange)"
+        else:  # both hashed by their partition column
+            assert sorted(got[1]["k"]) == [k for k in s_keys if k % world == r]
+            everyone_b = [k for s in range(world) for k in range(s * 10_000, s * 10_000 + 3000)]
+            assert sorted(got[2]["k"]) == [k for k in everyone_b if k % world == r]
+            assert summary[2]["this_side"] == "hash-partitioned"
+        # on disk: B's file while it waits for S or stays here as this rank's input; S's goes once sent
+        kept_b = ["s2"] if held == "on-disk" and decision == "broadcast" else []
+        waiting_b = ["s2"] if held == "on-disk" else []
+        assert files_while_held == ([[], kept_b] if order == "s_first" else [waiting_b, kept_b])
+        assert left == []  # the kept input's file goes when the worker closes it
