@@ -17,6 +17,10 @@ For a stage whose output kind is ``range`` every sending rank, after running the
    is spread round-robin over their ranks instead of landing on one; distinct keys go to
    exactly one rank.
 
+A sender holds its rows for the sample as received inputs are held (in memory up to the worker's share of its
+budget, past it on disk: :func:`~squall.operators.received.gather`), reads them once for the sample and once
+more to send them, a batch at a time (:meth:`~squall.exchange.base.Exchange.send_pieces`).
+
 Each receiver then sorts its range; the result is the receivers' parts in rank order. A single
 dominant key thus spreads over the ranks whose splitters it fills; only when *every* row has the
 same key do all ranks hold an equal share of that key (still balanced); skew remains only for
@@ -26,7 +30,9 @@ many distinct keys whose weights the sample misjudged.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +40,7 @@ import pyarrow as pa
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.duck import Sandbox
 from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.received import Received
 from squall.plan import Output
 
 #: sampled keys per rank = SAMPLE_FACTOR * W (capped so the pooled sample stays below SAMPLE_TOTAL)
@@ -94,13 +101,21 @@ def splitters(sample: pa.Table, parts: int) -> list[bytes]:
     return out
 
 
-def _sample(db: Sandbox, table: pa.Table, output: Output, world: int) -> pa.Table:
-    n = table.num_rows
+def _sample(db: Sandbox, rows: Received, output: Output, world: int) -> pa.Table:
+    """The systematic sample of ``rows`` (one read of them, a batch at a time) as sort keys with weights."""
+    n = rows.rows
     k = min(n, sample_size(world))
     if k == 0:
         return _SAMPLE_SCHEMA.empty_table()
-    rows = table.take(pa.array((np.arange(k, dtype=np.int64) * n) // k))
-    db.register(_INPUT, rows)
+    wanted = (np.arange(k, dtype=np.int64) * n) // k
+    picked: list[pa.Table] = []
+    start = 0
+    for batch in rows.batches():
+        lo, hi = np.searchsorted(wanted, [start, start + batch.num_rows])
+        if hi > lo:
+            picked.append(pa.Table.from_batches([batch]).take(pa.array(wanted[lo:hi] - start)))
+        start += batch.num_rows
+    db.register(_INPUT, pa.concat_tables(picked))
     try:
         keys = db.query(f"SELECT {sort_key_sql(output.keys, output.order)} AS sk FROM {_INPUT} AS t")
     finally:
@@ -109,8 +124,11 @@ def _sample(db: Sandbox, table: pa.Table, output: Output, world: int) -> pa.Tabl
     return pa.table([keys.column(0).cast(pa.binary()), weights], schema=_SAMPLE_SCHEMA)
 
 
-def partition_ids(db: Sandbox, table: pa.Table, output: Output, cuts: Sequence[bytes]) -> np.ndarray:
-    """Receiver index (0-based, into ``output.receivers``) of every row of ``table``."""
+def partition_ids(
+    db: Sandbox, table: pa.Table, output: Output, cuts: Sequence[bytes], first: int = 0
+) -> np.ndarray:
+    """Receiver index (0-based, into ``output.receivers``) of every row of ``table``, whose first row is the
+    sender's row ``first`` (a key equal to several splitters goes round-robin by row number)."""
     n = table.num_rows
     if not cuts or n == 0:
         return np.zeros(n, dtype=np.int64)
@@ -126,21 +144,41 @@ def partition_ids(db: Sandbox, table: pa.Table, output: Output, cuts: Sequence[b
         db.unregister(_INPUT)
     low = bounds.column("lo").to_numpy().astype(np.int64)
     span = bounds.column("hi").to_numpy().astype(np.int64) - low + 1
-    return low + np.arange(n, dtype=np.int64) % span
+    return low + np.arange(first, first + n, dtype=np.int64) % span
 
 
-def range_parts(
-    db: Sandbox, table: pa.Table, output: Output, exchange: Exchange, query_id: str, stage_id: int
-) -> tuple[dict[int, pa.Table], int]:
-    """This sender's rows addressed by key range to ``output.receivers``, and its sample size
-    (the sample round through ``exchange`` happens here; see module doc)."""
+def send_by_range(
+    db: Sandbox, rows: Received, output: Output, exchange: Exchange, spec: ExchangeSpec, report: Any
+) -> int:
+    """Send this sender's ``rows`` (a stage output held in memory or on disk) by key range to
+    ``output.receivers``, a batch at a time; returns its sample size (the sample round through ``exchange``
+    happens here; see module doc). ``report`` gets ``bytes_to_others`` and ``partition_s``."""
     world = len(output.receivers)
-    sample = _sample(db, table, output, world)
-    spec = ExchangeSpec(query_id, sample_exchange_id(stage_id), output.senders, output.senders, "broadcast")
-    exchange.send(spec, dict.fromkeys(output.senders, sample))
-    pooled = exchange.receive(spec)
+    t0 = time.perf_counter()
+    sample = _sample(db, rows, output, world)
+    sample_spec = ExchangeSpec(
+        spec.query_id, sample_exchange_id(spec.exchange_id), output.senders, output.senders, "broadcast"
+    )
+    exchange.send(sample_spec, dict.fromkeys(output.senders, sample))
+    pooled = exchange.receive(sample_spec)
     cuts = splitters(pooled, world)
-    ids = partition_ids(db, table, output, cuts)
-    tagged = table.append_column(PART_COLUMN, pa.array(ids.astype(np.int32)))
-    parts = split_by_partition(tagged, world)
-    return {r: parts[i] for i, r in enumerate(output.receivers)}, sample.num_rows
+    report.partition_s += time.perf_counter() - t0
+    report.bytes_to_others = 0
+    rank = exchange.rank
+
+    def pieces() -> Iterator[dict[int, pa.Table]]:
+        first = 0
+        for batch in rows.batches():
+            t = time.perf_counter()
+            table = pa.Table.from_batches([batch])
+            ids = partition_ids(db, table, output, cuts, first)
+            first += table.num_rows
+            parts = split_by_partition(
+                table.append_column(PART_COLUMN, pa.array(ids.astype(np.int32))), world
+            )
+            report.bytes_to_others += sum(p.nbytes for r, p in zip(output.receivers, parts) if r != rank)
+            report.partition_s += time.perf_counter() - t
+            yield dict(zip(output.receivers, parts))
+
+    exchange.send_pieces(spec, rows.data.schema, pieces())
+    return sample.num_rows

@@ -51,7 +51,7 @@ from squall.operators.partition import (
     split_by_partition,
     split_range_sql,
 )
-from squall.operators.rangepart import range_parts
+from squall.operators.rangepart import send_by_range
 from squall.operators.received import Received, batch_stream, gather, receive_limit, receive_within
 from squall.operators.runtime_join import RuntimeJoins
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
@@ -121,7 +121,7 @@ class WorkerReport:
     #: this rank's memory: ``budget_bytes`` (None: none set), ``peak_bytes`` (resident, the process's peak
     #: during the query), ``spilled_bytes`` (the most its spill folder held) and ``received_to_disk_bytes``
     #: (received inputs written there, not held: operators/received.py), ``held_to_disk_bytes`` (outputs held
-    #: there until a run-time join's or skew-aware exchange's decision) — see operators/memory.py
+    #: there until a run-time join's or skew-aware exchange's decision or a range output's sample) — see operators/memory.py
     memory: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,6 +222,7 @@ class Worker:
         probes = {view_name(name): probe for name, probe in self._probes.items()}
         self._on_disk: dict[int, Received] = {}  # received inputs written to disk (operators/received.py)
         self._received_to_disk = 0
+        self._held_to_disk = 0  # range outputs held on disk for their sample
         with Sandbox(
             parquet={**views, **probes},
             files=files,
@@ -251,7 +252,7 @@ class Worker:
             "peak_bytes": peak.peak(),
             "spilled_bytes": spill.most,
             "received_to_disk_bytes": self._received_to_disk,
-            "held_to_disk_bytes": self._runtime.held_to_disk + self._skew.held_to_disk,
+            "held_to_disk_bytes": self._held_to_disk + self._runtime.held_to_disk + self._skew.held_to_disk,
         }
         report.skipping = self._skipping
         report.elapsed_s = time.perf_counter() - start
@@ -372,6 +373,23 @@ class Worker:
             schema = batches.schema.remove(batches.schema.get_field_index(PART_COLUMN))
             self.exchange.send_pieces(exchange_spec(self.query_id, stage), schema, addressed(batches))
         sr.compute_s += time.perf_counter() - t0 - sr.partition_s
+
+    def _send_by_range(self, stage: Stage, db: Sandbox, sr: StageReport) -> None:
+        """A range stage's output, held (on disk past the budget's share) for its sample, then sent by key range a
+        batch at a time (operators/rangepart.py)."""
+        t0 = time.perf_counter()
+        with db.batches(stage.sql, BATCH_ROWS) as batches:
+            rows = gather(batches, self._held_limit, self._disk, f"range-s{stage.id}", batches.schema)
+        self._held_to_disk += rows.nbytes if rows.on_disk else 0
+        try:
+            sr.rows_out, sr.bytes_out = rows.rows, rows.nbytes
+            t1 = time.perf_counter()
+            sr.compute_s += t1 - t0
+            spec = exchange_spec(self.query_id, stage)
+            sr.sampled = send_by_range(db, rows, stage.output, self.exchange, spec, sr)
+            sr.send_s += time.perf_counter() - t1 - sr.partition_s
+        finally:
+            rows.close()
 
     def _kept(self, db: Sandbox, sql: str, prefix: str) -> Received:
         """The rows of ``sql`` (a scan a join filter kept): past the budget's share on disk, as received inputs."""
@@ -603,6 +621,9 @@ class Worker:
                 else:  # read a batch at a time, grouped by receiver as it comes: held once, not twice
                     with db.batches(sql, BATCH_ROWS) as batches:
                         table = grouped_batches(batches, len(output.receivers))
+            elif output.kind == "range" and self.rank in output.senders:
+                self._send_by_range(stage, db, sr)
+                return None
             else:
                 table = (
                     db.query(stage.sql)
@@ -631,9 +652,6 @@ class Worker:
                 parts = split_by_partition(table, len(output.receivers))
                 sr.partition_s += time.perf_counter() - t2
                 addressed = {r: parts[i] for i, r in enumerate(output.receivers)}
-            elif output.kind == "range":  # sample round, splitters, ranges (operators/rangepart.py)
-                addressed, sr.sampled = range_parts(db, table, output, self.exchange, self.query_id, stage.id)
-                sr.partition_s += time.perf_counter() - t2
             else:
                 addressed = {r: table for r in output.receivers}
             sr.bytes_to_others = remote_bytes(addressed, self.rank)

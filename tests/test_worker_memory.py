@@ -98,6 +98,31 @@ def test_received_inputs_past_their_share_go_to_disk_and_answer_right(sf1, refer
         tight.close()
 
 
+#: ~1.7 M rows sorted by range (past range_sort_rows): ~35 MiB of output per rank at W=2
+RANGE_SORTED = (
+    "SELECT l_orderkey, l_linenumber, l_comment FROM lineitem WHERE l_shipdate < DATE '1994-01-01' "
+    "ORDER BY l_comment, l_orderkey, l_linenumber"
+)
+
+
+def test_a_range_sorted_output_past_its_share_is_held_on_disk_for_its_sample(sf1, reference_sf1):
+    """At 192 MiB a sender holds at most 16 MiB of its output while the splitters are sampled: the rest waits in
+    its spill folder and goes out a batch at a time, and the order is DuckDB's."""
+    tight = squall.connect(str(sf1), workers=2, worker_memory="192MiB")
+    try:
+        assert "range-partitioned" in tight.explain(RANGE_SORTED)
+        result = tight.sql(RANGE_SORTED)
+        got, expected = result.to_arrow(), reference_sf1.sql(RANGE_SORTED).to_arrow_table()
+        assert got.num_rows == expected.num_rows > 1_000_000
+        # the sort keys are unique (order key, line number): one right order, compared column by column
+        assert all(g.equals(e) for g, e in zip(got.columns, expected.columns))
+        held = [w["held_to_disk_bytes"] for w in result.stats["per_worker"]]
+        assert all(h > 16 << 20 for h in held), held
+        assert result.stats["memory"]["held_to_disk_bytes"] == sum(held)
+    finally:
+        tight.close()
+
+
 def test_a_stage_that_cannot_fit_fails_in_one_line_and_the_connection_goes_on(small):
     with pytest.raises(QueryRuntimeError) as info:
         small.sql(NEVER_FITS).fetchall()
