@@ -11,7 +11,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -126,6 +126,36 @@ def file_read_select(
             expr = "NULL" if physical == "" else ident(physical)
         out.append(f"CAST({expr} AS {type_}) AS {ident(name)}")
     return ", ".join(out)
+
+
+#: DuckDB's error types by the name its messages start with ("Conversion Error: …")
+_ERROR_TYPES: dict[str, type[duckdb.Error]] = {
+    "Conversion": duckdb.ConversionException,
+    "Out of Range": duckdb.OutOfRangeException,
+    "Invalid Input": duckdb.InvalidInputException,
+    "Out of Memory": duckdb.OutOfMemoryException,
+    "Binder": duckdb.BinderException,
+    "Not implemented": duckdb.NotImplementedException,
+    "IO": duckdb.IOException,
+    "INTERRUPT": duckdb.InterruptException,
+}
+_ERROR_TYPE = re.compile(r"^([A-Za-z][A-Za-z ]*?) Error: ")
+
+
+def duckdb_error(err: Exception) -> Exception:
+    """DuckDB's own exception for ``err``, an error DuckDB met while an Arrow reader streamed its result (Arrow
+    raises it as an OSError or ArrowException that keeps only the text); ``err`` itself when the text names no
+    known type."""
+    match = _ERROR_TYPE.match(str(err))
+    kind = _ERROR_TYPES.get(match.group(1)) if match else None
+    return kind(str(err)) if kind is not None else err
+
+
+def _duckdb_errors(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from reader
+    except (OSError, pa.ArrowException) as err:
+        raise duckdb_error(err) from None
 
 
 def raise_if_interrupted(err: BaseException) -> None:
@@ -338,8 +368,11 @@ class Sandbox:
         return tuple(have[t] for t in wanted)
 
     def batches(self, sql: str, rows: int) -> pa.RecordBatchReader:
-        """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory)."""
-        return self.con.sql(sql).to_arrow_reader(rows)
+        """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory). An
+        error DuckDB meets while it streams is raised as its own exception (:func:`duckdb_error`), as
+        :meth:`query` raises it."""
+        reader = self.con.sql(sql).to_arrow_reader(rows)
+        return pa.RecordBatchReader.from_batches(reader.schema, _duckdb_errors(reader))
 
     def query(self, sql: str) -> pa.Table:
         """Run ``sql`` and return the whole result as an Arrow table."""

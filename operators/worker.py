@@ -56,7 +56,7 @@ from squall.operators.received import Received, batch_stream, gather, receive_li
 from squall.operators.runtime_join import RuntimeJoins
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.sinks import Sink, sink_for
-from squall.operators.skew import SkewExchanges, remote_bytes
+from squall.operators.skew import SkewExchanges
 from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
 from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
@@ -374,6 +374,25 @@ class Worker:
             self.exchange.send_pieces(exchange_spec(self.query_id, stage), schema, addressed(batches))
         sr.compute_s += time.perf_counter() - t0 - sr.partition_s
 
+    def _send_whole(self, stage: Stage, db: Sandbox, sr: StageReport) -> None:
+        """A broadcast or gather stage's output, read from DuckDB and handed to the exchange a batch at a time
+        (an exchange that writes as it goes never holds it whole)."""
+        receivers = stage.output.receivers
+        others = sum(r != self.rank for r in receivers)
+        t0 = time.perf_counter()
+
+        def addressed(batches: pa.RecordBatchReader) -> Iterator[dict[int, pa.Table]]:
+            for batch in batches:
+                table = pa.Table.from_batches([batch])
+                sr.rows_out += table.num_rows
+                sr.bytes_out += table.nbytes
+                sr.bytes_to_others += table.nbytes * others
+                yield dict.fromkeys(receivers, table)
+
+        with db.batches(stage.sql, BATCH_ROWS) as batches:
+            self.exchange.send_pieces(exchange_spec(self.query_id, stage), batches.schema, addressed(batches))
+        sr.compute_s += time.perf_counter() - t0
+
     def _send_by_range(self, stage: Stage, db: Sandbox, sr: StageReport) -> None:
         """A range stage's output, held (on disk past the budget's share) for its sample, then sent by key range a
         batch at a time (operators/rangepart.py)."""
@@ -624,6 +643,9 @@ class Worker:
             elif output.kind == "range" and self.rank in output.senders:
                 self._send_by_range(stage, db, sr)
                 return None
+            elif output.kind in ("broadcast", "gather") and self.rank in output.senders:
+                self._send_whole(stage, db, sr)
+                return None
             else:
                 table = (
                     db.query(stage.sql)
@@ -647,16 +669,9 @@ class Worker:
             else self._report.written["rows"]
         )
         sr.bytes_out = table.nbytes
-        if output.kind != "result" and self.rank in output.senders:
-            if output.kind == "hash":
-                parts = split_by_partition(table, len(output.receivers))
-                sr.partition_s += time.perf_counter() - t2
-                addressed = {r: parts[i] for i, r in enumerate(output.receivers)}
-            else:
-                addressed = {r: table for r in output.receivers}
-            sr.bytes_to_others = remote_bytes(addressed, self.rank)
-            self.exchange.send(exchange_spec(self.query_id, stage), addressed)
-        sr.send_s += time.perf_counter() - t2
+        # every sender's output went to the exchange as it came (above): what is left is a result, or the
+        # output of a rank that runs the stage but sends nothing
+        assert output.kind == "result" or self.rank not in output.senders
         return table
 
 

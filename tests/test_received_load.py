@@ -45,3 +45,39 @@ def test_a_loaded_input_has_its_real_size_for_the_optimizer(tmp_path):
             db.query("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 'big'")["n"][0].as_py()
             == 0
         )
+
+
+def test_a_narrowed_file_input_is_read_without_its_dropped_column(tmp_path):
+    """A run-time join's side kept in place is read from the file it was held in, without the partition
+    column it was held with (``Received.without``)."""
+    from squall.operators.received import gather
+
+    rows = pa.table(
+        {"k": pa.array(range(5000), pa.int64()), "__part": pa.array([i % 3 for i in range(5000)])}
+    )
+    held = gather(rows.to_batches(max_chunksize=1000), 1000, str(tmp_path), "held")
+    assert held.on_disk
+    kept = held.without("__part")
+    assert held.path is None and kept.path is not None  # the file is the kept input's now
+    assert kept.data.schema.names == ["k"]
+    assert all(b.schema.names == ["k"] for b in kept.batches())
+    with Sandbox({}) as db:
+        db.load("kept", batch_stream(kept.data))
+        assert db.query("SELECT count(*) AS n, sum(k) AS s FROM kept").to_pylist() == [
+            {"n": 5000, "s": sum(range(5000))}
+        ]
+        db.drop("kept")
+    kept.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_duckdb_meets_while_it_streams_is_its_own_exception():
+    """A bad cast found only in a later batch reaches the worker as DuckDB's ConversionException (one line for
+    the user), not as the OSError Arrow's reader would raise."""
+    import duckdb
+    import pytest
+
+    sql = "SELECT CAST(CASE WHEN i > 300000 THEN 'x' ELSE '1' END AS INTEGER) AS v FROM range(400000) t(i)"
+    with Sandbox({}) as db, pytest.raises(duckdb.ConversionException, match=r"^Conversion Error: Could not"):
+        for _batch in db.batches(sql, 10_000):
+            pass
