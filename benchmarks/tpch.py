@@ -193,10 +193,8 @@ def memory_text(runs: list[dict[str, Any]], driver_peak: int, expected: float = 
 
 
 def expected_peak(con: Any, sql: str) -> float:
-    """What explain expects the plan of ``sql`` to ask of a rank (:func:`plan_need`); 0 for a stand-in connection
-    that makes no plans (the tests')."""
-    plan = getattr(con, "plan", None)
-    return plan_need(plan(sql)).peak if plan is not None else 0.0
+    """What explain expects the plan of ``sql`` to ask of a rank (:func:`plan_need`)."""
+    return plan_need(con.plan(sql)).peak
 
 
 def _geomean(ratios: list[float]) -> str:

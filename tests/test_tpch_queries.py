@@ -341,6 +341,9 @@ def _load_benchmark() -> ModuleType:
     return module
 
 
+_REAL_CONNECT = squall.connect
+
+
 class _FakeResult:
     def __init__(self, table: pa.Table) -> None:
         self._table = table
@@ -351,7 +354,8 @@ class _FakeResult:
 
 
 class _FakeSquall:
-    """Stands in for squall.connect(): answers with DuckDB, optionally corrupting one query's answer."""
+    """Stands in for squall.connect(): answers with DuckDB, optionally corrupting one query's answer; plans (for
+    the expected memory) with a real connection that runs nothing."""
 
     def __init__(
         self,
@@ -362,6 +366,8 @@ class _FakeSquall:
         **_: Any,
     ) -> None:
         self.con = duckdb_over(data)
+        self.planner = _REAL_CONNECT(data=data, workers=workers or 1)
+        self.plan = self.planner.plan
         self.workers = workers
         self.corrupt = corrupt
         self.corrupt_run = corrupt_run  # which run of the corrupted query answers wrongly (0: the warm-up)
@@ -378,6 +384,7 @@ class _FakeSquall:
     def close(self) -> None:
         self.closed = True
         self.con.close()
+        self.planner.close()
 
 
 def _run_benchmark(

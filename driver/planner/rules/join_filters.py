@@ -328,7 +328,7 @@ def _decide_build(ctx: Context, node: L.Join) -> Decision | None:
         # … unless the broadcast rests on guesses and is left to run time (planner/runtime.py): when both sides
         # come out spread, joins.plan hashes both and the probe side moves whole (TPC-H Q9 at SF100: lineitem
         # by partkey against a LIKE-filtered part estimated at 95 MB); then the filter pays as for a hash join
-        deferred = runtime.candidate(ctx, node, lambda n: joins._cut_bytes(ctx, n))
+        deferred = runtime.candidate(ctx, node, lambda n: joins.cut_bytes(ctx, n))
         if deferred is None or deferred[0] != choice:
             return None
         broadcast = False

@@ -50,7 +50,7 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
     choice = "right" if node.null_aware else _broadcast_choice(ctx, node)
     # an uncertain estimate near the threshold: broadcast or hash decided at run time (planner/runtime.py)
     # (sides estimated as their planned join filters leave them)
-    decide = runtime.candidate(ctx, node, lambda n: _cut_bytes(ctx, n)) if choice != "gather" else None
+    decide = runtime.candidate(ctx, node, lambda n: cut_bytes(ctx, n)) if choice != "gather" else None
     if decide is not None and choice not in (None, decide[0]):
         decide = None
     built = None
@@ -231,7 +231,7 @@ def _est_bytes(ctx: Context, node: L.Node) -> float:
     return estimate_rows(node) * _width(node, ctx.catalog)
 
 
-def _cut_bytes(ctx: Context, node: L.Node) -> float:
+def cut_bytes(ctx: Context, node: L.Node) -> float:
     """``node``'s estimated bytes once the join filters planned onto its scans cut it."""
     return _est_bytes(ctx, node) * _filter_keep(ctx, node)
 
