@@ -158,6 +158,11 @@ def serve(conn: Connection, threads: int | None) -> None:
             if kind == "error":
                 message = f"{type(exc).__name__}: {message}"
             conn.send(("error", query_id, rank, kind, message, traceback.format_exc()))
+        finally:
+            # idle until the next query: nothing of this one held (its result, its worker's state), and the
+            # memory Arrow's allocator kept for reuse given back
+            worker = result = report = plan = exchange = None  # type: ignore[assignment]
+            pa.default_memory_pool().release_unused()
 
 
 def main(argv: list[str]) -> int:
