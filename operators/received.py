@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -112,6 +112,16 @@ def dataset_batches(data: ds.Dataset) -> Iterator[pa.RecordBatch]:
 def batch_stream(data: ds.Dataset) -> pa.RecordBatchReader:
     """:func:`dataset_batches` as a reader DuckDB can scan once."""
     return pa.RecordBatchReader.from_batches(data.schema, dataset_batches(data))
+
+
+def counting(
+    rows: pa.Table | pa.RecordBatchReader, count: Callable[[pa.RecordBatch], None]
+) -> Iterator[pa.RecordBatch]:
+    """``rows`` a record batch at a time, each handed to ``count`` as it passes (a held output's statistics,
+    taken as DuckDB's batches come)."""
+    for batch in rows.to_batches() if isinstance(rows, pa.Table) else rows:
+        count(batch)
+        yield batch
 
 
 def receive_within(exchange: Exchange, spec: ExchangeSpec, limit: int, folder: str) -> Received:

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.partition import PART_COLUMN, split_by_partition
-from squall.operators.received import Received, gather
+from squall.operators.received import Received, counting, gather
 from squall.operators.skew import remote_bytes
 from squall.plan import Plan, Stage
 
@@ -199,22 +199,17 @@ class RuntimeJoins:
         comes when S ran first and is hashed. Returns the seconds the decision and the sending took (the
         sending as it comes counts as the stage's own time)."""
         held = _Held(stage, report)
-        batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
-
-        def counted() -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                held.count(batch)
-                yield batch
-
         decided = self.decisions.get(stage.output.runtime_join)
         try:
             if decided is not None and not decided.broadcast:  # nothing to wait for: hashed as it comes
                 report.runtime = decided.summary(stage.output.runtime_role)
-                self._hashed(stage, counted(), rows.schema, report, spec_of(stage))
+                self._hashed(stage, counting(rows, held.count), rows.schema, report, spec_of(stage))
                 report.rows_out, report.bytes_out = held.rows, held.sending
                 self._ready[stage.id] = [stage]
                 return 0.0
-            held.kept = gather(counted(), self.limit, self.folder, f"runtime-s{stage.id}", rows.schema)
+            held.kept = gather(
+                counting(rows, held.count), self.limit, self.folder, f"runtime-s{stage.id}", rows.schema
+            )
             report.rows_out, report.bytes_out = held.rows, held.sending
             self.held_to_disk += held.sending if held.kept.on_disk else 0
             t0 = time.perf_counter()

@@ -72,7 +72,7 @@ import pyarrow.compute as pc
 
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.partition import NULL_COLUMN, PART_COLUMN, RANGE_COLUMN, split_by_partition
-from squall.operators.received import Received, gather
+from squall.operators.received import Received, counting, gather
 from squall.operators.skew_assign import SLACK, assign, loads
 from squall.plan import Output, Plan, Stage
 
@@ -241,15 +241,8 @@ class SkewExchanges:
         held.counts = np.zeros(out.partitions, np.int64)
         held.by_range = np.zeros(out.partitions, np.int64) if out.range_sql else None
         self._held.setdefault(group, []).append(held)
-        batches = rows.to_batches() if isinstance(rows, pa.Table) else rows
-
-        def counted() -> Iterator[pa.RecordBatch]:  # the histogram's counts, as the batches come
-            for batch in batches:
-                held.count(batch)
-                yield batch
-
-        try:
-            held.kept = gather(counted(), self.limit, self.folder, "held", rows.schema)
+        try:  # the histogram's counts taken as the batches come
+            held.kept = gather(counting(rows, held.count), self.limit, self.folder, "held", rows.schema)
             report.rows_out, report.bytes_out = held.rows, held.sending
             self.held_to_disk += held.sending if held.kept.on_disk else 0
             if stage.id != self.groups[group][-1]:

@@ -121,7 +121,8 @@ class WorkerReport:
     #: this rank's memory: ``budget_bytes`` (None: none set), ``peak_bytes`` (resident, the process's peak
     #: during the query), ``spilled_bytes`` (the most its spill folder held) and ``received_to_disk_bytes``
     #: (received inputs written there, not held: operators/received.py), ``held_to_disk_bytes`` (outputs held
-    #: there until a run-time join's or skew-aware exchange's decision or a range output's sample) — see operators/memory.py
+    #: there until a run-time join's or skew-aware exchange's decision or a range output's sample) — see
+    #: operators/memory.py
     memory: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
