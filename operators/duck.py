@@ -12,6 +12,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
@@ -372,12 +373,16 @@ class Sandbox:
                 _ARROW_TYPES.update(found)
         return tuple(have[t] for t in wanted)
 
-    def batches(self, sql: str, rows: int) -> pa.RecordBatchReader:
-        """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory). An
-        error DuckDB meets while it streams is raised as its own exception (:func:`duckdb_error`), as
-        :meth:`query` raises it."""
+    @contextmanager
+    def batches(self, sql: str, rows: int) -> Iterator[pa.RecordBatchReader]:
+        """Run ``sql`` and read its result ``rows`` at a time (DuckDB streams it: never whole in its memory); the
+        result is let go of when the block ends, read to its end or not. An error DuckDB meets while it streams
+        is raised as its own exception (:func:`duckdb_error`), as :meth:`query` raises it."""
         reader = self.con.sql(sql).to_arrow_reader(rows)
-        return pa.RecordBatchReader.from_batches(reader.schema, _duckdb_errors(reader))
+        try:
+            yield pa.RecordBatchReader.from_batches(reader.schema, _duckdb_errors(reader))
+        finally:
+            reader.close()
 
     def query(self, sql: str) -> pa.Table:
         """Run ``sql`` and return the whole result as an Arrow table."""

@@ -78,6 +78,10 @@ def test_an_error_duckdb_meets_while_it_streams_is_its_own_exception():
     import pytest
 
     sql = "SELECT CAST(CASE WHEN i > 300000 THEN 'x' ELSE '1' END AS INTEGER) AS v FROM range(400000) t(i)"
-    with Sandbox({}) as db, pytest.raises(duckdb.ConversionException, match=r"^Conversion Error: Could not"):
-        for _batch in db.batches(sql, 10_000):
+    with (
+        Sandbox({}) as db,
+        pytest.raises(duckdb.ConversionException, match=r"^Conversion Error: Could not"),
+        db.batches(sql, 10_000) as batches,
+    ):
+        for _batch in batches:
             pass
