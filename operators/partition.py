@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +32,21 @@ def split_by_partition(table: pa.Table, partitions: int, column: str = PART_COLU
     already grouped by partition (see :func:`grouped_batches`).
     """
     return _slices(table.drop_columns([column]), _ids(table, column, partitions), partitions)
+
+
+def addressed_batches(
+    batches: Iterable[pa.RecordBatch], receivers: Sequence[int], rank: int, report: Any
+) -> Iterator[dict[int, pa.Table]]:
+    """Each batch of a partitioned output (the receiver's index in PART_COLUMN) split by receiver as it comes, as
+    :meth:`~squall.exchange.base.Exchange.send_pieces` takes it; ``report`` (a stage report) gains the bytes
+    bound for ranks other than ``rank`` (``bytes_to_others``) and the seconds the splitting took
+    (``partition_s``)."""
+    for batch in batches:
+        t = time.perf_counter()
+        parts = split_by_partition(pa.Table.from_batches([batch]), len(receivers))
+        report.bytes_to_others += sum(p.nbytes for r, p in zip(receivers, parts) if r != rank)
+        report.partition_s += time.perf_counter() - t
+        yield dict(zip(receivers, parts))
 
 
 def _ids(table: pa.Table, column: str, partitions: int) -> np.ndarray:

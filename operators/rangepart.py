@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from squall.exchange.base import Exchange, ExchangeSpec
 from squall.operators.duck import Sandbox
-from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.partition import PART_COLUMN, addressed_batches
 from squall.operators.received import Received
 from squall.plan import Output
 
@@ -164,21 +164,18 @@ def send_by_range(
     cuts = splitters(pooled, world)
     report.partition_s += time.perf_counter() - t0
     report.bytes_to_others = 0
-    rank = exchange.rank
 
-    def pieces() -> Iterator[dict[int, pa.Table]]:
+    def tagged() -> Iterator[pa.RecordBatch]:  # each row's receiver index in PART_COLUMN
         first = 0
         for batch in rows.batches():
             t = time.perf_counter()
             table = pa.Table.from_batches([batch])
             ids = partition_ids(db, table, output, cuts, first)
             first += table.num_rows
-            parts = split_by_partition(
-                table.append_column(PART_COLUMN, pa.array(ids.astype(np.int32))), world
-            )
-            report.bytes_to_others += sum(p.nbytes for r, p in zip(output.receivers, parts) if r != rank)
+            batches = table.append_column(PART_COLUMN, pa.array(ids.astype(np.int32))).to_batches()
             report.partition_s += time.perf_counter() - t
-            yield dict(zip(output.receivers, parts))
+            yield from batches
 
-    exchange.send_pieces(spec, rows.data.schema, pieces())
+    pieces = addressed_batches(tagged(), output.receivers, exchange.rank, report)
+    exchange.send_pieces(spec, rows.data.schema, pieces)
     return sample.num_rows

@@ -32,7 +32,7 @@ the limit, the sizes round's seconds) that the driver merges into ``Result.stats
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from squall.exchange.base import Exchange, ExchangeSpec
-from squall.operators.partition import PART_COLUMN, split_by_partition
+from squall.operators.partition import PART_COLUMN, addressed_batches
 from squall.operators.received import Received, counting, gather
 from squall.operators.skew import remote_bytes
 from squall.plan import Plan, Stage
@@ -296,15 +296,6 @@ class RuntimeJoins:
         spec: ExchangeSpec,
     ) -> None:
         """Send ``batches`` (with PART_COLUMN) to their receivers a batch at a time (``send_pieces``)."""
-        receivers = stage.output.receivers
         report.bytes_to_others = 0
-
-        def pieces() -> Iterator[dict[int, pa.Table]]:
-            for batch in batches:
-                t = time.perf_counter()
-                parts = split_by_partition(pa.Table.from_batches([batch]), len(receivers))
-                report.bytes_to_others += sum(p.nbytes for r, p in zip(receivers, parts) if r != self.rank)
-                report.partition_s += time.perf_counter() - t
-                yield dict(zip(receivers, parts))
-
-        self.exchange.send_pieces(spec, schema.remove(schema.get_field_index(PART_COLUMN)), pieces())
+        pieces = addressed_batches(batches, stage.output.receivers, self.rank, report)
+        self.exchange.send_pieces(spec, schema.remove(schema.get_field_index(PART_COLUMN)), pieces)

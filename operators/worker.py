@@ -47,8 +47,8 @@ from squall.operators.partition import (
     NULL_COLUMN,
     PART_COLUMN,
     RANGE_COLUMN,
+    addressed_batches,
     grouped_batches,
-    split_by_partition,
     split_range_sql,
 )
 from squall.operators.rangepart import send_by_range
@@ -360,19 +360,16 @@ class Worker:
         receivers = stage.output.receivers
         t0 = time.perf_counter()
 
-        def addressed(batches: pa.RecordBatchReader) -> Iterator[dict[int, pa.Table]]:
-            for batch in batches:
-                t = time.perf_counter()
-                parts = split_by_partition(pa.Table.from_batches([batch]), len(receivers))
-                sr.rows_out += batch.num_rows
-                sr.bytes_out += sum(part.nbytes for part in parts)
-                sr.bytes_to_others += sum(p.nbytes for r, p in zip(receivers, parts) if r != self.rank)
-                sr.partition_s += time.perf_counter() - t
-                yield dict(zip(receivers, parts))
+        def counted(pieces: Iterator[dict[int, pa.Table]]) -> Iterator[dict[int, pa.Table]]:
+            for piece in pieces:
+                sr.rows_out += sum(part.num_rows for part in piece.values())
+                sr.bytes_out += sum(part.nbytes for part in piece.values())
+                yield piece
 
         with db.batches(sql, BATCH_ROWS) as batches:
             schema = batches.schema.remove(batches.schema.get_field_index(PART_COLUMN))
-            self.exchange.send_pieces(exchange_spec(self.query_id, stage), schema, addressed(batches))
+            pieces = counted(addressed_batches(batches, receivers, self.rank, sr))
+            self.exchange.send_pieces(exchange_spec(self.query_id, stage), schema, pieces)
         sr.compute_s += time.perf_counter() - t0 - sr.partition_s
 
     def _send_whole(self, stage: Stage, db: Sandbox, sr: StageReport) -> None:

@@ -225,6 +225,19 @@ def test_streamed_send_and_bounded_receive(backend, limit, tmp_path):
     assert sum(s["rows_received"] for s in stats.values()) == 720
 
 
+def _two_hash_stages(world: int, partition_sql: str, extra: dict[int, dict]):
+    """A plan of stages 1 and 2 on every rank, each a hash exchange by ``k`` over every rank, with ``extra[id]``'s
+    further Output fields."""
+    from squall.plan import Output, Plan, Stage
+
+    everyone = tuple(range(world))
+    stages = tuple(
+        Stage(sid, everyone, (), "", Output("hash", everyone, everyone, ("k",), partition_sql, **fields))
+        for sid, fields in extra.items()
+    )
+    return Plan("", world, stages, ("k",))
+
+
 # --- skew-aware group exchange (squall.operators.skew): histogram round + assignment + selective broadcast
 
 
@@ -233,31 +246,12 @@ def _skew_group(exchange, rank, world, query_id, clustered=False, folder=None):
 
     from squall.operators.partition import PART_COLUMN, RANGE_COLUMN
     from squall.operators.skew import SkewExchanges
-    from squall.plan import Output, Plan, Stage
 
     everyone = tuple(range(world))
     ranged = {"range_sql": "(k)::BIGINT", "range_lo": 1, "range_hi": 4999} if clustered else {}
-    stages = tuple(
-        Stage(
-            sid,
-            everyone,
-            (),
-            "",
-            Output(
-                "hash",
-                everyone,
-                everyone,
-                ("k",),
-                "hash(k)",
-                partitions=32 * world,
-                group=1,
-                heavy="either",
-                **ranged,
-            ),
-        )
-        for sid in (1, 2)
-    )
-    plan = Plan("", world, stages, ("k",))
+    group = {"partitions": 32 * world, "group": 1, "heavy": "either", **ranged}
+    plan = _two_hash_stages(world, "hash(k)", {1: group, 2: group})
+    stages = plan.stages
     rng = np.random.default_rng(rank)
     if clustered:  # each rank holds one key range of both sides (e.g. files written in key order)
         lo, hi = 1 + rank * 4999 // world, 1 + (rank + 1) * 4999 // world
@@ -336,31 +330,16 @@ def _runtime_join(exchange, rank, world, query_id, decision, order, folder=None)
 
     from squall.operators.partition import PART_COLUMN
     from squall.operators.runtime_join import RuntimeJoins
-    from squall.plan import Output, Plan, Stage
 
     everyone = tuple(range(world))
     limit = 1e12 if decision == "broadcast" else 0.0
     roles = {1: "decides", 2: "stays"}
-    stages = {
-        sid: Stage(
-            sid,
-            everyone,
-            (),
-            "",
-            Output(
-                "hash",
-                everyone,
-                everyone,
-                ("k",),
-                "k % 4",
-                runtime_join=1,
-                runtime_role=role,
-                runtime_limit=limit,
-            ),
-        )
-        for sid, role in roles.items()
-    }
-    plan = Plan("", world, tuple(stages.values()), ("k",))
+    plan = _two_hash_stages(
+        world,
+        "k % 4",
+        {sid: {"runtime_join": 1, "runtime_role": r, "runtime_limit": limit} for sid, r in roles.items()},
+    )
+    stages = {stage.id: stage for stage in plan.stages}
     rows = {1: np.arange(rank, 400, world), 2: np.arange(rank * 10_000, rank * 10_000 + 3000)}  # S, B keys
 
     def output(sid, partitioned=True):
