@@ -8,7 +8,7 @@ import pytest
 import squall
 from squall.driver.options import PlannerOptions
 from squall.driver.planner.reuse import stage_key
-from squall.plan import ExchangeInput, Output, ScanInput
+from squall.plan import DataSkipping, ExchangeInput, Output, ScanInput
 from squall.testing import assert_same_result
 from squall.tpch import query
 
@@ -24,10 +24,20 @@ DIFFERENT = (
 )
 
 
-def _scan(name: str, alias: str, filters: tuple[str, ...] = ()) -> ScanInput:
+#: a CTE read twice, each read filtered by its own return flag (driver/logical/rules/shared_filters.py)
+READS_FILTERED_APART = (
+    "WITH r AS (SELECT l_suppkey AS k, l_returnflag AS f, sum(l_quantity) AS q, count(*) AS n FROM lineitem "
+    "GROUP BY l_suppkey, l_returnflag) "
+    "SELECT a.k, a.q, b.q AS q2, a.n + b.n AS n FROM r a JOIN r b ON a.k = b.k WHERE a.f = 'A' AND b.f = 'R'"
+)
+
+
+def _scan(name: str, alias: str, filters: tuple[str, ...] = (), probe: str = "") -> ScanInput:
+    skipping = DataSkipping(planned=1, probe_sql=probe) if probe else None
     return ScanInput(
-        name, "lineitem", "/d/lineitem.parquet", (("l_quantity", alias),), ((), ()), filters=filters
-    )
+        name, "lineitem", "/d/lineitem.parquet", (("l_quantity", alias),), ((), ()), filters=filters,
+        skipping=skipping,
+    )  # fmt: skip
 
 
 def test_stage_key_is_blind_to_column_names_only():
@@ -51,6 +61,19 @@ def test_stage_key_is_blind_to_column_names_only():
     )
     other_input = stage_key('SELECT SUM("q") AS "s" FROM "x2"', [ExchangeInput("x2", 2)], (0, 1), out)
     assert len({one, other_function, other_filter, other_ranks, other_output, other_input}) == 6
+
+
+def test_stage_key_reads_a_probe_condition_in_the_scans_own_names():
+    """A probed scan's condition names the copy's own columns: two copies still compare equal (they did not,
+    and every probed scan's subquery was computed once per read)."""
+    out = Output("gather")
+
+    def key(table: str, col: str, probe: str) -> tuple[object, ...]:
+        scan = _scan(table, col, (f'"{col}" < 10',), probe=probe)
+        return stage_key(f'SELECT SUM("{col}") AS "s" FROM "{table}"', [scan], (0, 1), out)
+
+    assert key("s1_lineitem", "q", '("q" < 10)') == key("s3_lineitem", "q_2", '("q_2" < 10)')
+    assert key("s1_lineitem", "q", '("q" < 10)') != key("s3_lineitem", "q_2", '("q_2" < 11)')
 
 
 @pytest.mark.parametrize("workers", [2, 3, 4])
@@ -90,3 +113,21 @@ def test_different_subqueries_are_not_merged(sf001, reference_sf001):
             con.sql(DIFFERENT).to_arrow(), reference_sf001.sql(DIFFERENT).to_arrow_table(), DIFFERENT
         )
     assert plan.count("scan lineitem") == 2 and "computed once" not in plan
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_reads_filtered_apart_share_one_computation(sf001, reference_sf001, workers):
+    """Each read's filter goes into the CTE as one OR (only the two flags' rows are aggregated), the CTE is still
+    computed once, and each read keeps its own filter; the same answer with the rule off."""
+    sql = READS_FILTERED_APART
+    expected = reference_sf001.sql(sql).to_arrow_table()
+    with squall.connect(data=str(sf001), workers=workers) as con:
+        plan = con.explain(sql)
+        assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+    assert "filters of 2 reads of one subquery shared" in plan and "computed once" in plan, plan
+    assert plan.count("scan lineitem") == 1 and 'OR "l_returnflag" = ' in plan, plan
+    off = PlannerOptions(disabled_rules=frozenset({"shared_filters"}))
+    with squall.connect(data=str(sf001), workers=workers, planner_options=off) as con:
+        plan = con.explain(sql)
+        assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+    assert "shared" not in plan and "OR" not in plan, plan

@@ -23,8 +23,9 @@ from squall.driver.catalog.snapshot import SnapshotCatalog, from_snapshot
 from squall.driver.compile import compile_sql, translate_sql
 from squall.driver.frontend.bind import Binder
 from squall.driver.ir.nodes import describe
+from squall.driver.logical import pushdown
 from squall.driver.logical.rules import RULES as LOGICAL_RULES
-from squall.driver.logical.rules import LogicalContext
+from squall.driver.logical.rules import LogicalContext, shared_filters
 from squall.driver.options import PlannerOptions, rule_name
 from squall.driver.planner import RULES as PLANNER_RULES
 from squall.driver.sql import RULES as SQL_RULES
@@ -111,6 +112,13 @@ def test_every_rule_documents_itself():
 def test_sql_rule_examples_run(rule):
     """Each SQL rule's docstring example is a doctest, and it holds."""
     result = doctest.testmod(rule)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("module", [shared_filters, pushdown], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_logical_examples_run(module):
+    """The filter placement and shared-filter examples are doctests, and they hold."""
+    result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
 
 

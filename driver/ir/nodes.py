@@ -342,7 +342,9 @@ def describe(node: Node, indent: int = 0) -> str:
     if isinstance(node, Scan):
         detail = f"{node.table} [{', '.join(i for _s, i in node.columns)}]"
         if node.filters:
-            detail += " WHERE " + " AND ".join(sql_of(f) for f in node.filters)
+            detail += " WHERE " + " AND ".join(
+                f"({sql_of(f)})" if isinstance(f, exp.Or) else sql_of(f) for f in node.filters
+            )
     elif isinstance(node, Filter):
         detail = sql_of(node.predicate)
     elif isinstance(node, Project):

@@ -11,6 +11,7 @@ never joins a skew-aware group (its partitioning is fixed for both); explain not
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from sqlglot.dialects.duckdb import DuckDB
@@ -42,6 +43,13 @@ class _Names:
         ) + tuple(held.runs.values())
 
 
+def _skipping(inp: ScanInput, names: _Names) -> tuple[object, ...] | None:
+    """A scan's skipping as it compares: its probe condition is in the scan's own column names."""
+    if inp.skipping is None:
+        return None
+    return (dataclasses.replace(inp.skipping, probe_sql=""), names.sql(inp.skipping.probe_sql))
+
+
 def stage_key(
     sql: str, inputs: Sequence[ScanInput | ExchangeInput], ranks: tuple[int, ...], output: Output
 ) -> tuple[object, ...]:
@@ -58,7 +66,7 @@ def stage_key(
             (
                 "scan", inp.table, inp.location, tuple((src, names(col)) for src, col in inp.columns),
                 inp.splits, inp.replicated, tuple(names.sql(f) for f in inp.filters), inp.scan, inp.scan_options,
-                inp.steal, inp.skipping,
+                inp.steal, _skipping(inp, names),
             )
         )  # fmt: skip
     parts.append(names.sql(sql))

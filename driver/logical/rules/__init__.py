@@ -14,9 +14,9 @@ Imports: the IR, the catalog, estimates; never the planner.
 
 from __future__ import annotations
 
-from squall.driver.logical.rules import coalesce, eager_aggregation, prune
+from squall.driver.logical.rules import coalesce, eager_aggregation, prune, shared_filters
 from squall.driver.logical.rules.context import LogicalContext, result_columns
 
-RULES = (prune, eager_aggregation, coalesce)
+RULES = (shared_filters, prune, eager_aggregation, coalesce)
 
 __all__ = ["RULES", "LogicalContext", "result_columns"]

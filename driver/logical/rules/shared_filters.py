@@ -1,0 +1,218 @@
+"""Shared filters: a subquery read several times, each read filtered its own way, computes only the rows some
+read keeps, and still once.
+
+A ``WITH`` query (or a view) read twice is translated into two copies of one subtree under fresh column names,
+and the planner computes it once (:mod:`squall.driver.planner.reuse`) when the copies' stages are equal. Each
+read's own filter stays above its copy: pushed into the copies, the filters would make them differ and each
+read would compute its own. TPC-DS Q39 reads its ``inv`` CTE as ``inv1`` with ``d_moy = 1`` and ``inv2`` with
+``d_moy = 2``, so today the CTE's GROUP BY aggregates every month of the year, once. This rule pushes the OR
+of all the reads' filters into every copy (:func:`squall.driver.logical.pushdown.place`: through projections,
+GROUP BY keys, unions and joins, into scans), so the copies stay equal and compute only the two months; each
+read keeps its own filter on top::
+
+    Filter "d_moy_3" = 1                        Filter "d_moy_3" = 1
+      Project … (inv1)                            Project … (inv1)
+        Aggregate keys […, d_moy] …       →         Aggregate keys […, d_moy] …
+          … Scan date_dim                             … Scan date_dim WHERE "d_moy" = 1 OR "d_moy" = 2
+    (the same for inv2 with "d_moy_6" = 2)
+
+Copies are found by shape: the same nodes, tables and expressions up to the internal column names. Of each
+read's filter only the conjuncts that move below a GROUP BY in the copy count (``year_total > 0``
+on an aggregate's value only filters what the shared stage sends). A group is left alone when a copy holds no
+aggregate, window or set operation (a plain scan's copies are not computed once: each read's own filter serves
+it better), or when some read keeps every row.
+
+    >>> from sqlglot import exp
+    >>> from squall.driver.ir import nodes as L
+    >>> def read(suffix, value):
+    ...     scan = L.Scan("t", (("a", "a" + suffix), ("b", "b" + suffix)))
+    ...     agg = L.Aggregate(scan, (("k" + suffix, L.col("a" + suffix)),), ())
+    ...     return L.Filter(agg, exp.EQ(this=L.col("k" + suffix), expression=exp.Literal.number(value)))
+    >>> join = L.Join(read("", 1), read("_2", 2), "cross")
+    >>> shared = share(join)
+    >>> [L.sql_of(f) for f in shared.left.input.input.filters]
+    ['"a" = 1 OR "a" = 2']
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
+
+from sqlglot import exp
+
+from squall.driver.ir import nodes as L
+from squall.driver.ir.exprs import and_all, conjuncts
+from squall.driver.logical.pushdown import movable, place, substitute
+
+if TYPE_CHECKING:
+    from squall.driver.logical.rules.context import LogicalContext
+
+NAME = "shared_filters"
+
+#: nodes that end a stage the planner computes once for all of a subquery's reads
+_COMPUTED_ONCE = (L.Aggregate, L.Window, L.SetOp)
+
+
+def apply(node: L.Node, ctx: LogicalContext) -> L.Node:
+    """The rule: :func:`share` from the root; explain says which disjunction each group of reads got."""
+    return share(node, ctx.notes)
+
+
+def share(node: L.Node, notes: list[str] | None = None) -> L.Node:
+    """``node`` with the disjunction of each group of filtered reads of one subquery pushed into every copy."""
+    pushed: dict[int, exp.Expression] = {}
+    for group in _groups(node):
+        disjunction = _disjunction(group)
+        if disjunction is None:
+            continue
+        first = group[0]
+        for site in group:
+            pushed[id(site)] = _rename(disjunction, dict(zip(first.input.names, site.input.names)))
+        if notes is not None:
+            notes.append(
+                f"filters of {len(group)} reads of one subquery shared: {L.sql_of(disjunction)} pushed into it, "
+                "each read keeps its own (the subquery is still computed once)"
+            )
+    return _rewrite(node, pushed) if pushed else node
+
+
+def _groups(root: L.Node) -> list[list[L.Filter]]:
+    """Filters over equal copies of a subquery (two or more), in plan order."""
+    sites = [n for n in _walk(root) if isinstance(n, L.Filter) and _computed_once(n.input)]
+    by_sig: dict[object, list[L.Filter]] = defaultdict(list)
+    for site in sites:
+        by_sig[_signature(site.input)].append(site)
+    groups: list[list[L.Filter]] = []
+    for candidates in by_sig.values():
+        if len(candidates) < 2:
+            continue
+        by_shape: dict[object, list[L.Filter]] = defaultdict(list)
+        for site in candidates:
+            shape = _shape_of(site.input)
+            if shape is not None:
+                by_shape[shape].append(site)
+        groups.extend(g for g in by_shape.values() if len(g) > 1)
+    return groups
+
+
+def _disjunction(group: list[L.Filter]) -> exp.Expression | None:
+    """The OR over the group's reads of what each keeps that shrinks the shared work, in the first copy's
+    names; None when some read keeps every row or the OR cannot move below a GROUP BY."""
+    first = group[0]
+    reads: dict[str, exp.Expression] = {}
+    for site in group:
+        names = dict(zip(site.input.names, first.input.names))
+        if not L.columns_in(site.predicate) <= names.keys():
+            return None
+        own = _rename(site.predicate, names)
+        shrinking = and_all(c for c in conjuncts(own) if _shrinks(first.input, c))
+        if shrinking is None:  # this read needs every row the subquery makes
+            return None
+        reads.setdefault(L.sql_of(shrinking), shrinking)
+    disjunction = (
+        cast(exp.Expression, exp.or_(*reads.values())) if len(reads) > 1 else next(iter(reads.values()))
+    )
+    return disjunction if _shrinks(first.input, disjunction) else None
+
+
+def _shrinks(copy: L.Node, p: exp.Expression) -> bool:
+    """Whether ``p`` placed in ``copy`` moves below a GROUP BY: it cuts the shared work, not only what the
+    shared stage sends (passing a union only filters each branch's result)."""
+    if not movable(p):
+        return False
+    passed: list[L.Node] = []
+    place(copy, [p], passed)
+    return any(isinstance(n, L.Aggregate) for n in passed)
+
+
+def _rewrite(node: L.Node, pushed: dict[int, exp.Expression]) -> L.Node:
+    if isinstance(node, L.Filter) and id(node) in pushed:
+        inner = place(_rewrite(node.input, pushed), [pushed[id(node)]])
+        return L.Filter(inner, node.predicate)
+    return L.with_children(node, lambda child: _rewrite(child, pushed))
+
+
+def _rename(p: exp.Expression, names: dict[str, str]) -> exp.Expression:
+    return substitute(p, {a: L.col(b) for a, b in names.items()})
+
+
+def _walk(node: L.Node) -> Iterator[L.Node]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _computed_once(node: L.Node) -> bool:
+    return any(isinstance(n, _COMPUTED_ONCE) for n in _walk(node))
+
+
+def _signature(node: L.Node) -> tuple[object, ...]:
+    """A cheap first test of equal shape: node kinds, tables and widths."""
+    return (
+        type(node).__name__,
+        node.table if isinstance(node, L.Scan) else None,
+        len(node.names),
+        tuple(_signature(c) for c in node.children),
+    )
+
+
+class _NoShape(Exception):
+    """A node this rule does not compare (a one-rank part)."""
+
+
+def _shape_of(node: L.Node) -> tuple[object, ...] | None:
+    """``node`` up to its internal column names (numbered in order of definition), or None."""
+    try:
+        return _shape(node, {})
+    except _NoShape:
+        return None
+
+
+def _shape(node: L.Node, names: dict[str, int]) -> tuple[object, ...]:
+    kids = tuple(_shape(c, names) for c in node.children)
+    out = tuple(names.setdefault(n, len(names)) for n in node.names)
+
+    def e(x: exp.Expression | None) -> str | None:
+        return None if x is None else _canonical(x, names)
+
+    own: tuple[object, ...]
+    if isinstance(node, L.Scan):
+        own = (node.table, tuple(src for src, _ in node.columns), tuple(map(e, node.filters)))
+    elif isinstance(node, L.Filter):
+        own = (e(node.predicate),)
+    elif isinstance(node, L.Project):
+        own = tuple(e(x) for _, x in node.exprs)
+    elif isinstance(node, L.Join):
+        keys = (tuple(map(e, node.left_keys)), tuple(map(e, node.right_keys)))
+        own = (node.kind, keys, e(node.residual), node.null_aware)
+    elif isinstance(node, L.Aggregate):
+        calls = tuple(
+            (a.func, tuple(map(e, a.args)), a.distinct, e(a.expression), a.filtered) for _, a in node.aggs
+        )
+        own = (tuple(e(x) for _, x in node.keys), calls, node.sets, node.by_key)
+    elif isinstance(node, L.Sort):
+        own = tuple((e(k.expression), k.descending, k.nulls_first) for k in node.keys)
+    elif isinstance(node, L.Limit):
+        own = (node.limit, node.offset)
+    elif isinstance(node, L.SetOp):
+        own = (node.kind, node.all)
+    elif isinstance(node, L.Window):
+        own = (tuple(e(x) for _, x in node.exprs), tuple(map(e, node.partition_by)))
+    elif isinstance(node, L.Values):
+        own = tuple(tuple(map(e, row)) for row in node.rows)
+    else:
+        raise _NoShape(type(node).__name__)
+    return (type(node).__name__, out, own, kids)
+
+
+def _canonical(x: exp.Expression, names: dict[str, int]) -> str:
+    """``x`` as SQL with each internal column written as its number."""
+
+    def number(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and n.name in names:
+            return exp.column(f"#{names[n.name]}", quoted=True)
+        return n
+
+    return L.sql_of(x.transform(number))
