@@ -98,7 +98,7 @@ class StageReport:
     skew: dict[str, Any] = field(default_factory=dict)  # a skew-aware exchange's summary (operators/skew.py)
     #: a run-time join decision's summary (operators/runtime_join.py)
     runtime: dict[str, Any] = field(default_factory=dict)
-    #: join filters applied here: label → [rows before, rows after] (see Stage.join_filters)
+    #: join filters applied here: label → [rows before (the scan's row groups), rows after] (see Stage.join_filters)
     join_filters: dict[str, list[int]] = field(default_factory=dict)
 
     @property
@@ -408,6 +408,21 @@ class Worker:
         finally:
             rows.close()
 
+    def _rows_before(self, db: Sandbox, stage: Stage, pre_sql: str, kept_rows: dict[str, int]) -> int:
+        """The rows a join filter reads: its scan's row groups on this rank (from the footers: counting the
+        rows after the scan's own filters would read the whole scan a second time, which is what the filter
+        saves; DuckDB skips the row groups the kept keys rule out), or an earlier filter's kept rows; a stealing
+        scan's rows after its own filters, counted."""
+        for inp in stage.inputs:
+            if isinstance(inp, ScanInput) and f'"{inp.name}"' in pre_sql:
+                if inp.steal:  # the splits it reads are claimed as it goes
+                    break
+                return sum(s.rows for s in inp.splits_for(self.rank))
+        for name, rows in kept_rows.items():
+            if f'"{name}"' in pre_sql:
+                return rows
+        return _count(db, pre_sql)
+
     def _kept(self, db: Sandbox, sql: str, prefix: str) -> Received:
         """The rows of ``sql`` (a scan a join filter kept): past the budget's share on disk, as received inputs."""
         if self._disk is None:
@@ -586,12 +601,14 @@ class Worker:
         try:
             for name, table in inputs.items():
                 expose(name, table)
+            kept_rows: dict[str, int] = {}
             for label, pre_sql, post_sql, name in stage.join_filters:  # see Stage.join_filters
                 kept = self._kept(db, post_sql, f"kept-s{stage.id}")
                 if kept.on_disk:
                     done.append(kept)
                 expose(name, kept.data)
-                sr.join_filters[label] = [_count(db, pre_sql), kept.rows]
+                kept_rows[name] = kept.rows
+                sr.join_filters[label] = [self._rows_before(db, stage, pre_sql, kept_rows), kept.rows]
             if self._runtime.handles(stage) and self.rank in output.senders:
                 # a run-time join's side: held a batch at a time (on disk past the budget's share) until the
                 # decision, then broadcast, hashed or kept here (operators/runtime_join.py)

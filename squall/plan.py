@@ -251,7 +251,8 @@ class Stage:
     note: str = ""
     #: join filters applied in this stage, in order, as (label, SQL of the rows before the filter, SQL of
     #: the rows after it, name): the worker runs each filter's SQL once and registers its rows under its
-    #: name, which ``sql`` (and a later filter's SQL) reads, and reports both row counts
+    #: name, which ``sql`` (and a later filter's SQL) reads, and reports the rows before (the filtered scan's
+    #: row groups, from the footers) and after it
     join_filters: tuple[tuple[str, str, str, str], ...] = ()
 
 

@@ -332,6 +332,10 @@ def test_right_side_cut_by_the_left_sides_keys(sf001: Path, duck, workers: int, 
         cut = [f for f in with_filters.stats["join_filters"] if "scan of lineitem" in f["filter"]]
         assert cut and "o_orderkey" in text.split("of the build keys", 1)[1].splitlines()[0], text
         assert sum(f["rows_removed"] for f in cut) > 0
+        # the rows before: the scan's row groups on every rank, from the footers (no second read of the scan)
+        assert all(
+            f["rows_before"] == pq.ParquetFile(sf001 / "lineitem.parquet").metadata.num_rows for f in cut
+        )
         assert _exchanged(with_filters.stats) < _exchanged(without.stats)
     finally:
         on.close()

@@ -8,8 +8,9 @@ from squall.plan import Plan
 
 
 def join_filter_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per join filter: rows before/after it, rows removed, and the bytes that did not
-    leave the probe stage (rows removed x the stage's average output row size: an estimate)."""
+    """One entry per join filter: rows before it (the filtered scan's row groups: before the scan's own
+    filters too), after it, removed (by both), and the bytes that did not leave the probe stage (rows removed
+    x the stage's average output row size: an estimate)."""
     out = []
     for stage in plan.stages:
         per_rank = [s for r in reports for s in r["stages"] if s["stage"] == stage.id]
