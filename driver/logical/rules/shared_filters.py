@@ -17,10 +17,14 @@ read keeps its own filter on top::
     (the same for inv2 with "d_moy_6" = 2)
 
 Copies are found by shape: the same nodes, tables and expressions up to the internal column names. Of each
-read's filter only the conjuncts that move below a GROUP BY in the copy count (``year_total > 0``
-on an aggregate's value only filters what the shared stage sends). A group is left alone when a copy holds no
+read's filter only the conjuncts that move below a GROUP BY in the copy count (``year_total > 0`` on an
+aggregate's value only filters what the shared stage sends). A group is left alone when a copy holds no
 aggregate, window or set operation (a plain scan's copies are not computed once: each read's own filter serves
-it better), or when some read keeps every row.
+it better), when some read keeps every row, or when an unfiltered read of the same subquery exists.
+
+A subquery read once (no copy anywhere in the plan) simply takes the conjuncts of its filter that move below
+its GROUP BY (TPC-DS Q78's ``ss_sold_year = 2000`` on its ``ss`` CTE: one year of store sales aggregated, not
+five); the rest stays on top.
 
     >>> from sqlglot import exp
     >>> from squall.driver.ir import nodes as L
@@ -61,40 +65,70 @@ def apply(node: L.Node, ctx: LogicalContext) -> L.Node:
 
 
 def share(node: L.Node, notes: list[str] | None = None) -> L.Node:
-    """``node`` with the disjunction of each group of filtered reads of one subquery pushed into every copy."""
-    pushed: dict[int, exp.Expression] = {}
-    for group in _groups(node):
+    """``node`` with the disjunction of each group of filtered reads of one subquery pushed into every copy,
+    and the filter of a subquery read once moved below its GROUP BY."""
+    pushed: dict[int, tuple[exp.Expression, exp.Expression | None]] = {}
+    groups, alone = _sites(node)
+    for group in groups:
         disjunction = _disjunction(group)
         if disjunction is None:
             continue
         first = group[0]
         for site in group:
-            pushed[id(site)] = _rename(disjunction, dict(zip(first.input.names, site.input.names)))
+            renamed = _rename(disjunction, dict(zip(first.input.names, site.input.names)))
+            pushed[id(site)] = (renamed, site.predicate)
         if notes is not None:
             notes.append(
                 f"filters of {len(group)} reads of one subquery shared: {L.sql_of(disjunction)} pushed into it, "
                 "each read keeps its own (the subquery is still computed once)"
             )
+    moved = []
+    for site in alone:
+        parts = conjuncts(site.predicate)
+        down = [c for c in parts if _shrinks(site.input, c)]
+        if down:
+            pushed[id(site)] = (
+                cast(exp.Expression, and_all(down)),
+                and_all(c for c in parts if c not in down),
+            )
+            moved.extend(L.sql_of(c) for c in down)
+    if moved and notes is not None:
+        notes.append(f"filters moved below the GROUP BY of a subquery read once: {', '.join(moved)}")
     return _rewrite(node, pushed) if pushed else node
 
 
-def _groups(root: L.Node) -> list[list[L.Filter]]:
-    """Filters over equal copies of a subquery (two or more), in plan order."""
-    sites = [n for n in _walk(root) if isinstance(n, L.Filter) and _computed_once(n.input)]
-    by_sig: dict[object, list[L.Filter]] = defaultdict(list)
-    for site in sites:
-        by_sig[_signature(site.input)].append(site)
+def _sites(root: L.Node) -> tuple[list[list[L.Filter]], list[L.Filter]]:
+    """Filters over a subquery that computes something once: (groups of two or more over equal copies, the
+    filters over a subquery with no copy), in plan order. A group is left out when an unfiltered read of the
+    same subquery exists (its copy would differ from theirs)."""
+    nodes = list(_walk(root))
+    sigs = _signatures(root)
+    by_sig: dict[object, list[L.Node]] = defaultdict(list)
+    for n in nodes:
+        by_sig[sigs[id(n)]].append(n)
+    parents = {id(f.input): f for f in nodes if isinstance(f, L.Filter)}
     groups: list[list[L.Filter]] = []
-    for candidates in by_sig.values():
-        if len(candidates) < 2:
+    alone: list[L.Filter] = []
+    seen: set[int] = set()
+    for site in nodes:
+        if not isinstance(site, L.Filter) or id(site) in seen or not _computed_once(site.input):
             continue
-        by_shape: dict[object, list[L.Filter]] = defaultdict(list)
-        for site in candidates:
-            shape = _shape_of(site.input)
-            if shape is not None:
-                by_shape[shape].append(site)
-        groups.extend(g for g in by_shape.values() if len(g) > 1)
-    return groups
+        twins = [n for n in by_sig[sigs[id(site.input)]] if n is not site.input]
+        if not twins:
+            alone.append(site)
+            continue
+        shape = _shape_of(site.input)
+        if shape is None:
+            continue
+        equal = [n for n in twins if _shape_of(n) == shape]
+        if not equal:
+            alone.append(site)
+            continue
+        group = [site] + [parents[id(n)] for n in equal if id(n) in parents]
+        seen.update(id(f) for f in group)
+        if len(group) == len(equal) + 1:  # every read is filtered
+            groups.append(group)
+    return groups, alone
 
 
 def _disjunction(group: list[L.Filter]) -> exp.Expression | None:
@@ -127,10 +161,11 @@ def _shrinks(copy: L.Node, p: exp.Expression) -> bool:
     return any(isinstance(n, L.Aggregate) for n in passed)
 
 
-def _rewrite(node: L.Node, pushed: dict[int, exp.Expression]) -> L.Node:
+def _rewrite(node: L.Node, pushed: dict[int, tuple[exp.Expression, exp.Expression | None]]) -> L.Node:
     if isinstance(node, L.Filter) and id(node) in pushed:
-        inner = place(_rewrite(node.input, pushed), [pushed[id(node)]])
-        return L.Filter(inner, node.predicate)
+        down, stays = pushed[id(node)]
+        inner = place(_rewrite(node.input, pushed), [down])
+        return inner if stays is None else L.Filter(inner, stays)
     return L.with_children(node, lambda child: _rewrite(child, pushed))
 
 
@@ -148,14 +183,22 @@ def _computed_once(node: L.Node) -> bool:
     return any(isinstance(n, _COMPUTED_ONCE) for n in _walk(node))
 
 
-def _signature(node: L.Node) -> tuple[object, ...]:
-    """A cheap first test of equal shape: node kinds, tables and widths."""
-    return (
-        type(node).__name__,
-        node.table if isinstance(node, L.Scan) else None,
-        len(node.names),
-        tuple(_signature(c) for c in node.children),
-    )
+def _signatures(root: L.Node) -> dict[int, object]:
+    """Every node's cheap first test of equal shape (node kinds, tables and widths), by ``id``."""
+    sigs: dict[int, object] = {}
+
+    def sig(node: L.Node) -> object:
+        got = (
+            type(node).__name__,
+            node.table if isinstance(node, L.Scan) else None,
+            len(node.names),
+            tuple(sig(c) for c in node.children),
+        )
+        sigs[id(node)] = got
+        return got
+
+    sig(root)
+    return sigs
 
 
 class _NoShape(Exception):
