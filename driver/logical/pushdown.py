@@ -28,12 +28,11 @@ from squall.driver.ir.exprs import and_all
 _VOLATILE = frozenset({"random", "rand", "uuid", "gen_random_uuid", "nextval", "setseed", "now"})
 
 
-def place(node: L.Node, preds: list[exp.Expression], passed: list[L.Node] | None = None) -> L.Node:
-    """``node`` under ``preds``: each predicate as deep as it goes, the rest in one filter on top. ``passed``
-    collects the nodes a predicate moved below."""
+def place(node: L.Node, preds: list[exp.Expression]) -> L.Node:
+    """``node`` under ``preds``: each predicate as deep as it goes, the rest in one filter on top."""
     stay: list[exp.Expression] = []
     for p in preds:
-        moved = below(node, p, passed) if movable(p) else None
+        moved = below(node, p) if movable(p) else None
         if moved is None:
             stay.append(p)
         else:
@@ -48,42 +47,64 @@ def movable(p: exp.Expression) -> bool:
     return bool(L.columns_in(p)) and not volatile(p)
 
 
-def below(node: L.Node, p: exp.Expression, passed: list[L.Node] | None = None) -> L.Node | None:
-    """``node`` with ``p`` applied below its top, or None when ``p`` cannot pass it (``passed``: as
-    :func:`place`)."""
-    moved = _below(node, p, passed)
-    if moved is not None and passed is not None:
-        passed.append(node)
-    return moved
-
-
-def _below(node: L.Node, p: exp.Expression, passed: list[L.Node] | None) -> L.Node | None:
-    cols = L.columns_in(p)
+def below(node: L.Node, p: exp.Expression) -> L.Node | None:
+    """``node`` with ``p`` applied below its top, or None when ``p`` cannot pass it."""
     if isinstance(node, L.Scan):
-        return dataclasses.replace(node, filters=(*node.filters, p)) if cols <= set(node.names) else None
+        return (
+            dataclasses.replace(node, filters=(*node.filters, p))
+            if L.columns_in(p) <= set(node.names)
+            else None
+        )
+    ways = _ways(node, L.columns_in(p))
+    if ways is None:
+        return None
+    placed = {
+        id(child): place(child, [p if names is None else substitute(p, names)]) for child, names in ways
+    }
+    return L.with_children(node, lambda child: placed.get(id(child), child))
+
+
+def passes(node: L.Node, p: exp.Expression, kinds: tuple[type[L.Node], ...]) -> bool:
+    """Whether ``p``, placed under ``node``, moves below a node of one of ``kinds`` (nothing is built)."""
+    return movable(p) and _passes(node, L.columns_in(p), kinds)
+
+
+def _passes(node: L.Node, cols: set[str], kinds: tuple[type[L.Node], ...]) -> bool:
+    if not cols:  # the predicate became a constant here (a union branch's literal): it stays, as in place
+        return False
+    ways = _ways(node, cols)
+    if ways is None:
+        return False
+    if isinstance(node, kinds):
+        return True
+    return any(
+        _passes(child, cols if names is None else {c for n in cols for c in L.columns_in(names[n])}, kinds)
+        for child, names in ways
+    )
+
+
+def _ways(node: L.Node, cols: set[str]) -> list[tuple[L.Node, dict[str, exp.Expression] | None]] | None:
+    """Where a predicate reading ``cols`` goes below ``node`` (not a scan): each child it enters, with the
+    expressions that replace its columns there (None: as written); None when it cannot pass ``node``."""
     if isinstance(node, L.Filter):
-        return L.Filter(place(node.input, [p], passed), node.predicate)
+        return [(node.input, None)]
     if isinstance(node, L.Project):
         exprs = dict(node.exprs)
         if not cols <= set(exprs) or any(volatile(exprs[c]) or L.generates_rows(exprs[c]) for c in cols):
             return None
-        return dataclasses.replace(node, input=place(node.input, [substitute(p, exprs)], passed))
+        return [(node.input, exprs)]
     if isinstance(node, L.Aggregate):
         keys = dict(node.keys)
         if node.sets or not keys or not cols <= set(keys) or any(volatile(keys[c]) for c in cols):
             return None
-        return dataclasses.replace(node, input=place(node.input, [substitute(p, keys)], passed))
+        return [(node.input, keys)]
     if isinstance(node, L.SetOp) and node.kind == "union":
-        inputs = tuple(
-            place(i, [substitute(p, {o: L.col(n) for o, n in zip(node.out, i.names)})], passed)
-            for i in node.inputs
-        )
-        return dataclasses.replace(node, inputs=inputs)
+        return [(i, {o: L.col(n) for o, n in zip(node.out, i.names)}) for i in node.inputs]
     if isinstance(node, L.Join):
         if cols <= set(node.left.names) and node.kind in ("inner", "cross", "left", "semi", "anti"):
-            return dataclasses.replace(node, left=place(node.left, [p], passed))
+            return [(node.left, None)]
         if cols <= set(node.right.names) and node.kind in ("inner", "cross"):
-            return dataclasses.replace(node, right=place(node.right, [p], passed))
+            return [(node.right, None)]
     return None
 
 

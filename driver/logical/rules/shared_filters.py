@@ -48,7 +48,7 @@ from sqlglot import exp
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.exprs import and_all, conjuncts
-from squall.driver.logical.pushdown import movable, place, substitute
+from squall.driver.logical.pushdown import passes, place, substitute
 
 if TYPE_CHECKING:
     from squall.driver.logical.rules.context import LogicalContext
@@ -82,7 +82,7 @@ def share(node: L.Node, notes: list[str] | None = None) -> L.Node:
                 f"filters of {len(group)} reads of one subquery shared: {L.sql_of(disjunction)} pushed into it, "
                 "each read keeps its own (the subquery is still computed once)"
             )
-    moved = []
+    moved: list[str] = []
     for site in alone:
         parts = conjuncts(site.predicate)
         down = [c for c in parts if _shrinks(site.input, c)]
@@ -107,6 +107,13 @@ def _sites(root: L.Node) -> tuple[list[list[L.Filter]], list[L.Filter]]:
     for n in nodes:
         by_sig[sigs[id(n)]].append(n)
     parents = {id(f.input): f for f in nodes if isinstance(f, L.Filter)}
+    shapes: dict[int, tuple[object, ...] | None] = {}
+
+    def shape_of(n: L.Node) -> tuple[object, ...] | None:
+        if id(n) not in shapes:
+            shapes[id(n)] = _shape_of(n)
+        return shapes[id(n)]
+
     groups: list[list[L.Filter]] = []
     alone: list[L.Filter] = []
     seen: set[int] = set()
@@ -117,10 +124,10 @@ def _sites(root: L.Node) -> tuple[list[list[L.Filter]], list[L.Filter]]:
         if not twins:
             alone.append(site)
             continue
-        shape = _shape_of(site.input)
+        shape = shape_of(site.input)
         if shape is None:
             continue
-        equal = [n for n in twins if _shape_of(n) == shape]
+        equal = [n for n in twins if shape_of(n) == shape]
         if not equal:
             alone.append(site)
             continue
@@ -154,11 +161,7 @@ def _disjunction(group: list[L.Filter]) -> exp.Expression | None:
 def _shrinks(copy: L.Node, p: exp.Expression) -> bool:
     """Whether ``p`` placed in ``copy`` moves below a GROUP BY: it cuts the shared work, not only what the
     shared stage sends (passing a union only filters each branch's result)."""
-    if not movable(p):
-        return False
-    passed: list[L.Node] = []
-    place(copy, [p], passed)
-    return any(isinstance(n, L.Aggregate) for n in passed)
+    return passes(copy, p, (L.Aggregate,))
 
 
 def _rewrite(node: L.Node, pushed: dict[int, tuple[exp.Expression, exp.Expression | None]]) -> L.Node:
