@@ -40,6 +40,22 @@ def sql_of(expression: exp.Expression) -> str:
     return expression.sql(DIALECT)
 
 
+def term_sql(predicate: exp.Expression) -> str:
+    """``predicate`` as SQL that stays one term when ANDed with others as text (an OR in parentheses)."""
+    return f"({sql_of(predicate)})" if isinstance(predicate, exp.Or) else sql_of(predicate)
+
+
+def renamed(expression: exp.Expression, mapping: dict[str, str]) -> exp.Expression:
+    """``expression`` (a copy) with each internal column in ``mapping`` read under its new name."""
+
+    def swap(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and n.name in mapping:
+            return col(mapping[n.name])
+        return n
+
+    return expression.transform(swap)
+
+
 def generates_rows(expression: exp.Expression) -> bool:
     """True when ``expression`` holds an ``unnest``: a projection of it changes the row count (never pruned)."""
     return any(True for _ in expression.find_all(exp.Explode, exp.Unnest))
@@ -342,9 +358,7 @@ def describe(node: Node, indent: int = 0) -> str:
     if isinstance(node, Scan):
         detail = f"{node.table} [{', '.join(i for _s, i in node.columns)}]"
         if node.filters:
-            detail += " WHERE " + " AND ".join(
-                f"({sql_of(f)})" if isinstance(f, exp.Or) else sql_of(f) for f in node.filters
-            )
+            detail += " WHERE " + " AND ".join(term_sql(f) for f in node.filters)
     elif isinstance(node, Filter):
         detail = sql_of(node.predicate)
     elif isinstance(node, Project):

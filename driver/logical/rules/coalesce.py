@@ -95,15 +95,6 @@ def _side(node: L.Node) -> _Side | None:
     return None
 
 
-def _renamed(e: exp.Expression, mapping: dict[str, str]) -> exp.Expression:
-    def swap(n: exp.Expression) -> exp.Expression:
-        if isinstance(n, exp.Column) and n.name in mapping:
-            return L.col(mapping[n.name])
-        return n
-
-    return e.transform(swap)
-
-
 def coalesce_subqueries(node: L.Node, fresh: Callable[[str], str]) -> tuple[L.Node, list[Coalesced]]:
     """``node`` with stacked semi/anti joins over one table's scans coalesced (module doc), and what was
     coalesced. ``fresh`` allocates column names unique in the plan.
@@ -152,7 +143,7 @@ def _coalesce(j1: L.Join, j2: L.Join, fresh: Callable[[str], str]) -> tuple[L.Jo
     if k1 is None or k1 != k2:
         return None
     # filters in table column names: shared ones stay on the scan, the rest become flags
-    by_source = lambda f, src: sql_of(_renamed(f, src))  # noqa: E731
+    by_source = lambda f, src: sql_of(L.renamed(f, src))  # noqa: E731
     f1 = {by_source(f, src1): f for f in s1.scan.filters}
     f2 = {by_source(f, src2): f for f in s2.scan.filters}
     shared = [k for k in f1 if k in f2]
@@ -178,9 +169,9 @@ def _coalesce(j1: L.Join, j2: L.Join, fresh: Callable[[str], str]) -> tuple[L.Jo
     to2 = {i: name2[s] for i, s in src1.items()}
     own = extra1 or extra2
     flag_on = (
-        (and_all(own), and_all([_renamed(f, to2) for f in own]))
+        (and_all(own), and_all([L.renamed(f, to2) for f in own]))
         if extra1
-        else (and_all([_renamed(f, to1) for f in own]), and_all(own))
+        else (and_all([L.renamed(f, to1) for f in own]), and_all(own))
     )
     flag_names = (fresh("exists_flag"), fresh("exists_flag")) if own else ("", "")
 
@@ -238,8 +229,8 @@ def _rekeyed(
     """``j`` over its new right side: keys and residual renamed to the side's new names, and the join
     testing ``flag`` (the column of its own filters) in its residual when it has one."""
     out_to_new = {o: names[src[i]] for o, i in side.out.items()}
-    keys = tuple(_renamed(k, out_to_new) for k in j.right_keys)
-    residual = _renamed(j.residual, out_to_new) if j.residual is not None else None
+    keys = tuple(L.renamed(k, out_to_new) for k in j.right_keys)
+    residual = L.renamed(j.residual, out_to_new) if j.residual is not None else None
     if flag is not None:
         residual = and_all([p for p in (residual, L.col(flag)) if p is not None])
     return dataclasses.replace(j, right=right, right_keys=keys, residual=residual)

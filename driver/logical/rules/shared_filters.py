@@ -48,7 +48,7 @@ from sqlglot import exp
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.exprs import and_all, conjuncts
-from squall.driver.logical.pushdown import passes, place, substitute
+from squall.driver.logical.pushdown import passes, place
 
 if TYPE_CHECKING:
     from squall.driver.logical.rules.context import LogicalContext
@@ -75,7 +75,7 @@ def share(node: L.Node, notes: list[str] | None = None) -> L.Node:
             continue
         first = group[0]
         for site in group:
-            renamed = _rename(disjunction, dict(zip(first.input.names, site.input.names)))
+            renamed = L.renamed(disjunction, dict(zip(first.input.names, site.input.names)))
             pushed[id(site)] = (renamed, site.predicate)
         if notes is not None:
             notes.append(
@@ -147,7 +147,7 @@ def _disjunction(group: list[L.Filter]) -> exp.Expression | None:
         names = dict(zip(site.input.names, first.input.names))
         if not L.columns_in(site.predicate) <= names.keys():
             return None
-        own = _rename(site.predicate, names)
+        own = L.renamed(site.predicate, names)
         shrinking = and_all(c for c in conjuncts(own) if _shrinks(first.input, c))
         if shrinking is None:  # this read needs every row the subquery makes
             return None
@@ -170,10 +170,6 @@ def _rewrite(node: L.Node, pushed: dict[int, tuple[exp.Expression, exp.Expressio
         inner = place(_rewrite(node.input, pushed), [down])
         return inner if stays is None else L.Filter(inner, stays)
     return L.with_children(node, lambda child: _rewrite(child, pushed))
-
-
-def _rename(p: exp.Expression, names: dict[str, str]) -> exp.Expression:
-    return substitute(p, {a: L.col(b) for a, b in names.items()})
 
 
 def _walk(node: L.Node) -> Iterator[L.Node]:

@@ -87,9 +87,7 @@ def _scan(ctx: Context, node: L.Scan, replicated: bool) -> L.Node:
         columns=node.columns,
         splits=splits,
         replicated=replicated and ctx.world > 1,
-        filters=tuple(
-            f"({L.sql_of(f)})" if isinstance(f, exp.Or) else L.sql_of(f) for f in node.filters
-        ),  # ANDed as text
+        filters=tuple(L.term_sql(f) for f in node.filters),  # ANDed as text
         schema_b64=base64.b64encode(schema.serialize().to_pybytes()).decode(),
         scan=info.scan,
         scan_options=info.scan_options,
