@@ -83,6 +83,7 @@ def client(
     max_retries: int = MAX_RETRIES,
     read_timeout_s: float = READ_TIMEOUT_S,
     retry_mode: str = RETRY_MODE,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> Any:
     """A thread-safe boto3 client for ``service`` ("s3", "lambda", …) with Squall's retry policy.
 
@@ -93,7 +94,7 @@ def client(
     cfg = Config(
         max_pool_connections=max_pool_connections,
         retries={"mode": retry_mode, "max_attempts": int(max_retries)},
-        connect_timeout=CONNECT_TIMEOUT_S,
+        connect_timeout=connect_timeout_s,
         read_timeout=read_timeout_s,
         tcp_keepalive=True,
     )

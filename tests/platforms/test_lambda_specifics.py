@@ -45,7 +45,7 @@ def test_faults_crash_delay_s3_errors(site, sf01, monkeypatch):
         ), lam
         # rank 2 sleeps far longer than the straggler rule's threshold (at most 4x the time half the ranks
         # took to send stage 1): its duplicate answers, and the sleeping copy stops when the query ends
-        assert lam["duplicates"] >= 1, lam
+        assert lam["duplicates"] >= 1, lam["relaunched"]
         assert {"rank": 2, "attempt": 1, "won": True} in [
             {k: d.get(k) for k in ("rank", "attempt", "won")} for d in lam["relaunched"]
         ], lam

@@ -82,18 +82,28 @@ class _Status:
         self.puts = 0
         self._lock = threading.Lock()
 
-    def put(self, name: str, body: bytes = b"") -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self.base + name, Body=body)
+    def put(self, name: str, body: bytes = b"", client: Any = None) -> None:
+        (client or self.client).put_object(Bucket=self.bucket, Key=self.base + name, Body=body)
         with self._lock:
             self.puts += 1
 
 
 class _Heartbeat(threading.Thread):
-    """Rewrites the ``hb`` key every ``interval`` seconds (a new body each time, so its ETag changes)."""
+    """Rewrites the ``hb`` key every ``interval`` seconds (a new body each time, so its ETag changes).
 
-    def __init__(self, status: _Status, interval: float) -> None:
+    Each beat is one try on a client of its own, without retries and with timeouts of two intervals: a
+    failed beat is skipped, the next one comes on time. (Through the exchange's client a throttled beat
+    backed off for up to a minute, and the driver took the live rank for dead after ``dead_after_s``.)
+    """
+
+    def __init__(self, status: _Status, interval: float, config: Mapping[str, Any]) -> None:
         super().__init__(name="squall-heartbeat", daemon=True)
         self.status, self.interval = status, interval
+        wait = max(1.0, 2 * interval)
+        self.client = aws.client(
+            "s3", endpoint_url=config.get("endpoint_url"), region=config.get("region"),
+            max_pool_connections=1, max_retries=0, read_timeout_s=wait, connect_timeout_s=wait,
+        )  # fmt: skip
         self.stop = threading.Event()
 
     def halt(self) -> None:
@@ -107,7 +117,7 @@ class _Heartbeat(threading.Thread):
         while not self.stop.is_set():
             beat += 1
             try:
-                self.status.put("hb", str(beat).encode())
+                self.status.put("hb", str(beat).encode(), client=self.client)
             except Exception:  # a missed beat is not fatal; the driver tolerates a few
                 pass
             self.stop.wait(self.interval)
@@ -214,7 +224,7 @@ def run_worker_event(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     status = _Status(client, config["bucket"], config["prefix"], rank, attempt)
     status.put(f"start-{int(started * 1000)}")
     invoked = _invoke_children(event)
-    heartbeat = _Heartbeat(status, float(settings.get("heartbeat_s", 2.0)))
+    heartbeat = _Heartbeat(status, float(settings.get("heartbeat_s", 2.0)), config)
     heartbeat.start()
     memory_mb = int(getattr(context, "memory_limit_in_mb", 0) or settings.get("memory_mb") or 1024)
     threads, budget, sandbox = sandbox_settings(memory_mb, query_id, rank)
