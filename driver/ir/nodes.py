@@ -24,9 +24,20 @@ def col(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
 
 
+#: id(expression) -> (expression, its structural hash then, its SQL); see :func:`sql_of`
+_generated: dict[int, tuple[exp.Expression, int, str]] = {}
+_GENERATED_LIMIT = 50_000
+
+
 def sql_of(expression: exp.Expression) -> str:
-    """``expression`` as DuckDB SQL. A reference to one quoted column (most calls while planning) is quoted here
-    directly: sqlglot copies the tree before it generates, which costs more than the text."""
+    """``expression`` as DuckDB SQL.
+
+    sqlglot copies the whole tree before it generates (its generator mutates), ~3/4 of the cost, and
+    planning renders the same expressions again and again (each stage, type check and key). So: a reference
+    to one quoted column is quoted here directly, and other text is remembered per expression object, used
+    again only while the object is unchanged — sqlglot clears a node's cached hash, and its parents', on
+    every ``set``/``append``/``replace``, so a tree changed since has no hash or a different one.
+    """
     if type(expression) is exp.Column and not expression.comments:
         args = expression.args
         name = args.get("this")
@@ -37,7 +48,14 @@ def sql_of(expression: exp.Expression) -> str:
             and not (args.get("table") or args.get("db") or args.get("catalog"))
         ):
             return '"' + name.this.replace('"', '""') + '"'
-    return expression.sql(DIALECT)
+    known = _generated.get(id(expression))
+    if known is not None and known[0] is expression and known[1] == expression._hash:
+        return known[2]
+    text = expression.sql(DIALECT)
+    if len(_generated) >= _GENERATED_LIMIT:
+        _generated.clear()
+    _generated[id(expression)] = (expression, hash(expression), text)  # the entry keeps the id from reuse
+    return text
 
 
 def term_sql(predicate: exp.Expression) -> str:

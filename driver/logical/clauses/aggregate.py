@@ -11,7 +11,6 @@ from sqlglot import exp
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.exprs import INTERNAL
-from squall.driver.ir.nodes import DIALECT
 from squall.driver.logical.clauses.base import ClauseBase, has_subquery
 from squall.driver.logical.scope import Scope
 from squall.errors import BindError, NotSupportedError
@@ -45,11 +44,11 @@ class Aggregation(ClauseBase):
                     internal = scope.lookup(n.table, n.name)
                     if internal is not None and internal in agg_node.names:
                         return L.col(internal)
-                    raise BindError(f"column {n.sql(DIALECT)} must appear in GROUP BY or in an aggregate")
+                    raise BindError(f"column {L.sql_of(n)} must appear in GROUP BY or in an aggregate")
                 return n
 
             if has_subquery(e):
-                raise NotSupportedError(f"subquery in an expression: {e.sql(DIALECT)[:80]}")
+                raise NotSupportedError(f"subquery in an expression: {L.sql_of(e)[:80]}")
             return e.transform(fix)
 
         return agg_node, rewrite
@@ -63,20 +62,20 @@ class Aggregation(ClauseBase):
             key_list, group_sets = _grouping_sets(group)
             for g in key_list:
                 converted = self.convert(g, scope)
-                text = converted.sql(DIALECT)
+                text = L.sql_of(converted)
                 if text in key_by_sql:
-                    key_by_sql[g.sql(DIALECT)] = key_by_sql[text]
+                    key_by_sql[L.sql_of(g)] = key_by_sql[text]
                     continue
                 name = converted.name if isinstance(converted, exp.Column) else self.names.fresh("key")
                 if any(name == n for n, _e in keys):
                     name = self.names.fresh("key")
                 keys.append((name, converted))
                 key_by_sql[text] = name
-                key_by_sql[g.sql(DIALECT)] = name
+                key_by_sql[L.sql_of(g)] = name
         key_index = {n: i for i, (n, _e) in enumerate(keys)}
         sets: tuple[tuple[int, ...], ...] = ()
         if group_sets is not None:
-            indexed = [tuple(sorted({key_index[key_by_sql[g.sql(DIALECT)]] for g in s})) for s in group_sets]
+            indexed = [tuple(sorted({key_index[key_by_sql[L.sql_of(g)]] for g in s})) for s in group_sets]
             if len(set(indexed)) != len(indexed):
                 raise NotSupportedError("GROUPING SETS that repeat a set")
             sets = tuple(indexed)
@@ -91,14 +90,14 @@ class Aggregation(ClauseBase):
         call_by_sql: dict[str, str] = {}
         for a in aggs:
             converted = self.convert(a, scope)
-            text = converted.sql(DIALECT)
+            text = L.sql_of(converted)
             if text in call_by_sql:
-                call_by_sql[a.sql(DIALECT)] = call_by_sql[text]
+                call_by_sql[L.sql_of(a)] = call_by_sql[text]
                 continue
             name = self.names.fresh(_agg_name(converted))
             calls.append((name, _agg_call(converted)))
             call_by_sql[text] = name
-            call_by_sql[a.sql(DIALECT)] = name
+            call_by_sql[L.sql_of(a)] = name
         return calls, call_by_sql
 
     def _grouping(
@@ -107,9 +106,9 @@ class Aggregation(ClauseBase):
         """``GROUPING(k…)``: bits of the grouping id ``gid`` (0 without grouping sets)."""
         bits: list[exp.Expression] = []
         for arg in n.expressions:
-            name = keys.by_sql.get(arg.sql(DIALECT)) or keys.by_sql.get(self.convert(arg, scope).sql(DIALECT))
+            name = keys.by_sql.get(L.sql_of(arg)) or keys.by_sql.get(L.sql_of(self.convert(arg, scope)))
             if name is None:
-                raise BindError(f"GROUPING() argument {arg.sql(DIALECT)} is not a GROUP BY key")
+                raise BindError(f"GROUPING() argument {L.sql_of(arg)} is not a GROUP BY key")
             if not keys.sets:
                 continue
             shift = len(keys.keys) - 1 - keys.index[name]
@@ -179,8 +178,8 @@ def _grouping_sets(group: exp.Group) -> tuple[list[exp.Expression], list[list[ex
     for item in items:
         for s in sets_of(item):
             for k in s:
-                if k.sql(DIALECT) not in seen:
-                    seen.add(k.sql(DIALECT))
+                if L.sql_of(k) not in seen:
+                    seen.add(L.sql_of(k))
                     keys.append(k)
     if not any(isinstance(i, (exp.Rollup, exp.Cube, exp.GroupingSets)) for i in items):
         return keys, None

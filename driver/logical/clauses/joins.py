@@ -20,7 +20,6 @@ from squall.driver.ir.exprs import (
     tables_read,
     unwrap,
 )
-from squall.driver.ir.nodes import DIALECT
 from squall.driver.logical.clauses.base import has_subquery
 from squall.driver.logical.clauses.from_clause import FromClause
 from squall.driver.logical.scope import Scope
@@ -70,7 +69,7 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
     branches = [conjuncts(b) for b in disjuncts(pred)]
     if len(branches) < 2:
         return []
-    texts = [{t.sql(DIALECT): t for t in b} for b in branches]
+    texts = [{L.sql_of(t): t for t in b} for b in branches]
     common = set(texts[0])
     for t in texts[1:]:
         common &= set(t)
@@ -78,7 +77,7 @@ def factor_or(pred: exp.Expression, sources: set[str]) -> list[exp.Expression]:
     for alias in sorted(sources):
         parts: list[exp.Expression] = []
         for b in branches:
-            local = [t for t in b if tables_of(t) == {alias} and t.sql(DIALECT) not in common]
+            local = [t for t in b if tables_of(t) == {alias} and L.sql_of(t) not in common]
             if not local:
                 parts = []
                 break
@@ -108,7 +107,7 @@ def _place_conjuncts(
     multi: list[exp.Expression] = []
     constant: list[exp.Expression] = []
     for p in expanded:
-        key = p.sql(DIALECT)
+        key = L.sql_of(p)
         if key in seen:
             continue
         seen.add(key)

@@ -8,7 +8,6 @@ from sqlglot import exp
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.exprs import INTERNAL
-from squall.driver.ir.nodes import DIALECT
 from squall.driver.logical.clauses.base import ClauseBase
 from squall.errors import BindError, NotSupportedError
 
@@ -26,7 +25,7 @@ class Windows(ClauseBase):
         by_sql: dict[str, str] = {}
         partitions: set[str] = set()
         for w in windows:
-            text = w.sql(DIALECT)
+            text = L.sql_of(w)
             if text in by_sql:
                 continue
             converted = rewrite(w)
@@ -34,7 +33,7 @@ class Windows(ClauseBase):
             exprs.append((name, converted))
             by_sql[text] = name
             parts = converted.args.get("partition_by") or []
-            partitions.add("\x00".join(p.sql(DIALECT) for p in parts))
+            partitions.add("\x00".join(L.sql_of(p) for p in parts))
         shared: tuple[exp.Expression, ...] = ()
         if len(partitions) == 1:
             first = exprs[0][1].args.get("partition_by") or []
@@ -45,8 +44,8 @@ class Windows(ClauseBase):
             # windows become references to their output columns (marked internal, so the
             # rewrite below, which may be an aggregate's, passes them through untouched)
             def pre(n: exp.Expression) -> exp.Expression:
-                if isinstance(n, exp.Window) and n.sql(DIALECT) in by_sql:
-                    return exp.column(by_sql[n.sql(DIALECT)], table=INTERNAL)
+                if isinstance(n, exp.Window) and L.sql_of(n) in by_sql:
+                    return exp.column(by_sql[L.sql_of(n)], table=INTERNAL)
                 return n
 
             return rewrite(e.transform(pre))
