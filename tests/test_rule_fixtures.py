@@ -22,7 +22,6 @@ from squall.driver import logical, sql
 from squall.driver.catalog.snapshot import SnapshotCatalog, from_snapshot
 from squall.driver.compile import compile_sql, translate_sql
 from squall.driver.frontend.bind import Binder
-from squall.driver.ir import shape
 from squall.driver.ir.nodes import describe
 from squall.driver.logical import pushdown
 from squall.driver.logical.rules import RULES as LOGICAL_RULES
@@ -116,11 +115,9 @@ def test_sql_rule_examples_run(rule):
     assert result.attempted > 0 and result.failed == 0
 
 
-@pytest.mark.parametrize(
-    "module", [shared_filters, pushdown, shape], ids=lambda m: m.__name__.rsplit(".", 1)[-1]
-)
+@pytest.mark.parametrize("module", [shared_filters, pushdown], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
 def test_logical_examples_run(module):
-    """The filter placement, shared-filter and shape examples are doctests, and they hold."""
+    """The filter placement and shared-filter examples are doctests, and they hold."""
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
 

@@ -9,14 +9,12 @@ of the chain that consumes it, so the order survives.
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.nodes import sql_of
-from squall.driver.ir.shape import renames_all, shape_of, walk
 
 
 @dataclass(frozen=True)
@@ -82,13 +80,7 @@ _QUOTED = re.compile(r"'[^']*(?:'|$)|\"[^\"]*(?:\"|$)")
 def _sub(node: L.Node) -> str:
     if isinstance(node, InputRef):
         return node.cast_sql() if node.casts else q(node.name)
-    shared = (_SHARED.get() or {}).get(id(node))
-    if shared is not None:
-        name, first = shared
-        if first == node.names:
-            return q(name)
-        return f"(SELECT {', '.join(f'{q(a)} AS {q(b)}' for a, b in zip(first, node.names))} FROM {q(name)})"
-    return "(\n" + _indent(_render(node)) + "\n)"
+    return "(\n" + _indent(render(node)) + "\n)"
 
 
 def _select_list(exprs: tuple[tuple[str, exp.Expression], ...]) -> str:
@@ -122,89 +114,8 @@ def _limit(limit: L.Limit) -> str:
     return text
 
 
-#: the subtrees the SQL being rendered reads from a CTE: id → (CTE name, the columns the CTE has)
-_SHARED: ContextVar[dict[int, tuple[str, tuple[str, ...]]] | None] = ContextVar(
-    "shared_subtrees", default=None
-)
-
-#: how SQL that reads repeated subtrees from CTEs starts
-SHARED_CTE = 'WITH "__shared_'
-
-#: subtrees worth computing once when a stage holds them twice
-_WORTH_SHARING = (L.Aggregate, L.Join, L.Window, L.SetOp)
-
-
 def render(node: L.Node) -> str:
-    """DuckDB SQL for ``node`` (a SELECT producing exactly ``node.names``).
-
-    A subtree the node holds twice or more up to column names (a ``WITH`` query read twice, whose copies the
-    planner left in one stage) that aggregates, joins or windows is written once, as a CTE each copy reads
-    under its own column names: DuckDB computes a CTE read twice once (TPC-DS Q39's final GROUP BY).
-    """
-    groups = _repeated(node)
-    if not groups:
-        return _render(node)
-    shared: dict[int, tuple[str, tuple[str, ...]]] = {}
-    ctes: list[str] = []
-    for n, copies in enumerate(groups):
-        name = f"__shared_{n}"  # SHARED_CTE
-        ctes.append(f"{q(name)} AS (\n{_indent(_render(copies[0]))}\n)")
-        shared.update((id(c), (name, copies[0].names)) for c in copies)
-    token = _SHARED.set(shared)
-    try:
-        text = _render(node)
-    finally:
-        _SHARED.reset(token)
-    head = "WITH " + ",\n".join(ctes)
-    if text.startswith("WITH "):  # a raw part's own CTEs (a join filter's probe)
-        return head + ",\n" + text.removeprefix("WITH ")
-    return head + "\n" + text
-
-
-def _repeated(root: L.Node) -> list[list[L.Node]]:
-    """The largest subtrees worth sharing that ``root`` holds twice or more, equal up to column names (outside
-    each other), as groups of copies; empty at once when no stage input is read twice (the common case)."""
-    if isinstance(root, L.OneRank):
-        return []  # its SQL starts with a WITH of its own
-    inputs = [n.name for n in walk(root) if isinstance(n, InputRef)]
-    if len(inputs) == len(set(inputs)):
-        return []
-    reads = {name for name in inputs if inputs.count(name) > 1}
-    shapes: dict[object, list[L.Node]] = {}
-    worth: dict[int, bool] = {}
-
-    def visit(n: L.Node) -> bool:  # whether n reads a twice-read input
-        below = [visit(c) for c in n.children]
-        twice = any(below) or (isinstance(n, InputRef) and n.name in reads)
-        worth[id(n)] = isinstance(n, _WORTH_SHARING) or any(worth[id(c)] for c in n.children)
-        renames = isinstance(n, L.Project) and renames_all(n)  # has its input's shape: not a copy of its own
-        if twice and worth[id(n)] and n is not root and not renames:
-            shape = shape_of(n, _input_shape, see_through_renames=True)
-            if shape is not None:
-                shapes.setdefault(shape, []).append(n)
-        return twice
-
-    visit(root)
-    repeated = {id(c): copies for copies in shapes.values() if len(copies) > 1 for c in copies}
-    outermost: dict[int, list[L.Node]] = {}  # per group, its copies that are not inside another copy
-
-    def find(n: L.Node) -> None:
-        copies = repeated.get(id(n))
-        if copies is not None:
-            outermost.setdefault(id(copies), []).append(n)
-            return
-        for c in n.children:
-            find(c)
-
-    find(root)
-    return [copies for copies in outermost.values() if len(copies) > 1]
-
-
-def _input_shape(node: L.Node) -> tuple[object, ...] | None:
-    return (node.name, node.casts) if isinstance(node, InputRef) else None
-
-
-def _render(node: L.Node) -> str:
+    """DuckDB SQL for ``node`` (a SELECT producing exactly ``node.names``)."""
     # ordered chains: [Project] [Limit] Sort X  -> one SELECT with ORDER BY (and LIMIT)
     project = node if isinstance(node, L.Project) else None
     rest = project.input if project else node

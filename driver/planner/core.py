@@ -23,7 +23,7 @@ from squall.driver.catalog.tables import Catalog
 from squall.driver.frontend import value_lists
 from squall.driver.frontend.bind import BoundQuery
 from squall.driver.ir import nodes as L
-from squall.driver.ir.sqlgen import SHARED_CTE, InputRef, q, render
+from squall.driver.ir.sqlgen import InputRef, q, render
 from squall.driver.logical.translate import Names
 from squall.driver.options import PlannerOptions, rule_name
 from squall.driver.planner.exprs import hashable, leaves
@@ -272,8 +272,6 @@ class Context:
             partition_sql = self._partition_sql(sql, output.keys, refs, types)
         out = dataclasses.replace(output, senders=senders, receivers=receivers, partition_sql=partition_sql)
         note += _one_rank_note(node)
-        if sql.startswith(SHARED_CTE):
-            note += "; a subplan this stage reads twice is computed once (a CTE)"
         run_sql, probes = _with_named_probes(node, sql)
         inputs = tuple(self.inputs[leaf.name] for leaf in refs)
         stage = Stage(stage_id, ranks, inputs, run_sql, out, types, note, join_filters=probes)

@@ -41,13 +41,13 @@ five); the rest stays on top.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from sqlglot import exp
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.exprs import and_all, conjuncts
-from squall.driver.ir.shape import shape_of, signatures, walk
 from squall.driver.logical.pushdown import passes, place
 
 if TYPE_CHECKING:
@@ -101,17 +101,17 @@ def _sites(root: L.Node) -> tuple[list[list[L.Filter]], list[L.Filter]]:
     """Filters over a subquery that computes something once: (groups of two or more over equal copies, the
     filters over a subquery with no copy), in plan order. A group is left out when an unfiltered read of the
     same subquery exists (its copy would differ from theirs)."""
-    nodes = list(walk(root))
-    sigs = signatures(root)
+    nodes = list(_walk(root))
+    sigs = _signatures(root)
     by_sig: dict[object, list[L.Node]] = defaultdict(list)
     for n in nodes:
         by_sig[sigs[id(n)]].append(n)
     parents = {id(f.input): f for f in nodes if isinstance(f, L.Filter)}
     shapes: dict[int, tuple[object, ...] | None] = {}
 
-    def memo(n: L.Node) -> tuple[object, ...] | None:
+    def shape_of(n: L.Node) -> tuple[object, ...] | None:
         if id(n) not in shapes:
-            shapes[id(n)] = shape_of(n)
+            shapes[id(n)] = _shape_of(n)
         return shapes[id(n)]
 
     groups: list[list[L.Filter]] = []
@@ -124,10 +124,10 @@ def _sites(root: L.Node) -> tuple[list[list[L.Filter]], list[L.Filter]]:
         if not twins:
             alone.append(site)
             continue
-        shape = memo(site.input)
+        shape = shape_of(site.input)
         if shape is None:
             continue
-        equal = [n for n in twins if memo(n) == shape]
+        equal = [n for n in twins if shape_of(n) == shape]
         if not equal:
             alone.append(site)
             continue
@@ -172,5 +172,89 @@ def _rewrite(node: L.Node, pushed: dict[int, tuple[exp.Expression, exp.Expressio
     return L.with_children(node, lambda child: _rewrite(child, pushed))
 
 
+def _walk(node: L.Node) -> Iterator[L.Node]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
 def _computed_once(node: L.Node) -> bool:
-    return any(isinstance(n, _COMPUTED_ONCE) for n in walk(node))
+    return any(isinstance(n, _COMPUTED_ONCE) for n in _walk(node))
+
+
+def _signatures(root: L.Node) -> dict[int, object]:
+    """Every node's cheap first test of equal shape (node kinds, tables and widths), by ``id``."""
+    sigs: dict[int, object] = {}
+
+    def sig(node: L.Node) -> object:
+        got = (
+            type(node).__name__,
+            node.table if isinstance(node, L.Scan) else None,
+            len(node.names),
+            tuple(sig(c) for c in node.children),
+        )
+        sigs[id(node)] = got
+        return got
+
+    sig(root)
+    return sigs
+
+
+class _NoShape(Exception):
+    """A node this rule does not compare (a one-rank part)."""
+
+
+def _shape_of(node: L.Node) -> tuple[object, ...] | None:
+    """``node`` up to its internal column names (numbered in order of definition), or None."""
+    try:
+        return _shape(node, {})
+    except _NoShape:
+        return None
+
+
+def _shape(node: L.Node, names: dict[str, int]) -> tuple[object, ...]:
+    kids = tuple(_shape(c, names) for c in node.children)
+    out = tuple(names.setdefault(n, len(names)) for n in node.names)
+
+    def e(x: exp.Expression | None) -> str | None:
+        return None if x is None else _canonical(x, names)
+
+    own: tuple[object, ...]
+    if isinstance(node, L.Scan):
+        own = (node.table, tuple(src for src, _ in node.columns), tuple(map(e, node.filters)))
+    elif isinstance(node, L.Filter):
+        own = (e(node.predicate),)
+    elif isinstance(node, L.Project):
+        own = tuple(e(x) for _, x in node.exprs)
+    elif isinstance(node, L.Join):
+        keys = (tuple(map(e, node.left_keys)), tuple(map(e, node.right_keys)))
+        own = (node.kind, keys, e(node.residual), node.null_aware)
+    elif isinstance(node, L.Aggregate):
+        calls = tuple(
+            (a.func, tuple(map(e, a.args)), a.distinct, e(a.expression), a.filtered) for _, a in node.aggs
+        )
+        own = (tuple(e(x) for _, x in node.keys), calls, node.sets, node.by_key)
+    elif isinstance(node, L.Sort):
+        own = tuple((e(k.expression), k.descending, k.nulls_first) for k in node.keys)
+    elif isinstance(node, L.Limit):
+        own = (node.limit, node.offset)
+    elif isinstance(node, L.SetOp):
+        own = (node.kind, node.all)
+    elif isinstance(node, L.Window):
+        own = (tuple(e(x) for _, x in node.exprs), tuple(map(e, node.partition_by)))
+    elif isinstance(node, L.Values):
+        own = tuple(tuple(map(e, row)) for row in node.rows)
+    else:
+        raise _NoShape(type(node).__name__)
+    return (type(node).__name__, out, own, kids)
+
+
+def _canonical(x: exp.Expression, names: dict[str, int]) -> str:
+    """``x`` as SQL with each internal column written as its number."""
+
+    def number(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not n.table and n.name in names:
+            return exp.column(f"#{names[n.name]}", quoted=True)
+        return n
+
+    return L.sql_of(x.transform(number))
