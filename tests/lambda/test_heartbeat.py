@@ -12,7 +12,7 @@ from itertools import pairwise
 
 import pytest
 
-from squall.driver.platforms.lambda_.worker import _Heartbeat, _Status
+from squall.driver.platforms.lambda_.worker import _Heartbeat, _Status, heartbeat_client
 
 from ..s3server import moto_available, moto_s3
 
@@ -38,9 +38,10 @@ def test_beats_keep_their_interval_while_every_write_is_throttled():
     with moto_s3(BUCKET) as s3:
         config = {"endpoint_url": s3.endpoint_url}
         status = _Status(s3.client(), BUCKET, "q/x", rank=0, attempt=0)
-        beat = _Heartbeat(status, 0.2, config)
+        client = heartbeat_client(config, 0.2)
         tries: list[float] = []
-        _throttle_every_put(beat.client, tries)
+        _throttle_every_put(client, tries)
+        beat = _Heartbeat(status, 0.2, config, client=client)
         beat.start()
         time.sleep(2.0)
         beat.halt()

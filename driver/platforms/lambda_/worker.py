@@ -88,22 +88,29 @@ class _Status:
             self.puts += 1
 
 
+def heartbeat_client(config: Mapping[str, Any], interval: float) -> Any:
+    """The heartbeat's own S3 client: one try per beat (no retries), timeouts of two intervals."""
+    wait = max(1.0, 2 * interval)
+    return aws.client(
+        "s3", endpoint_url=config.get("endpoint_url"), region=config.get("region"),
+        max_pool_connections=1, max_retries=0, read_timeout_s=wait, connect_timeout_s=wait,
+    )  # fmt: skip
+
+
 class _Heartbeat(threading.Thread):
     """Rewrites the ``hb`` key every ``interval`` seconds (a new body each time, so its ETag changes).
 
-    Each beat is one try on a client of its own, without retries and with timeouts of two intervals: a
-    failed beat is skipped, the next one comes on time. (Through the exchange's client a throttled beat
-    backed off for up to a minute, and the driver took the live rank for dead after ``dead_after_s``.)
+    Each beat is one try on a client of its own (:func:`heartbeat_client`, made on the heartbeat's thread,
+    off the worker's start-up path, unless given): a failed beat is skipped, the next one comes on time.
+    (Through the exchange's client a throttled beat backed off for up to a minute, and the driver took the
+    live rank for dead after ``dead_after_s``.)
     """
 
-    def __init__(self, status: _Status, interval: float, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, status: _Status, interval: float, config: Mapping[str, Any], client: Any = None
+    ) -> None:
         super().__init__(name="squall-heartbeat", daemon=True)
-        self.status, self.interval = status, interval
-        wait = max(1.0, 2 * interval)
-        self.client = aws.client(
-            "s3", endpoint_url=config.get("endpoint_url"), region=config.get("region"),
-            max_pool_connections=1, max_retries=0, read_timeout_s=wait, connect_timeout_s=wait,
-        )  # fmt: skip
+        self.status, self.interval, self.config, self.client = status, interval, config, client
         self.stop = threading.Event()
 
     def halt(self) -> None:
@@ -113,6 +120,8 @@ class _Heartbeat(threading.Thread):
             self.join(timeout=10)
 
     def run(self) -> None:
+        if self.client is None:
+            self.client = heartbeat_client(self.config, self.interval)
         beat = 0
         while not self.stop.is_set():
             beat += 1
