@@ -76,21 +76,29 @@ def derive(node: L.Node, column_type: ColumnType, notes: list[str] | None = None
     ]
     if not pairs:
         return node
+    # each side's constants once (what one side takes, the other already holds: no new constant for it)
     left, right = node.left, node.right
+    on_left, on_right = constants(left), constants(right)
     if to_right:
-        right = _take(right, _given(left, right, pairs, column_type), notes)
+        right = _take(right, _given(left, on_left, right, on_right, pairs, column_type), notes)
     if to_left:
-        left = _take(left, _given(right, left, [(b, a) for a, b in pairs], column_type), notes)
+        flipped = [(b, a) for a, b in pairs]
+        left = _take(left, _given(node.right, on_right, left, on_left, flipped, column_type), notes)
     if left is node.left and right is node.right:
         return node
     return dataclasses.replace(node, left=left, right=right)
 
 
 def _given(
-    source: L.Node, target: L.Node, pairs: list[tuple[str, str]], column_type: ColumnType
+    source: L.Node,
+    have: dict[str, exp.Literal],
+    target: L.Node,
+    already: dict[str, exp.Literal],
+    pairs: list[tuple[str, str]],
+    column_type: ColumnType,
 ) -> list[exp.Expression]:
-    """``target_key = literal`` for each key pair whose source column is a constant the target's is not."""
-    have, already = constants(source), constants(target)
+    """``target_key = literal`` for each key pair whose source column is a constant (in ``have``) the target's
+    is not (in ``already``)."""
     out: list[exp.Expression] = []
     for s, t in pairs:
         if s not in have or t in already:
