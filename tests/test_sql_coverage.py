@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import fractions
+import math
 import random
 
 import duckdb
@@ -169,6 +171,13 @@ QUERIES = {
     "stddev_large_magnitude": "SELECT grp, stddev(val + 1e9), var_samp(val + 1e9), var_pop(val * 1e6 - 1e12), "
     "stddev(amount * 100000) FROM t1 GROUP BY grp",
     "stddev_global": "SELECT stddev(val + 1e9), var_samp(-966.20), var_pop(val), stddev_pop(-966.20) FROM t1",
+    # integers and small DECIMALs merge exactly (sums of squares in HUGEINT): near INTEGER's bounds, a small
+    # spread far from 0, UINTEGER past INTEGER's range, a column of NULLs
+    "variance_of_integers": "SELECT grp, stddev(CAST(id * 715827 AS INTEGER)), var_samp(CAST(id % 5 AS SMALLINT)), "
+    "var_pop(CAST(amount AS DECIMAL(9, 2))), stddev_pop(CAST(2147483647 - id AS INTEGER)), variance(nothing), "
+    "stddev(CAST(id * 1400000 AS UINTEGER)), avg(CAST(amount AS DECIMAL(9, 2))) FROM t1 GROUP BY grp",
+    "variance_of_integers_global": "SELECT stddev_samp(CAST(-2147483647 + id AS INTEGER)), var_pop(nothing), "
+    "variance(CAST(amount AS DECIMAL(9, 2))) FROM t1 WHERE id % 3 = 0",
     "global_aggs": "SELECT count(*), count(val), sum(amount), avg(amount), min(d), max(name) FROM t1",
     "aggs_on_empty": "SELECT count(*), sum(score), avg(score), max(cat) FROM t2_empty",
     "group_on_empty": "SELECT cat, count(*) FROM t2_empty GROUP BY cat",
@@ -427,7 +436,14 @@ def engine(request, data):
 #: Float tolerances wider than the comparator's default (relative 1e-9), each because DuckDB's own answer
 #: moves that much between runs: the variance of values near 1e9 that differ by ~15 loses
 #: (1e9 / 15)·eps ≈ 1e-9 relative with the order its partial states merge in.
-REL_TOL = {"stddev_large_magnitude": 1e-7, "stddev_global": 1e-7}
+REL_TOL = {
+    "stddev_large_magnitude": 1e-7,
+    "stddev_global": 1e-7,
+    # DuckDB's own answer for INTEGERs near 2^31 a few hundred apart moves by ~1e-9 between runs (Squall's, from
+    # exact sums, is checked against exact arithmetic in test_variance_of_integers_is_exact)
+    "variance_of_integers": 1e-7,
+    "variance_of_integers_global": 1e-7,
+}
 
 
 def _check(engine, reference, name):
@@ -490,6 +506,26 @@ def test_variance_of_a_constant_is_exactly_zero(engine):
             sql = f"SELECT grp, {f}({c}) AS v FROM t1 GROUP BY grp"
             for row in engine.sql(sql).to_arrow().to_pylist():
                 assert row["v"] == 0.0, (sql, row)
+
+
+def test_variance_of_integers_is_exact(engine):
+    """Split over ranks, the variance of integers (and small DECIMALs) comes from exact sums: within a few ulps
+    of the exact value, where DuckDB's own (Welford in DOUBLE) is off by ~1e-9 near 2^31."""
+    rows = _random_tables()["t1"].to_pylist()
+    sql = (
+        "SELECT grp, stddev_pop(CAST(2147483647 - id AS INTEGER)) AS big, var_samp(CAST(amount AS DECIMAL(9, 2))) "
+        "AS money FROM t1 GROUP BY grp"
+    )
+    got = {r["grp"]: r for r in engine.sql(sql).to_arrow().to_pylist()}
+    for grp in {r["grp"] for r in rows}:
+        big = [fractions.Fraction(2147483647 - r["id"]) for r in rows if r["grp"] == grp]
+        money = [fractions.Fraction(r["amount"]) for r in rows if r["grp"] == grp]
+        mean_big, mean_money = sum(big) / len(big), sum(money) / len(money)
+        exact_big = math.sqrt(sum((x - mean_big) ** 2 for x in big) / len(big))
+        exact_money = float(sum((x - mean_money) ** 2 for x in money) / (len(money) - 1))
+        tol = 1e-9 if engine.workers == 1 else 1e-14  # at W=1 DuckDB aggregates whole
+        assert got[grp]["big"] == pytest.approx(exact_big, rel=tol), grp
+        assert got[grp]["money"] == pytest.approx(exact_money, rel=tol), grp
 
 
 def test_scalar_subquery_with_several_rows_raises_duckdbs_error(engine, reference):

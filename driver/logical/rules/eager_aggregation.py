@@ -108,8 +108,8 @@ def _eager(
     if rows < MIN_ROWS_PER_KEY * keys or left_rows < 0.5 * keys:
         return None
     # the planner's own partial/final split, with the partial below the join (only COUNT/SUM/MIN/MAX here:
-    # no AVG, whose DECIMAL scale the split would ask for)
-    partial, final, post = split_aggs(agg, fresh, lambda _arg: 0)
+    # no AVG or variance, whose argument's type the split would ask for)
+    partial, final, post = split_aggs(agg, fresh, lambda _arg: None)
     below = L.Aggregate(join.right, ((rkey.name, L.col(rkey.name)),), partial, by_key=True)
     above = L.Aggregate(dataclasses.replace(join, right=below), agg.keys, final)
     group_cols = tuple((name, L.col(name)) for name, _k in agg.keys)

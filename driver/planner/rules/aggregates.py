@@ -19,7 +19,6 @@ group key's values are spread over the ranks by value, and each rank sends one p
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from sqlglot import exp
 
@@ -297,13 +296,12 @@ def _ndv(ctx: Context, below: L.Node, e: exp.Expression, rows: float) -> float:
     return max(rows**0.5, 1.0)
 
 
-def _decimal_scale(ctx: Context, node: L.Aggregate, arg: exp.Expression) -> int:
-    """The scale of ``arg`` when DuckDB types it DECIMAL(p, s), else 0."""
-    types = ctx.logical_types(L.Project(node.input, (("__avg_arg", arg),)))
-    m = re.fullmatch(r"DECIMAL\(\d+,\s*(\d+)\)", types[0]) if types else None
-    return int(m.group(1)) if m else 0
+def _arg_type(ctx: Context, node: L.Aggregate, arg: exp.Expression) -> str | None:
+    """DuckDB's type of the aggregate argument ``arg`` over ``node``'s input (None: not known)."""
+    types = ctx.logical_types(L.Project(node.input, (("__agg_arg", arg),)))
+    return types[0] if types else None
 
 
 def _split_aggs(ctx: Context, node: L.Aggregate) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
     """(partial aggregates, final aggregates over them, output expressions over the finals)."""
-    return split_aggs(node, ctx.fresh, lambda arg: _decimal_scale(ctx, node, arg))
+    return split_aggs(node, ctx.fresh, lambda arg: _arg_type(ctx, node, arg))
