@@ -113,7 +113,7 @@ def _hash_stages(plan: Plan) -> int:
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["duckdb-reader", "arrow-reader"])
-@pytest.mark.parametrize("workers", [2, 3, 4])
+@pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_joins_in_place_match_duckdb(data, reference, name, workers, native):
     sql, joins = QUERIES[name]

@@ -31,7 +31,7 @@ from tests.jcch_data import SETTINGS, skew_dataset, skew_sf
 from tests.tpch_data import duckdb_over, tpch_dataset
 
 SF = skew_sf()
-WORKERS = (1, 3, 4, 8)
+WORKERS = (1, 4, 8)
 SMALL = 0.01  # the generator's own tests
 
 

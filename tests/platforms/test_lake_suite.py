@@ -1,4 +1,4 @@
-"""The lake suite every platform backend passes: each kind of table users keep, at W = 1..4, against the
+"""The lake suite every platform backend passes: each kind of table users keep, at W = 1 and 3, against the
 format's own reader.
 
 The lake (``tests/lake_data.py``) holds hive partitions, evolving Parquet, gzip CSV and JSON lines, a Delta
@@ -101,7 +101,7 @@ def lake(site: Site, tmp_path_factory):
     assert site.leftovers() == [], "left behind after the connections closed"
 
 
-@pytest.mark.parametrize("workers", (1, 2, 3, 4))
+@pytest.mark.parametrize("workers", (1, 3))  # one rank; several, some reading more files than others
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_lake_table_against_its_reader(site: Site, lake: _Lake, name: str, workers: int):
     sql = QUERIES[name]
