@@ -4,8 +4,9 @@ An aggregate whose input is already hash-partitioned on a subset of its group
 keys (or is on one rank, or replicated) completes in place — except decomposable aggregates over a
 skew-aware join that may spread hot keys (selective broadcast), which go partial → final so that the join
 keeps that freedom. Otherwise decomposable
-aggregates run partial on every rank (AVG as SUM and COUNT, VAR/STDDEV as
-count, mean and M2, merged pairwise as DuckDB does) and final after the
+aggregates run partial on every rank (AVG as SUM and COUNT, VAR/STDDEV of integers and small DECIMALs as
+exact count, sum and sum of squares, of other types as count, mean and M2 merged pairwise as DuckDB does) and
+final after the
 exchange: a gather to rank 0 when there are few groups (no keys, or at most
 ``gather_groups`` by the catalog's NDVs), else hash-partitioned by the group keys. Aggregates that cannot
 be split (DISTINCT, holistic ones) move their rows instead — deduped locally on
