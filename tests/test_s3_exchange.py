@@ -231,7 +231,8 @@ def expected_counts(world: int, levels: int) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    ("world", "levels"), [(1, 1), (4, 1), (9, 1), (16, 1), (4, 2), (9, 2), (16, 2), (64, 2)]  # 64 at one level: tests/scale
+    ("world", "levels"),
+    [(1, 1), (4, 1), (9, 1), (16, 1), (4, 2), (9, 2), (16, 2), (64, 2)],  # 64 at one level: tests/scale
 )
 def test_request_counts_at_the_formula(s3, world, levels):
     """Lambada's counts: one level W PUTs, W LISTs, W(W-1) GETs (one per remote pair, ≤ W²); two levels
