@@ -49,8 +49,11 @@ def compile_sql(
     """
     if options is not None and (problem := unknown_rules(options, SQL_RULES, LOGICAL_RULES, PLANNER_RULES)):
         raise OptionError(problem)
-    with Boundary(sql) as boundary:  # a bug: one InternalError line, the traceback in a log file
-        plan = _compile(catalog, sql, world_size, options, db, timings, boundary)
+    try:
+        with Boundary(sql) as boundary:  # a bug: one InternalError line, the traceback in a log file
+            plan = _compile(catalog, sql, world_size, options, db, timings, boundary)
+    finally:
+        L.forget_generated()
     return plan
 
 

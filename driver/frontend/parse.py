@@ -11,6 +11,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from squall.driver.frontend import value_lists
+from squall.driver.ir.exprs import light_positions
 from squall.errors import SqlSyntaxError, UnsafeQueryError
 
 DIALECT = "duckdb"
@@ -63,8 +64,8 @@ def parse(sql: str) -> exp.Expression:
             pass  # parsed as written below: the error then points into the user's text
         else:
             if value_lists.restore(tree, held):
-                return value_lists.compact(tree)
-    return value_lists.compact(_parse_one(sql))
+                return light_positions(value_lists.compact(tree))
+    return light_positions(value_lists.compact(_parse_one(sql)))
 
 
 def _parse_one(sql: str) -> exp.Expression:

@@ -14,8 +14,32 @@ INTERNAL = "__squall_internal"
 
 
 def parse(text: str) -> exp.Expression:
-    """``text`` parsed as DuckDB SQL."""
-    return cast(exp.Expression, sqlglot.parse_one(text, read="duckdb"))
+    """``text`` parsed as DuckDB SQL (its nodes' positions copied shallowly: :func:`light_positions`)."""
+    return light_positions(cast(exp.Expression, sqlglot.parse_one(text, read="duckdb")))
+
+
+class _ScalarMeta(dict):  # type: ignore[type-arg]
+    """A node's ``meta`` that holds only immutable values: a deep copy of it is a shallow one."""
+
+    __slots__ = ()
+
+    def __deepcopy__(self, memo: object) -> _ScalarMeta:
+        return _ScalarMeta(self)
+
+
+_SCALARS = (int, str, float, bool, type(None))
+
+
+def light_positions(tree: exp.Expression) -> exp.Expression:
+    """``tree``, each node whose ``meta`` holds only plain values (the parser's line, column and offsets) made
+    to copy it shallowly. sqlglot deep-copies a node's meta dict value by value through :func:`copy.deepcopy`,
+    and planning copies trees often (``transform``, ``copy``): per parsed identifier that was most of the
+    copy's cost."""
+    for node in tree.walk():
+        meta = node._meta
+        if meta and type(meta) is dict and all(type(v) in _SCALARS for v in meta.values()):
+            node._meta = _ScalarMeta(meta)
+    return tree
 
 
 def internal_ref(name: str) -> exp.Column:

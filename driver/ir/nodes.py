@@ -58,6 +58,12 @@ def sql_of(expression: exp.Expression) -> str:
     return text
 
 
+def forget_generated() -> None:
+    """Drop what :func:`sql_of` remembers (a query's expressions: its planning is over). Kept across queries,
+    the trees would only grow the heap every full garbage collection walks."""
+    _generated.clear()
+
+
 def term_sql(predicate: exp.Expression) -> str:
     """``predicate`` as SQL that stays one term when ANDed with others as text (an OR in parentheses)."""
     return f"({sql_of(predicate)})" if isinstance(predicate, exp.Or) else sql_of(predicate)

@@ -62,4 +62,6 @@ def rewrite(
         {} if breakdown is None else breakdown,
         result_width,
     )
+    for node in out.walk():  # qualify's placeholder types (every column VARCHAR): read by no later step,
+        node._type = None  # and every later copy of the tree would copy them
     return out, context.notes
