@@ -54,6 +54,7 @@ from squall.operators.partition import (
 from squall.operators.rangepart import send_by_range
 from squall.operators.received import Received, batch_stream, gather, receive_limit, receive_within
 from squall.operators.runtime_join import RuntimeJoins
+from squall.operators.sandbox_group import allowed_files
 from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.sinks import Sink, sink_for
 from squall.operators.skew import SkewExchanges
@@ -165,6 +166,7 @@ class Worker:
         sandbox_options: dict[str, Any] | None = None,
         attempt: int = 0,
         memory_budget: int | None = None,
+        sandbox_group: str = "",
     ) -> None:
         self.plan = plan
         self.rank = rank
@@ -183,6 +185,8 @@ class Worker:
         self.reuse_sandbox = bool(
             self.sandbox_options.pop("reuse", "temp_directory" not in self.sandbox_options)
         )
+        #: the connection whose queries' files a kept sandbox also allows (operators/sandbox_group.py)
+        self.sandbox_group = sandbox_group if self.reuse_sandbox else ""
         self.native_scans = bool(self.storage_options.get("native_scans", True))
         self.faults = faults_from_env()
         self._storages: dict[str, Storage] = {}
@@ -267,12 +271,13 @@ class Worker:
         """The native views of this rank's scans, by scan name, and the files its one sandbox for the query
         allows: every rank's splits of the scans it takes part in. A stealing scan reads any rank's splits; for
         the others the wider list makes the sandbox the same on every rank and W of a query, so a worker finds
-        the kept DuckDB instance of any earlier rank's run (no file outside the query's scans is allowed)."""
+        the kept DuckDB instance of any earlier rank's run; with a sandbox group, also the files of that connection's
+        earlier queries here (operators/sandbox_group.py: its next query reuses the instance)."""
         scans = [inp for stage in self.plan.stages if self.rank in stage.ranks
                  for inp in stage.inputs if isinstance(inp, ScanInput)]  # fmt: skip
         views = {inp.name: view for inp in scans if not inp.steal and (view := self._native(inp)) is not None}
         native = [inp for inp in scans if inp.name in views or (inp.steal and self._native_ok(inp))]
-        return views, sorted({f for inp in native for f in native_files(inp)})
+        return views, allowed_files(self.sandbox_group, {f for inp in native for f in native_files(inp)})
 
     def _run_stages(
         self,

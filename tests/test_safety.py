@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
 
@@ -180,3 +181,37 @@ def test_a_ranks_sandbox_allows_its_querys_scan_files_and_no_others(tmp_path):
         assert files == every
         seen.append({path for view in views.values() for path, _ranges in view.parts})
     assert seen[0] and seen[1] and not seen[0] & seen[1] and seen[0] | seen[1] == set(every)
+
+
+def test_a_connections_next_query_allows_its_earlier_files_and_no_other_connections(tmp_path):
+    """Pool workers keep one DuckDB instance per connection (its *sandbox group*): a query's sandbox allows the
+    files of that connection's earlier queries on the process too, so the next query over other tables reuses
+    the instance; another connection's files are never allowed, nor anything when the group is empty or the
+    sandbox is not kept (Lambda's query-owned temp folder)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from squall.operators.worker import Worker
+
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for folder, tables in ((mine, ("a", "b")), (theirs, ("c",))):
+        folder.mkdir()
+        for t in tables:
+            pq.write_table(pa.table({"x": [1, 2]}), folder / f"{t}.parquet")
+    plans = {}
+    for folder, tables in ((mine, ("a", "b")), (theirs, ("c",))):
+        with squall.connect(str(folder), workers=1) as con:
+            for t in tables:
+                plans[t] = con.plan(f"SELECT sum(x) FROM {t}")
+
+    def allowed(table: str, group: str, **options: str) -> list[str]:
+        worker = Worker(plans[table], 0, None, "q", sandbox_group=group, sandbox_options=options)  # type: ignore[arg-type]
+        return [os.path.basename(f) for f in worker.sandbox_files()[1]]
+
+    group, other = uuid.uuid4().hex, uuid.uuid4().hex
+    assert allowed("a", group) == ["a.parquet"]
+    assert allowed("b", group) == ["a.parquet", "b.parquet"]  # its earlier query's file too
+    assert allowed("c", other) == ["c.parquet"]  # another connection: its own only
+    assert allowed("a", group) == ["a.parquet", "b.parquet"]
+    assert allowed("b", "") == ["b.parquet"]
+    assert allowed("b", group, temp_directory=str(tmp_path / "own")) == ["b.parquet"]  # not kept: its own

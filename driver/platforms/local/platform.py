@@ -157,6 +157,9 @@ class LocalPlatform(Platform):
         if self.world_size < 1 or self.world_size > 1024:
             raise OptionError(f"workers must be between 1 and 1024, got {workers}")
         self.pool_size = max(int(pool_size or self.world_size), self.world_size)
+        #: names this platform's queries to its workers: a worker's kept DuckDB instance allows the files of all
+        #: its earlier queries here (operators/sandbox_group.py); a platform per connection (see sharing())
+        self.sandbox_group = uuid.uuid4().hex
         #: idle workers the pool keeps started beside the busy ones (see WorkerPool's ``spare``)
         self.spare_workers = min(int(spare_workers), self.pool_size)
         self._check_local_limit(max(self.world_size, self.pool_size), cores)
@@ -231,6 +234,7 @@ class LocalPlatform(Platform):
         view.world_size = int(workers)
         view.threads = self._threads_given or max(1, (os.cpu_count() or 1) // view.world_size)
         view._owner, view._pool = self._owner, None
+        view.sandbox_group = uuid.uuid4().hex
         view._runs, view._lock = {}, threading.Lock()
         view._starting, view._start_error = None, None
         return view
@@ -482,6 +486,7 @@ class LocalPlatform(Platform):
                 "threads": self.threads,
                 "memory_budget": self.memory_budget,
                 "spill_root": self._owner.spill_root(),
+                "sandbox_group": self.sandbox_group,
                 "spill_bytes": self._owner._spill_bytes,
             }
             with deferred_sigint():  # a message is sent whole or not at all

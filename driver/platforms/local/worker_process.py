@@ -135,6 +135,7 @@ def serve(conn: Connection, threads: int | None) -> None:
                         msg.get("memory_budget"), msg.get("spill_root"), msg.get("spill_bytes")
                     ),
                     memory_budget=msg.get("memory_budget"),
+                    sandbox_group=msg.get("sandbox_group", ""),
                 )
                 result, report = worker.run()
             finally:
