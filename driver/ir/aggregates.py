@@ -81,8 +81,8 @@ def split_aggs(
 ) -> tuple[Aggs, Aggs, tuple[tuple[str, exp.Expression], ...]]:
     """``node``'s decomposable aggregates as (partial aggregates, final aggregates over them, output
     expressions over the finals); ``fresh`` names the new columns, ``arg_type`` gives an AVG or variance
-    argument's DuckDB type (None: not known). Used by the planner's partial/final split (driver/planner/rules/aggregates.py) and below a join
-    (driver/logical/rules/eager_aggregation.py)."""
+    argument's DuckDB type (None: not known). Used by the planner's partial/final split
+    (driver/planner/rules/aggregates.py) and below a join (driver/logical/rules/eager_aggregation.py)."""
     partial: list[tuple[str, L.AggCall]] = []
     final: list[tuple[str, L.AggCall]] = []
     post: list[tuple[str, exp.Expression]] = []

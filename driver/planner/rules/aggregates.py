@@ -6,8 +6,7 @@ skew-aware join that may spread hot keys (selective broadcast), which go partial
 keeps that freedom. Otherwise decomposable
 aggregates run partial on every rank (AVG as SUM and COUNT, VAR/STDDEV of integers and small DECIMALs as
 exact count, sum and sum of squares, of other types as count, mean and M2 merged pairwise as DuckDB does) and
-final after the
-exchange: a gather to rank 0 when there are few groups (no keys, or at most
+final after the exchange: a gather to rank 0 when there are few groups (no keys, or at most
 ``gather_groups`` by the catalog's NDVs), else hash-partitioned by the group keys. Aggregates that cannot
 be split (DISTINCT, holistic ones) move their rows instead — deduped locally on
 (keys, arguments) first when that cannot change the result — and complete after
