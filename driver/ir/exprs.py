@@ -18,7 +18,7 @@ def parse(text: str) -> exp.Expression:
     return light_positions(cast(exp.Expression, sqlglot.parse_one(text, read="duckdb")))
 
 
-class _ScalarMeta(dict):  # type: ignore[type-arg]
+class _ScalarMeta(dict[str, object]):
     """A node's ``meta`` that holds only immutable values: a deep copy of it is a shallow one."""
 
     __slots__ = ()
