@@ -7,6 +7,7 @@ and on the driver alike.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -202,12 +203,17 @@ def typed_inputs(inputs: dict[str, tuple[tuple[str, str], ...]], sql: str) -> st
     """``sql`` behind one typed, empty CTE per input (name → its (column, DuckDB type)), merged into ``sql``'s own
     ``WITH``: DuckDB binds it for names and types with nothing registered (~0.5 ms less per input than an empty
     Arrow table registered and unregistered). None when an input has no columns. A name ``sql`` defines itself
-    makes the text fail to bind: callers fall back to registering."""
+    makes the text fail to bind: callers fall back to registering. :meth:`Sandbox.typed_inputs` binds faster."""
     ctes = []
     for name, columns in inputs.items():
         if not (select := typed_empty(columns)):
             return None
         ctes.append(f"{ident(name)} AS ({select})")
+    return _with_ctes(ctes, sql)
+
+
+def _with_ctes(ctes: list[str], sql: str) -> str:
+    """``sql`` with ``ctes`` (``name AS (...)`` texts) first in its ``WITH``."""
     if not ctes:
         return sql
     head = ", ".join(ctes)
@@ -223,6 +229,18 @@ _ARROW_TYPES_LOCK = threading.Lock()
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+#: id of a DuckDB instance's root connection -> the empty tables :meth:`Sandbox.typed_inputs` made in it
+_EMPTY_TABLES: dict[int, set[str]] = {}
+_EMPTY_TABLES_LOCK = threading.Lock()
+#: empty tables kept per instance (one per column signature: a catalog's tables, a plan's stage inputs)
+EMPTY_TABLES_KEPT = 4096
+
+
+def _forget_instance(root: duckdb.DuckDBPyConnection) -> None:
+    with _EMPTY_TABLES_LOCK:
+        _EMPTY_TABLES.pop(id(root), None)
 
 
 #: errors after which DuckDB refuses every further query on the instance
@@ -272,7 +290,9 @@ def _shared_instance(
             con = _locked_instance(config, paths)
         _INSTANCES[key] = con
         while len(_INSTANCES) > _kept(config):
-            _INSTANCES.popitem(last=False)[1].close()
+            evicted = _INSTANCES.popitem(last=False)[1]
+            _forget_instance(evicted)
+            evicted.close()
         return con
 
 
@@ -321,6 +341,7 @@ class Sandbox:
         paths: Sequence[str] = sorted({p for v in views.values() for p, _r in v.parts} | set(files))
         self._key = _instance_key(config, paths) if reuse else None
         root = _shared_instance(self._key, config, paths) if self._key else _locked_instance(config, paths)
+        self._root = root
         self.con = root.cursor() if reuse else root
         for name, table in (inputs or {}).items():
             self.con.register(name, table)
@@ -354,6 +375,38 @@ class Sandbox:
 
     def relation(self, sql: str) -> duckdb.DuckDBPyRelation:
         return self.con.sql(sql)
+
+    def typed_inputs(self, inputs: dict[str, tuple[tuple[str, str], ...]], sql: str) -> str | None:
+        """:func:`typed_inputs`, each input read from an empty table of its columns kept in this DuckDB
+        instance (made the first time a sandbox of it needs one): DuckDB binds ``FROM`` a table in a fraction of
+        the time of a CTE of typed NULLs (a whole TPC-DS query: 3.3 ms instead of 5.5; ~0.05 ms a column).
+        Columns a table cannot hold as they are (DuckDB stores the NULL type as INTEGER) stay typed NULLs."""
+        ctes = []
+        for name, columns in inputs.items():
+            table = self._empty_table(columns)
+            select = f"FROM {ident(table)}" if table else typed_empty(columns)
+            if not select:
+                return None
+            ctes.append(f"{ident(name)} AS ({select})")
+        return _with_ctes(ctes, sql)
+
+    def _empty_table(self, columns: tuple[tuple[str, str], ...]) -> str | None:
+        if not columns or any(t == '"NULL"' or t == "NULL" for _c, t in columns):
+            return None
+        table = "__squall_empty_" + hashlib.blake2b(repr(columns).encode(), digest_size=12).hexdigest()
+        with _EMPTY_TABLES_LOCK:
+            made = _EMPTY_TABLES.setdefault(id(self._root), set())
+            if table in made:
+                return table
+            if len(made) >= EMPTY_TABLES_KEPT:
+                return None
+            try:
+                self.con.execute(f"CREATE TABLE IF NOT EXISTS {ident(table)} AS {typed_empty(columns)}")
+            except duckdb.Error as err:
+                raise_if_interrupted(err)
+                return None
+            made.add(table)
+        return table
 
     def arrow_types(self, schema: pa.Schema) -> tuple[str, ...]:
         """The DuckDB type of each field of ``schema`` as DuckDB reads Arrow data of it (remembered per Arrow
@@ -389,6 +442,8 @@ class Sandbox:
         return self.con.sql(sql).to_arrow_table()
 
     def close(self) -> None:
+        if self._key is None:  # the instance is this sandbox's own
+            _forget_instance(self._root)
         self.con.close()
 
     def __enter__(self) -> Sandbox:
@@ -400,4 +455,5 @@ class Sandbox:
             with _INSTANCES_LOCK:  # DuckDB invalidates an instance after an internal or fatal error
                 dead = _INSTANCES.pop(self._key, None)
             if dead is not None:
+                _forget_instance(dead)
                 dead.close()

@@ -7,11 +7,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from squall.driver.ir.sqlgen import InputRef
+from squall.driver.ir import nodes as L
+from squall.driver.ir.exprs import parse
+from squall.driver.ir.sqlgen import InputRef, q, render
 from squall.driver.planner import RULES
+from squall.driver.planner.column_types import passthrough_types
 from squall.driver.planner.core import Context
+from squall.driver.planner.exprs import leaves
 from squall.errors import NotSupportedError
-from squall.operators.duck import Sandbox
+from squall.operators import duck
+from squall.operators.duck import Sandbox, typed_inputs
 from squall.plan import ExchangeInput, ScanInput
 
 SCHEMA = pa.schema(
@@ -96,3 +101,101 @@ def test_the_typed_ctes_answer_without_registering(ctx, sql, monkeypatch):
     expected = ctx._typecheck_registered(sql, _refs(sql))
     monkeypatch.setattr(ctx, "_typecheck_registered", lambda *a: pytest.fail("fell back to registering"))
     assert ctx.typecheck(sql, _refs(sql)) == expected
+
+
+def _scan_ref() -> InputRef:
+    return InputRef("s1_t", tuple(SCHEMA.names))
+
+
+def _aggregate_shapes() -> list[L.Node]:
+    """A partial/final aggregate per column: COUNT, MIN and MAX of it, and SUM where DuckDB sums its type."""
+    shapes: list[L.Node] = []
+    for i, name in enumerate(SCHEMA.names):
+        column = SCHEMA.field(name).type
+        aggs = [
+            (f"c{i}", L.AggCall("count", (L.col(name),), False, parse(f"COUNT({q(name)})"))),
+            (f"lo{i}", L.AggCall("min", (L.col(name),), False, parse(f"MIN({q(name)})"))),
+            (f"hi{i}", L.AggCall("max", (L.col(name),), False, parse(f"MAX({q(name)})"))),
+        ]
+        summable = pa.types.is_integer(column) or pa.types.is_floating(column) or pa.types.is_decimal(column)
+        if summable or pa.types.is_boolean(column):
+            aggs.append((f"s{i}", L.AggCall("sum", (), False, parse(f"SUM({q(name)})"))))
+        shapes.append(L.Aggregate(_scan_ref(), ((f"k{i}", L.col("i8")),), tuple(aggs)))
+    return shapes
+
+
+def _plan_shapes() -> list[L.Node]:
+    scan, other = _scan_ref(), InputRef("x1", ("k", 'odd "name"'))
+    renamed = L.Project(scan, tuple((f"r{i}", L.col(n)) for i, n in enumerate(SCHEMA.names)))
+    keys = L.Project(other, (("k", L.col("k")),))  # no name in common with the scan
+    shapes: list[L.Node] = [
+        L.Filter(scan, parse('"i8" > 1')),
+        renamed,
+        L.Limit(L.Filter(renamed, parse('"r0" > 1')), 10),
+        *(
+            L.Join(scan, keys, kind, (L.col("i8"),), (L.col("k"),))
+            for kind in ("inner", "left", "right", "full", "semi", "anti")
+        ),
+        L.Join(scan, keys, "cross"),
+        L.SetOp(
+            "union",
+            True,
+            (other, L.Project(other, (("k2", L.col("k")), ("n2", L.col('odd "name"'))))),
+            ("u1", "u2"),
+        ),
+    ]
+    return shapes + _aggregate_shapes()
+
+
+def test_types_read_off_the_plan_are_duckdbs(ctx):
+    """Where the planner reads a stage's types off its plan instead of binding it (planner/column_types.py),
+    they are exactly DuckDB's, for every Arrow type a table can hold."""
+    for node in _plan_shapes():
+        derived = passthrough_types(node, ctx.input_types)
+        assert derived is not None, f"{type(node).__name__} should be read off the plan"
+        bound = ctx.typecheck(render(node), leaves(node))
+        assert derived == bound, render(node)
+
+
+def test_computed_columns_are_left_to_duckdb(ctx):
+    scan = _scan_ref()
+    computed = [
+        L.Project(scan, (("a", parse('"i8" + 1')),)),
+        L.Aggregate(scan, (), (("s", L.AggCall("sum", (), False, parse('SUM("i8" * 2)'))),)),
+        L.Aggregate(scan, (), (("m", L.AggCall("min", (), False, parse('MIN("i8", 2)'))),)),
+        L.Aggregate(scan, (), (("a", L.AggCall("avg", (L.col("i8"),), False, parse('AVG("i8")'))),)),
+        L.Join(
+            scan, InputRef("x1", ("k", 'odd "name"')), "inner", (L.col("i8"),), (L.col("k"),)
+        ),  # a name twice
+        L.SetOp(
+            "union",
+            True,
+            (
+                InputRef("x1", ("k", 'odd "name"')),
+                L.Project(scan, (("a", L.col("d")), ("b", L.col("i8")))),
+            ),
+            ("u1", "u2"),
+        ),
+    ]
+    for node in computed:
+        assert passthrough_types(node, ctx.input_types) is None, render(node)
+
+
+def test_inputs_read_from_kept_empty_tables_bind_as_typed_nulls(ctx):
+    """The planner binds over empty tables kept in its DuckDB instance (Sandbox.typed_inputs): every type a
+    table can hold reads back exactly as the CTE of typed NULLs gives it, made once per column signature."""
+    columns = tuple(zip(SCHEMA.names, ctx._db.arrow_types(SCHEMA)))
+    sql = 'SELECT * FROM "s1_t"'
+    kept = ctx._db.typed_inputs({"s1_t": columns}, sql)
+    assert "__squall_empty_" not in kept  # the NULL-typed column: a table would hold it as INTEGER
+    assert ctx._db.relation(kept).types == ctx._db.relation(typed_inputs({"s1_t": columns}, sql)).types
+    for column in columns:
+        kept = ctx._db.typed_inputs({"s1_t": (column,)}, sql)
+        plain = typed_inputs({"s1_t": (column,)}, sql)
+        if column[1] != '"NULL"':
+            assert "__squall_empty_" in kept, column
+        assert [str(t) for t in ctx._db.relation(kept).types] == [column[1]], column
+        assert ctx._db.relation(kept).types == ctx._db.relation(plain).types, column
+    before = set(duck._EMPTY_TABLES[id(ctx._db._root)])
+    ctx._db.typed_inputs({"other_name": (columns[0],)}, sql)  # the same columns under another name
+    assert duck._EMPTY_TABLES[id(ctx._db._root)] == before

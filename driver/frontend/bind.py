@@ -25,7 +25,7 @@ from squall.driver.frontend.safety import check_safe, referenced_tables
 from squall.driver.frontend.time_travel import pin_versions
 from squall.driver.frontend.unsupported import refuse_unsupported
 from squall.errors import BindError, QueryRuntimeError, SqlSyntaxError, UnsafeQueryError
-from squall.operators.duck import Sandbox, raise_if_interrupted, typed_inputs
+from squall.operators.duck import Sandbox, raise_if_interrupted
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,9 @@ class Binder:
 def _bind_typed(db: Sandbox, sql: str, schemas: dict[str, pa.Schema]) -> duckdb.DuckDBPyRelation | None:
     """``sql`` bound behind typed, empty CTEs named like its tables (nothing registered); None when that text
     cannot be made or does not bind as a SELECT (the caller binds the user's own text and reports its error)."""
-    typed = typed_inputs({name: tuple(zip(s.names, db.arrow_types(s))) for name, s in schemas.items()}, sql)
+    typed = db.typed_inputs(
+        {name: tuple(zip(s.names, db.arrow_types(s))) for name, s in schemas.items()}, sql
+    )
     if typed is None:
         return None
     try:

@@ -16,6 +16,8 @@ from squall.errors import NotSupportedError
 #: partial and final are the same function
 _SAME = {"min", "max", "bool_and", "bool_or", "bit_and", "bit_or", "bit_xor", "sum", "product", "fsum"}
 _VARIANCE = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop")
+#: the aggregates whose split asks ``split_aggs``'s ``arg_type`` for their argument's type
+TYPED_ARGS = frozenset({"avg", *_VARIANCE})
 
 Aggs = tuple[tuple[str, L.AggCall], ...]
 

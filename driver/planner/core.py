@@ -26,11 +26,12 @@ from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, q, render
 from squall.driver.logical.translate import Names
 from squall.driver.options import PlannerOptions, rule_name
+from squall.driver.planner.column_types import passthrough_types
 from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, named_probes
 from squall.driver.planner.reuse import stage_key
 from squall.errors import NotSupportedError
-from squall.operators.duck import Sandbox, raise_if_interrupted, typed_empty, typed_inputs
+from squall.operators.duck import Sandbox, raise_if_interrupted, typed_empty
 from squall.plan import ExchangeInput, Output, ScanInput, Stage
 
 
@@ -175,7 +176,7 @@ class Context:
         registered: ~0.5 ms where registering empty Arrow tables and running took ~4 ms); when that text fails,
         the inputs are registered as empty tables instead, and DuckDB's error on it is the one reported."""
         refs = list(refs)
-        typed = typed_inputs({leaf.name: self.input_types(leaf.name) for leaf in refs}, sql)
+        typed = self._db.typed_inputs({leaf.name: self.input_types(leaf.name) for leaf in refs}, sql)
         if typed is not None:
             try:
                 rel = value_lists.typed_relation(self._db.relation, typed)
@@ -183,6 +184,17 @@ class Context:
             except duckdb.Error as err:
                 raise_if_interrupted(err)
         return self._typecheck_registered(sql, refs)
+
+    def node_types(
+        self, node: L.Node, sql: str | None = None, refs: list[InputRef] | None = None
+    ) -> tuple[tuple[str, str], ...]:
+        """(name, DuckDB type) of each column of the planned ``node`` (rendered as ``sql`` over ``refs`` when
+        given): read off the plan where DuckDB's rules are plain (planner/column_types.py), else
+        :meth:`typecheck`."""
+        derived = passthrough_types(node, self.input_types)
+        if derived is not None:
+            return derived
+        return self.typecheck(render(node) if sql is None else sql, leaves(node) if refs is None else refs)
 
     def _typecheck_registered(self, sql: str, refs: list[InputRef]) -> tuple[tuple[str, str], ...]:
         registered = []
@@ -226,7 +238,7 @@ class Context:
 
         try:
             sql = render(swap(node))
-            typed = typed_inputs(tables, sql)
+            typed = self._db.typed_inputs(tables, sql)
             if typed is None:
                 return None
             return tuple(str(t) for t in self._db.relation(typed).types)
@@ -240,7 +252,7 @@ class Context:
         """``node`` with each column whose DuckDB type is not ``want``'s cast to it."""
         if want is None:
             return node
-        types = self.typecheck(render(node), leaves(node))
+        types = self.node_types(node)
         if len(types) != len(want) or all(have == w for (_c, have), w in zip(types, want)):
             return node
         exprs: list[tuple[str, exp.Expression]] = []
@@ -264,7 +276,7 @@ class Context:
             key = stage_key(sql, [self.inputs[leaf.name] for leaf in refs], ranks, output)
             if (earlier := self._reuse(key, node)) is not None:
                 return earlier
-        types = self.typecheck(sql, refs)
+        types = self.node_types(node, sql, refs)
         senders = (0,) if dist.kind in ("single", "replicated") else ranks
         receivers = (0,) if output.kind == "gather" else tuple(range(self.world))
         partition_sql = ""
@@ -390,7 +402,7 @@ class Context:
         exactly the types DuckDB gives the whole query."""
         refs = leaves(node)
         sql = render(node)
-        types = self.typecheck(sql, refs)
+        types = self.node_types(node, sql, refs)
         if tuple(t for _n, t in types) != bound.types:
             exprs = []
             for (name, have), want in zip(types, bound.types):

@@ -18,9 +18,8 @@ from __future__ import annotations
 import dataclasses
 
 from squall.driver.ir import nodes as L
-from squall.driver.ir.sqlgen import q, render
+from squall.driver.ir.sqlgen import q
 from squall.driver.planner.core import RANDOM, SINGLE, Context, Dist
-from squall.driver.planner.exprs import leaves
 
 REQUIRED = True  # no other rule plans these nodes
 NODES = (L.SetOp,)
@@ -52,7 +51,7 @@ def _typed(ctx: Context, node: L.SetOp, inputs: tuple[L.Node, ...], want: tuple[
     out = dataclasses.replace(node, inputs=inputs)
     if want is None:
         return out
-    types = ctx.typecheck(render(out), leaves(out))
+    types = ctx.node_types(out)
     if tuple(t for _n, t in types) == want:
         return out
     return dataclasses.replace(node, inputs=tuple(ctx.cast_to(n, want) for n in inputs))
