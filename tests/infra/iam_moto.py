@@ -3,7 +3,7 @@
 ``python -m tests.infra.iam_moto PORT`` runs moto's server on ``127.0.0.1:PORT`` with
 ``INITIAL_NO_AUTH_ACTION_COUNT`` from the environment (set it: the first N requests run unauthenticated,
 enough to create an administrator; every later request is signed, checked against the caller's IAM
-policies, and refused with AccessDenied outside them). Three corrections make moto judge like IAM:
+policies, and refused with AccessDenied outside them). These corrections make moto judge like IAM:
 
 - **conditions**: moto ignores ``StringLike`` and treats a failed condition of an *Allow* statement as an
   explicit deny before even comparing the resource. Here a statement applies when action, resource and
@@ -11,6 +11,9 @@ policies, and refused with AccessDenied outside them). Three corrections make mo
   the ``prefix`` parameter; an absent key fails the condition, as on AWS); Deny wins, then Allow.
 - **HeadBucket** is authorized as ``s3:ListBucket`` without ``s3:prefix``, as on AWS (moto asks for an
   ``s3:HeadBucket`` action that does not exist in IAM).
+- **S3 action names**: moto 5.2.6 began to authorize S3 requests under their API operation's name
+  (``s3:ListObjectsV2``, ``s3:HeadObject``); here under the IAM action moto's own map gives (``s3:ListBucket``,
+  ``s3:GetObject``), as before and as on AWS.
 - **DeleteObjects**: moto authorizes the batch on the bucket ARN and then denies every key; AWS checks
   ``s3:DeleteObject`` per key.
 - **lambda:InvokeFunction**: moto authorizes Lambda calls on resource ``*``; here on the function's ARN
@@ -94,10 +97,15 @@ def _patch() -> None:
             if prefix is not None:
                 values["s3:prefix"] = prefix
         token = _REQUEST_CONDITIONS.set(values)
+        # moto >= 5.2.6 names the action it authorizes after the API operation (s3:ListObjectsV2,
+        # s3:HeadObject); IAM's are the names moto still puts in ``data["Action"]`` (s3:ListBucket, s3:GetObject)
+        if self.data.get("Action"):
+            self._get_action = lambda: self.data["Action"]
         try:
             authorize_s3(self, bucket_name=bucket_name, key_name=key_name)
         finally:
             _REQUEST_CONDITIONS.reset(token)
+            self.__dict__.pop("_get_action", None)
 
     s3r.S3Response._authenticate_and_authorize_s3_action = authorize_with_prefix
     s3r.S3Response._bucket_response_delete_keys = _delete_keys_per_key
