@@ -144,7 +144,25 @@ def _plan_shapes() -> list[L.Node]:
             ("u1", "u2"),
         ),
     ]
-    return shapes + _aggregate_shapes()
+    return shapes + _aggregate_shapes() + _final_outputs()
+
+
+def _final_outputs() -> list[L.Node]:
+    """The planner's outputs over final aggregates (a COUNT's, an AVG's in both forms) per numeric column."""
+    shapes: list[L.Node] = []
+    for name in ("i8", "u64", "f", "d", "wide"):
+        c = q(name)
+        exprs = (
+            ("n", parse(f"CAST(COALESCE({c}, 0) AS BIGINT)")),
+            ("avg", parse(f"CAST({c} AS DOUBLE) / CAST({q('i8')} AS DOUBLE)")),
+            (
+                "avg_dec",
+                parse(f"CAST(CAST({c} * 100 AS HUGEINT) AS DOUBLE) / (CAST({q('u64')} AS DOUBLE) * 100.0)"),
+            ),
+            ("same", L.col(name)),
+        )
+        shapes.append(L.Project(_scan_ref(), exprs))
+    return shapes
 
 
 def test_types_read_off_the_plan_are_duckdbs(ctx):
@@ -167,6 +185,10 @@ def test_computed_columns_are_left_to_duckdb(ctx):
         L.Join(
             scan, InputRef("x1", ("k", 'odd "name"')), "inner", (L.col("i8"),), (L.col("k"),)
         ),  # a name twice
+        L.Project(scan, (("a", parse('CAST("s" AS DOUBLE)')),)),  # not a number
+        L.Project(scan, (("a", parse('CAST("i8" AS INTEGER)')),)),  # another type
+        L.Project(scan, (("a", parse('"i8" / "f"')),)),  # not DOUBLEs
+        L.Project(scan, (("a", parse('CAST("i8" AS DOUBLE) / "i8"')),)),
         L.SetOp(
             "union",
             True,

@@ -2,11 +2,13 @@
 
 A stage that only filters (join filters too), limits, sorts, joins and picks columns of its inputs has its
 inputs' types: each output column is one of theirs, unchanged (an outer join's missing side is NULL of the
-same type), and so has a set operation whose inputs have one type per column. So do the planner's partial and final aggregates, as far as they are a COUNT, or a SUM, MIN or
-MAX of one column: DuckDB's rules for these are few and fixed. The planner used to ask DuckDB to bind every
-stage for its types (~1-2 ms a stage in DuckDB 2.0); for such stages it reads them here instead (about 60 %
-of TPC-DS's stages). Anything else that computes a value (an expression, another aggregate, a window, a set
-operation's common type of different types, raw SQL) gives ``None``: DuckDB is asked.
+same type), and so has a set operation whose inputs have one type per column. The planner's partial and final
+aggregates are typed here as far as each is a COUNT, or a SUM, MIN or MAX of one column (DuckDB's rules for
+these are few and fixed), and so are the values it computes over final aggregates (a COUNT cast to BIGINT, an
+AVG as a division of DOUBLEs). The planner used to ask DuckDB to bind every stage for its types (~1-2 ms a
+stage in DuckDB 2.0); for such stages it reads them here instead (about two thirds of TPC-DS's stages).
+Anything else that computes a value (another expression or aggregate, a window, a set operation's common type
+of different types, raw SQL) gives ``None``: DuckDB is asked.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from squall.driver.ir import nodes as L
+from squall.driver.ir.nodes import DIALECT
 from squall.driver.ir.sqlgen import InputRef, q
 from squall.driver.planner.joinfilter import FilterProbe
 
@@ -55,7 +58,7 @@ def _types(node: L.Node, input_types: InputTypes) -> dict[str, str] | None:
         return below if keys is not None else None
     if isinstance(node, L.Project):
         below = _types(node.input, input_types)
-        return _columns(node.exprs, below) if node.exprs else None
+        return _columns(node.exprs, below, computed=True) if node.exprs else None
     if isinstance(node, L.Aggregate) and not node.sets and (node.keys or node.aggs):
         below = _types(node.input, input_types)
         out = _columns(node.keys, below)
@@ -90,18 +93,43 @@ def _types(node: L.Node, input_types: InputTypes) -> dict[str, str] | None:
 
 
 def _columns(
-    exprs: tuple[tuple[str, exp.Expression], ...], below: dict[str, str] | None
+    exprs: tuple[tuple[str, exp.Expression], ...], below: dict[str, str] | None, computed: bool = False
 ) -> dict[str, str] | None:
-    """(name -> type) of ``exprs`` when each is a column of ``below`` as it is, else None."""
+    """(name -> type) of ``exprs`` when each is a column of ``below`` as it is (with ``computed``, or a value
+    :func:`_computed_type` types), else None."""
     if below is None:
         return None
     out = {}
     for name, e in exprs:
         column = _plain_column(e)
-        if column is None or column not in below:
+        typ = below.get(column) if column is not None else _computed_type(e, below) if computed else None
+        if typ is None:
             return None
-        out[name] = below[column]
+        out[name] = typ
     return out
+
+
+def _computed_type(e: exp.Expression, below: dict[str, str]) -> str | None:
+    """DuckDB's type of the planner's output expressions over final aggregates (``CAST(COALESCE(count, 0) AS
+    BIGINT)``; AVG's ``CAST(sum AS DOUBLE) / CAST(count AS DOUBLE)`` and its DECIMAL form), else None: a CAST to
+    BIGINT or DOUBLE of numbers only, and DOUBLEs divided or multiplied (by each other or a number)."""
+    while type(e) is exp.Paren:
+        e = e.this
+    column = _plain_column(e)
+    if column is not None:
+        return below.get(column)
+    if type(e) is exp.Cast:
+        target = e.to.sql(DIALECT)
+        if target not in ("BIGINT", "DOUBLE") or not _reads_only((e.this,), below):
+            return None
+        read = [below[c.name] for c in e.this.find_all(exp.Column)]
+        return target if read and all(_numeric(t) for t in read) else None
+    if type(e) in (exp.Div, exp.Mul) and not e.args.get("safe"):
+        sides = [_computed_type(x, below) for x in (e.this, e.expression)]
+        literal = [x for x in (e.this, e.expression) if type(x) is exp.Literal and x.is_number]
+        if sides.count("DOUBLE") == 2 or (sides.count("DOUBLE") == 1 and literal and type(e) is exp.Mul):
+            return "DOUBLE"
+    return None
 
 
 def _reads_only(exprs: tuple[exp.Expression, ...], below: dict[str, str] | None) -> bool:
@@ -165,3 +193,8 @@ def _aggregate_type(call: L.AggCall, below: dict[str, str]) -> str | None:
 
 
 _ONE_COLUMN: dict[type, str] = {exp.Sum: "SUM", exp.Min: "MIN", exp.Max: "MAX"}
+_NUMERIC = _SUM_HUGEINT - {"BOOLEAN"} | {"UHUGEINT", "FLOAT", "DOUBLE"}
+
+
+def _numeric(typ: str) -> bool:
+    return typ in _NUMERIC or _DECIMAL.fullmatch(typ) is not None
