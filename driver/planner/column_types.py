@@ -31,8 +31,8 @@ InputTypes = Callable[[str], tuple[tuple[str, str], ...]]
 
 def passthrough_types(node: L.Node, input_types: InputTypes) -> tuple[tuple[str, str], ...] | None:
     """(name, DuckDB type) of each column of ``node`` rendered, as DuckDB would bind it, when every one is an
-    input's column passed through or a plain aggregate of one (``input_types(name)``: an input's (column,
-    type) in order), else None."""
+    input's column passed through, a plain aggregate of one or a final value this module types (see the module
+    doc; ``input_types(name)``: an input's (column, type) in order), else None."""
     if not node.names:  # no columns: rendered as SQL DuckDB may reject, which its bind tells the planner
         return None
     found = _types(node, input_types)
