@@ -11,7 +11,7 @@ from squall.driver.ir import nodes as L
 from squall.driver.ir.exprs import parse
 from squall.driver.ir.sqlgen import InputRef, q, render
 from squall.driver.planner import RULES
-from squall.driver.planner.column_types import passthrough_types
+from squall.driver.planner.column_types import types_off_the_plan
 from squall.driver.planner.core import Context
 from squall.driver.planner.exprs import leaves
 from squall.errors import NotSupportedError
@@ -169,7 +169,7 @@ def test_types_read_off_the_plan_are_duckdbs(ctx):
     """Where the planner reads a stage's types off its plan instead of binding it (planner/column_types.py),
     they are exactly DuckDB's, for every Arrow type a table can hold."""
     for node in _plan_shapes():
-        derived = passthrough_types(node, ctx.input_types)
+        derived = types_off_the_plan(node, ctx.input_types)
         assert derived is not None, f"{type(node).__name__} should be read off the plan"
         bound = ctx.typecheck(render(node), leaves(node))
         assert derived == bound, render(node)
@@ -200,7 +200,7 @@ def test_computed_columns_are_left_to_duckdb(ctx):
         ),
     ]
     for node in computed:
-        assert passthrough_types(node, ctx.input_types) is None, render(node)
+        assert types_off_the_plan(node, ctx.input_types) is None, render(node)
 
 
 def test_inputs_read_from_kept_empty_tables_bind_as_typed_nulls(ctx):

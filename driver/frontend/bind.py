@@ -134,8 +134,9 @@ class Binder:
 
 
 def _bind_typed(db: Sandbox, sql: str, schemas: dict[str, pa.Schema]) -> duckdb.DuckDBPyRelation | None:
-    """``sql`` bound behind typed, empty CTEs named like its tables (nothing registered); None when that text
-    cannot be made or does not bind as a SELECT (the caller binds the user's own text and reports its error)."""
+    """``sql`` bound behind empty CTEs named like its tables (:meth:`Sandbox.typed_inputs`: over empty tables of
+    their columns kept in the sandbox's instance; nothing registered); None when that text cannot be made or does
+    not bind as a SELECT (the caller binds the user's own text and reports its error)."""
     typed = db.typed_inputs(
         {name: tuple(zip(s.names, db.arrow_types(s))) for name, s in schemas.items()}, sql
     )

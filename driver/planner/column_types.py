@@ -29,7 +29,7 @@ _JOIN_KINDS = frozenset({"inner", "left", "right", "full", "cross", "semi", "ant
 InputTypes = Callable[[str], tuple[tuple[str, str], ...]]
 
 
-def passthrough_types(node: L.Node, input_types: InputTypes) -> tuple[tuple[str, str], ...] | None:
+def types_off_the_plan(node: L.Node, input_types: InputTypes) -> tuple[tuple[str, str], ...] | None:
     """(name, DuckDB type) of each column of ``node`` rendered, as DuckDB would bind it, when every one is an
     input's column passed through, a plain aggregate of one or a final value this module types (see the module
     doc; ``input_types(name)``: an input's (column, type) in order), else None."""
@@ -70,7 +70,7 @@ def _types(node: L.Node, input_types: InputTypes) -> dict[str, str] | None:
             out[name] = typ
         return out
     if isinstance(node, L.SetOp):  # inputs of one type per column: that type, named as the first input
-        inputs = [passthrough_types(i, input_types) for i in node.inputs]
+        inputs = [types_off_the_plan(i, input_types) for i in node.inputs]
         first = inputs[0]
         if first is None or any(
             i is None or [t for _c, t in i] != [t for _c, t in first] for i in inputs[1:]

@@ -26,7 +26,7 @@ from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, q, render
 from squall.driver.logical.translate import Names
 from squall.driver.options import PlannerOptions, rule_name
-from squall.driver.planner.column_types import passthrough_types
+from squall.driver.planner.column_types import types_off_the_plan
 from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, named_probes
 from squall.driver.planner.reuse import stage_key
@@ -172,8 +172,9 @@ class Context:
     def typecheck(self, sql: str, refs: Iterable[InputRef]) -> tuple[tuple[str, str], ...]:
         """(name, DuckDB type) of each column of ``sql`` run on empty ``refs``.
 
-        DuckDB binds ``sql`` behind a ``WITH`` of one typed, empty CTE per input (a bind, no run, nothing
-        registered: ~0.5 ms where registering empty Arrow tables and running took ~4 ms); when that text fails,
+        DuckDB binds ``sql`` behind a ``WITH`` of one empty CTE per input, over an empty table of its columns kept
+        in the sandbox's instance (:meth:`Sandbox.typed_inputs`: a bind, no run, nothing registered; ~0.5 ms where
+        registering empty Arrow tables and running took ~4 ms); when that text fails,
         the inputs are registered as empty tables instead, and DuckDB's error on it is the one reported."""
         refs = list(refs)
         typed = self._db.typed_inputs({leaf.name: self.input_types(leaf.name) for leaf in refs}, sql)
@@ -191,7 +192,7 @@ class Context:
         """(name, DuckDB type) of each column of the planned ``node`` (rendered as ``sql`` over ``refs`` when
         given): read off the plan where DuckDB's rules are plain (planner/column_types.py), else
         :meth:`typecheck`."""
-        derived = passthrough_types(node, self.input_types)
+        derived = types_off_the_plan(node, self.input_types)
         if derived is not None:
             return derived
         return self.typecheck(render(node) if sql is None else sql, leaves(node) if refs is None else refs)
