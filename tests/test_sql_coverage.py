@@ -510,7 +510,11 @@ def test_variance_of_a_constant_is_exactly_zero(engine):
 
 def test_variance_of_integers_is_exact(engine):
     """Split over ranks, the variance of integers (and small DECIMALs) comes from exact sums: within a few ulps
-    of the exact value, where DuckDB's own (Welford in DOUBLE) is off by ~1e-9 near 2^31."""
+    of the exact value, where DuckDB's own (Welford in DOUBLE) is off by ~1e-9 near 2^31. At W=1 nothing is split:
+    the answer is DuckDB's own, whose error moves with its threads' order (1.0e-9 relative seen here), and the
+    coverage case ``variance_of_integers`` compares it with DuckDB."""
+    if engine.workers == 1:
+        pytest.skip("W=1 does not split the aggregate: DuckDB's own variance (case variance_of_integers)")
     rows = _random_tables()["t1"].to_pylist()
     sql = (
         "SELECT grp, stddev_pop(CAST(2147483647 - id AS INTEGER)) AS big, var_samp(CAST(amount AS DECIMAL(9, 2))) "
@@ -523,9 +527,8 @@ def test_variance_of_integers_is_exact(engine):
         mean_big, mean_money = sum(big) / len(big), sum(money) / len(money)
         exact_big = math.sqrt(sum((x - mean_big) ** 2 for x in big) / len(big))
         exact_money = float(sum((x - mean_money) ** 2 for x in money) / (len(money) - 1))
-        tol = 1e-9 if engine.workers == 1 else 1e-14  # at W=1 DuckDB aggregates whole
-        assert got[grp]["big"] == pytest.approx(exact_big, rel=tol), grp
-        assert got[grp]["money"] == pytest.approx(exact_money, rel=tol), grp
+        assert got[grp]["big"] == pytest.approx(exact_big, rel=1e-14), grp
+        assert got[grp]["money"] == pytest.approx(exact_money, rel=1e-14), grp
 
 
 def test_scalar_subquery_with_several_rows_raises_duckdbs_error(engine, reference):
