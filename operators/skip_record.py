@@ -99,7 +99,7 @@ def record_native(db: Sandbox, inp: ScanInput, view: ProbeView) -> dict[str, Any
     """Probe a native scan through its view (made by :func:`probe_view`)."""
     assert inp.skipping is not None
     t0 = time.perf_counter()
-    rows = db.con.sql(
+    rows = db.relation(
         f"SELECT DISTINCT {TAG} FROM {ident(view_name(inp.name))} WHERE {inp.skipping.probe_sql}"
     ).fetchall()
     return _outcome(list(view.groups), {int(r[0]) for r in rows}, time.perf_counter() - t0)
@@ -128,7 +128,7 @@ def record_table(db: Sandbox, inp: ScanInput, rank: int, table: pa.Table) -> dic
     name = view_name(inp.name)
     db.register(name, table.append_column(TAG, pa.array(tags)))
     try:
-        rows = db.con.sql(
+        rows = db.relation(
             f"SELECT DISTINCT {TAG} FROM {ident(name)} WHERE {TAG} >= 0 AND ({inp.skipping.probe_sql})"
         ).fetchall()
     finally:

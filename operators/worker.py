@@ -10,7 +10,7 @@ was aborted (``Exchange.aborted``) and stop with ExchangeAborted if so → rank 
 close the endpoint. Per-stage counters come back in :class:`WorkerReport`.
 
 An exchange whose ``aborted()`` is cheap (``abort_poll_s`` set: the local exchange, one ``stat``) is also watched
-while a stage runs: once the query is aborted, the sandbox's DuckDB is interrupted, so a cancel stops a long
+while a stage runs: once the query is aborted, the sandboxes' DuckDB is interrupted, so a cancel stops a long
 stage within that interval instead of at its end (:func:`abort_watch`).
 """
 
@@ -59,6 +59,7 @@ from squall.operators.scan import key_bound_sql, read_scan, scan_schema
 from squall.operators.sinks import Sink, sink_for
 from squall.operators.skew import SkewExchanges
 from squall.operators.skip_record import ProbeView, probe_view, record_native, record_table, view_name
+from squall.operators.stage_sandboxes import StageSandboxes
 from squall.operators.steal import native_files, split_reader, steal_scan
 from squall.operators.storage import Storage, scheme_of, storage_for
 from squall.operators.write import write_part
@@ -101,6 +102,7 @@ class StageReport:
     runtime: dict[str, Any] = field(default_factory=dict)
     #: join filters applied here: label → [rows before (the scan's row groups), rows after] (see Stage.join_filters)
     join_filters: dict[str, list[int]] = field(default_factory=dict)
+    threads: int = 0  # DuckDB threads it ran with here (more than the rank's share when other ranks wait)
 
     @property
     def time_s(self) -> float:
@@ -167,6 +169,7 @@ class Worker:
         attempt: int = 0,
         memory_budget: int | None = None,
         sandbox_group: str = "",
+        cores: int | None = None,
     ) -> None:
         self.plan = plan
         self.rank = rank
@@ -174,6 +177,9 @@ class Worker:
         self.exchange = exchange
         self.query_id = query_id
         self.threads = threads or max(1, (os.cpu_count() or 1) // max(plan.world_size, 1))
+        #: the cores this query's ranks share (all on this machine: the local platform); a stage on fewer ranks
+        #: takes the waiting ranks' share too (operators/stage_sandboxes.py). None: every stage takes ``threads``
+        self.cores = cores
         self.storage_options = storage_options or {}
         self.on_stage = on_stage
         #: memory_limit, temp_directory, max_temp_directory_size (operators/memory.py); ``reuse``: keep the DuckDB
@@ -192,6 +198,7 @@ class Worker:
         self._storages: dict[str, Storage] = {}
         self._sink: Sink | None = None
         self._probes: dict[str, ProbeView] = {}  # predicate cache probes of native scans, by scan name
+        self._views: dict[str, ParquetView] = {}  # the native views of this rank's scans, by scan name
         self._skipping: dict[str, Any] = {}
         #: where received inputs, kept scans and skew-aware exchanges' held output go past ``_held_limit`` bytes:
         #: the spill folder (None: no budget, all held; operators/received.py)
@@ -216,6 +223,7 @@ class Worker:
         received: dict[int, pa.Table | ds.Dataset] = {}
         result: pa.Table | None = None
         views, files = self.sandbox_files()
+        self._views = views
         peak = PeakMemory()
         peak.reset()
         self._report = report
@@ -228,24 +236,25 @@ class Worker:
         self._on_disk: dict[int, Received] = {}  # received inputs written to disk (operators/received.py)
         self._received_to_disk = 0
         self._held_to_disk = 0  # range outputs held on disk for their sample
-        with Sandbox(
+        with StageSandboxes(
+            self.threads,
+            self.cores,
             parquet={**views, **probes},
             files=files,
-            threads=self.threads,
             reuse=self.reuse_sandbox,
             **self.sandbox_options,
-        ) as db:
+        ) as sandboxes:
             with (
-                abort_watch(self.exchange, db),
+                abort_watch(self.exchange, sandboxes.interrupt),
                 SpillWatch(
                     self.sandbox_options.get("temp_directory"),
                     budget=self.memory_budget,
-                    stop=db.con.interrupt,
+                    stop=sandboxes.interrupt,
                 ) as spill,
             ):
                 self._guard = spill
                 try:
-                    self._run_stages(db, views, received, report)
+                    self._run_stages(sandboxes, received, report)
                 finally:
                     for input_file in self._on_disk.values():
                         input_file.close()
@@ -281,8 +290,7 @@ class Worker:
 
     def _run_stages(
         self,
-        db: Sandbox,
-        views: dict[str, ParquetView],
+        sandboxes: StageSandboxes,
         received: dict[int, pa.Table | ds.Dataset],
         report: WorkerReport,
     ) -> None:
@@ -303,7 +311,7 @@ class Worker:
             if self.exchange.aborted():  # cancelled or another rank failed: stop between stages
                 raise ExchangeAborted(f"query aborted before stage {stage.id}")
             try:
-                self._stage_and_receive(stage, db, views, received, reports)
+                self._stage_and_receive(stage, sandboxes, received, reports)
             except Exception as exc:
                 said = self._one_line(exc, stage)
                 if said is exc:
@@ -335,13 +343,14 @@ class Worker:
     def _stage_and_receive(
         self,
         stage: Stage,
-        db: Sandbox,
-        views: dict[str, ParquetView],
+        sandboxes: StageSandboxes,
         received: dict[int, pa.Table | ds.Dataset],
         reports: dict[int, StageReport],
     ) -> None:
         if self.rank in stage.ranks:
-            table = self._run_stage(stage, db, views, received, reports[stage.id])
+            sr = reports[stage.id]
+            sr.threads = sandboxes.threads_for(len(stage.ranks), self.plan.world_size)
+            table = self._run_stage(stage, sandboxes.sandbox(sr.threads), received, sr)
             if stage.output.kind == "result":
                 self._result = table  # a write plan's: the manifest of the files this rank wrote
         if stage.output.kind != "result" and self.rank in stage.output.receivers:
@@ -547,7 +556,6 @@ class Worker:
         self,
         stage: Stage,
         db: Sandbox,
-        views: dict[str, ParquetView],
         received: dict[int, pa.Table | ds.Dataset],
         sr: StageReport,
     ) -> pa.Table | None:
@@ -555,7 +563,7 @@ class Worker:
         done: list[Received] = []  # inputs on disk whose last stage this is
         t0 = time.perf_counter()
         for inp in stage.inputs:
-            if inp.name in views:
+            if inp.name in self._views:
                 assert isinstance(inp, ScanInput)
                 splits = inp.splits_for(self.rank)
                 sr.rows_scanned += sum(s.rows for s in splits)
@@ -614,6 +622,10 @@ class Worker:
                 expose(name, kept.data)
                 kept_rows[name] = kept.rows
                 sr.join_filters[label] = [self._rows_before(db, stage, pre_sql, kept_rows), kept.rows]
+            if stage.join_filters:  # the filtered scans' reading is the stage's work (the paths below time theirs)
+                now = time.perf_counter()
+                sr.compute_s += now - t1
+                t1 = now
             if self._runtime.handles(stage) and self.rank in output.senders:
                 # a run-time join's side: held a batch at a time (on disk past the budget's share) until the
                 # decision, then broadcast, hashed or kept here (operators/runtime_join.py)
@@ -696,10 +708,10 @@ class Worker:
 
 
 @contextmanager
-def abort_watch(exchange: Exchange, db: Sandbox) -> Iterator[None]:
-    """While the block runs, interrupt ``db``'s DuckDB every ``exchange.abort_poll_s`` seconds once the query is
-    aborted (a cancel, another rank's failure); the interrupted statement's error becomes ExchangeAborted. No
-    watch when the exchange sets no ``abort_poll_s`` (asking it costs a request)."""
+def abort_watch(exchange: Exchange, interrupt: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, interrupt the rank's sandboxes (``interrupt``) every ``exchange.abort_poll_s`` seconds
+    once the query is aborted (a cancel, another rank's failure); the interrupted statement's error becomes
+    ExchangeAborted. No watch when the exchange sets no ``abort_poll_s`` (asking it costs a request)."""
     poll = getattr(exchange, "abort_poll_s", None)
     if not poll:
         yield
@@ -712,7 +724,7 @@ def abort_watch(exchange: Exchange, db: Sandbox) -> Iterator[None]:
             try:
                 if exchange.aborted():
                     seen.append(True)
-                    db.con.interrupt()
+                    interrupt()
             except Exception:  # the watch is a shortcut: the stage boundaries still check
                 return
 

@@ -222,3 +222,50 @@ def test_bounds_keep_rows_of_any_type():
     assert kept.column("s").to_pylist() == [str(k) for k in list(range(40, 60)) * 2]
     assert _keep(table, _within(table.column("k"), (None, 1000))).num_rows == 200
     assert _keep(table, _within(table.column("k"), (500, None))).num_rows == 0
+
+
+#: TPC-DS Q95's shape: a semi join on the files' key whose right side is a self-join on that key (hashed on both
+#: sides: inner joins are not taken in place by default), read twice, once more joined with a small table
+SEMI_OVER_SELF_JOIN = (
+    "WITH pairs AS (SELECT l1.k FROM l l1 JOIN l l2 ON l1.k = l2.k AND l1.v <> l2.v) "
+    "SELECT count(*) AS n, sum(o.grp) AS g FROM o WHERE o.k < 600 "
+    "AND o.k IN (SELECT k FROM pairs) AND o.k IN (SELECT p.k FROM pairs p JOIN o o2 ON p.k = o2.k WHERE o2.grp < 6)"
+)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_semi_join_over_a_hashed_self_join_is_not_expected_in_place(data, reference, workers):
+    """The semi join's sides both reach ``l``'s scan on the key, but the self-join between hashes its sides: the
+    semi join cannot be in place, so the prediction says so and the join filter rule plans the left side's keys
+    (o.k < 600: a tenth of the orders) into every ``l`` scan of both subqueries, one round for both."""
+    options = PlannerOptions(replicated_scan_rows=0, broadcast_limit=0, join_filter_round_bytes=0.0)
+    with squall.connect(data=data, workers=workers, planner_options=options) as con:
+        plan = con.plan(SEMI_OVER_SELF_JOIN)
+        assert not _in_place_notes(plan), plan.notes
+        cut = [n for n in plan.notes if n.startswith("key set on") and "scan of l" in n]
+        assert len(cut) == 4, con.explain(SEMI_OVER_SELF_JOIN)  # both self-joins' two scans
+        assert sum("(reused: its keys hold this join's)" in n for n in cut) == 2, plan.notes
+        result = con.sql(SEMI_OVER_SELF_JOIN)
+        assert_same_result(
+            result.arrow(), reference.sql(SEMI_OVER_SELF_JOIN).to_arrow_table(), SEMI_OVER_SELF_JOIN
+        )
+        assert sum(f["rows_removed"] for f in result.stats["join_filters"]) > 0
+
+
+#: the second semi join's left side holds only keys of ``o`` (every rank reads it whole: a key source), but all
+#: of them (6,000): its own keys, sent in a round, cut the right side's ``l``
+SEMI_AFTER_A_WEAK_KEY_SOURCE = (
+    "SELECT count(*) AS n, sum(a.v) AS s FROM l a WHERE a.v < 5 "
+    "AND a.k IN (SELECT p.k FROM l p JOIN o ON p.k = o.k) AND a.k IN (SELECT q.k FROM l q WHERE q.v > 500)"
+)
+
+
+def test_a_replicated_key_source_that_cuts_little_leaves_the_round_to_the_left_sides_keys(data, reference):
+    options = PlannerOptions(replicated_scan_rows=6_000, join_in_place=False, join_filter_round_bytes=0.0)
+    sql = SEMI_AFTER_A_WEAK_KEY_SOURCE
+    with squall.connect(data=data, workers=2, planner_options=options) as con:
+        notes = [n for n in con.plan(sql).notes if n.startswith("key set on")]
+        assert len(notes) == 2 and "(reused: its keys hold this join's)" in notes[1], notes
+        result = con.sql(sql)
+        assert_same_result(result.arrow(), reference.sql(sql).to_arrow_table(), sql)
+        assert all(f["rows_removed"] > 0 for f in result.stats["join_filters"])

@@ -22,7 +22,6 @@ there "auto" is the machine's cores, chosen once (:func:`fixed_auto_workers`).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -78,7 +77,7 @@ def auto_candidates(cap: int) -> list[int]:
 
 
 def _fingerprint(plan: Plan) -> str:
-    return hashlib.sha1(json.dumps(plan.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha1(plan.to_json().encode()).hexdigest()
 
 
 @dataclass(frozen=True)

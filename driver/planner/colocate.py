@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -173,11 +173,12 @@ def _enabled(ctx: Context, node: L.Join) -> bool:
 
 
 def _clustered_scan(ctx: Context, node: L.Node, key: exp.Expression) -> L.Scan | None:
-    """A scan in ``node`` that ``key`` is a column of (:func:`_trace`; one that would not be read whole by
-    every rank first), whose table's row groups hold ranges of it; else None."""
+    """A scan in ``node`` that ``key`` is a column of (:func:`_trace`, through joins expected to leave its rows
+    where they are read; one that would not be read whole by every rank first), whose table's row groups hold
+    ranges of it; else None."""
     if not isinstance(key, exp.Column):
         return None
-    found = [(scan, i) for scan, i in _trace(node, key.name) if isinstance(scan, L.Scan)]
+    found = [(scan, i) for scan, i in _trace(node, key.name, _stays(ctx)) if isinstance(scan, L.Scan)]
     for scan, internal in sorted(found, key=lambda f: splits.replicable(ctx, f[0])):
         assert isinstance(scan, L.Scan)
         source = next((s for s, i in scan.columns if i == internal), None)
@@ -195,38 +196,52 @@ def _clustered_scan(ctx: Context, node: L.Node, key: exp.Expression) -> L.Scan |
     return None
 
 
-def _trace(node: L.Node, name: str) -> list[tuple[L.Node, str]]:
+def _stays(ctx: Context) -> Callable[[L.Join, L.Node], bool]:
+    """Whether a join is expected to leave the rows of its side ``side`` where they are read: every rank reads
+    its other side whole (a replicated scan), or it is itself expected in place. A join that hashes both sides
+    moves the key's rows (TPC-DS Q95's self-join of web_sales below a semi join on the same key): a join above
+    it is not in place, whatever the files' order."""
+
+    def stays(node: L.Join, side: L.Node) -> bool:
+        other = node.right if side is node.left else node.left
+        return splits.replicable(ctx, other) or predicted(ctx, node)
+
+    return stays
+
+
+def _trace(
+    node: L.Node, name: str, stays: Callable[[L.Join, L.Node], bool] | None = None
+) -> list[tuple[L.Node, str]]:
     """The leaves (scans, or stage inputs once built) whose column ``name`` of ``node`` is, unchanged:
     through filters, renames, the sides of joins that keep their columns (an inner join's key also equals
     the other side's key, whose leaf it may come from), join filters (their data input) and aggregates
     that group by it (each group has one value of it: splitting the input by its ranges keeps every group
-    on one rank)."""
+    on one rank). With ``stays``, only into the sides of joins it says stay where they are read."""
     if isinstance(node, (L.Scan, InputRef)):
         return [(node, name)] if name in node.names else []
     if isinstance(node, L.Filter):
-        return _trace(node.input, name)
+        return _trace(node.input, name, stays)
     if isinstance(node, L.Project):
         expr = dict(node.exprs).get(name)
-        return _trace(node.input, expr.name) if isinstance(expr, exp.Column) else []
+        return _trace(node.input, expr.name, stays) if isinstance(expr, exp.Column) else []
     if isinstance(node, L.Join):
         if name in node.left.names:
-            own, other, found = node.left_keys, node.right_keys, _trace(node.left, name)
-            other_side = node.right
+            own, other, side, other_side = node.left_keys, node.right_keys, node.left, node.right
         elif node.kind not in ("semi", "anti"):
-            own, other, found = node.right_keys, node.left_keys, _trace(node.right, name)
-            other_side = node.left
+            own, other, side, other_side = node.right_keys, node.left_keys, node.right, node.left
         else:
             return []
-        if node.kind == "inner":
+        found = _trace(side, name, stays) if stays is None or stays(node, side) else []
+        if node.kind == "inner" and (stays is None or stays(node, other_side)):
             for mine, theirs in zip(own, other):
                 if isinstance(mine, exp.Column) and mine.name == name and isinstance(theirs, exp.Column):
-                    found = found + _trace(other_side, theirs.name)
+                    found = found + _trace(other_side, theirs.name, stays)
         return found
     if isinstance(node, L.Aggregate) and not node.sets:
         expr = dict(node.keys).get(name)
-        return _trace(node.input, expr.name) if isinstance(expr, exp.Column) else []
+        return _trace(node.input, expr.name, stays) if isinstance(expr, exp.Column) else []
     if isinstance(node, FilterProbe):
-        return _trace(node.inputs[0], name)  # a join filter: its first input's rows, fewer
+        return _trace(node.inputs[0], name, stays)  # a join filter: its first input's rows, fewer
     return []
 
 

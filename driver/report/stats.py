@@ -103,7 +103,8 @@ def assemble(
 
 def stage_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``stats["stages"]``: per stage, rows and bytes summed over its ranks and times of the slowest rank
-    (scan, compute, send and partition times over the ranks that ran it: had rows in or took time)."""
+    (scan, compute, send and partition times over the ranks that ran it: had rows in or took time) and the most
+    DuckDB threads a rank ran it with (more than its share when it ran on fewer ranks than the others wait on)."""
     stages = []
     for stage in plan.stages:
         per_rank = [s for r in reports for s in r["stages"] if s["stage"] == stage.id]
@@ -125,6 +126,7 @@ def stage_stats(plan: Plan, reports: list[dict[str, Any]]) -> list[dict[str, Any
                 "send_s": max((s["send_s"] for s in ran), default=0.0),
                 "partition_s": max((s.get("partition_s", 0.0) for s in ran), default=0.0),
                 "receive_s": max((s["receive_s"] for s in per_rank), default=0.0),
+                "threads": max((s.get("threads", 0) for s in ran), default=0),
             }
         )
     return stages

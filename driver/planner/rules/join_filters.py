@@ -402,7 +402,9 @@ def _decide_from_left(ctx: Context, node: L.Join) -> Decision | None:
     if distinct is None:
         return None
     targets = _probe_targets(ctx, node.right, pkeys, distinct, 0.0)  # computed in place: costs nothing
-    if not _replicated(ctx, source):  # a broadcast's keys (a superset): the left's own keys may cut more
+    # a broadcast's keys (a superset), or a replicated scan's that cut too little (TPC-DS Q95's web_returns under
+    # the left side's first semi join): the left's own keys, sent in a round, may cut more
+    if not targets or not _replicated(ctx, source):
         by_round = _decide_left_round(ctx, node)
         if by_round is not None and (not targets or _best_keep(by_round[3]) < _best_keep(targets)):
             return by_round

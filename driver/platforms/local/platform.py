@@ -208,6 +208,14 @@ class LocalPlatform(Platform):
         """The platform starts its workers on this machine (subject to :func:`max_local_workers`)."""
         return True
 
+    def shared_cores(self) -> int | None:
+        """The cores a query's ranks share, which a stage on fewer ranks may take while the others wait
+        (operators/stage_sandboxes.py): this machine's, when the platform starts its workers here and the threads
+        per worker were not given; None otherwise (each rank keeps its threads)."""
+        if self._threads_given or not self._spawns_locally():
+            return None
+        return os.cpu_count() or None
+
     def ranks_per_core(self, world_size: int) -> float:
         """More ranks than this machine has cores share them (W / cores; 1.0 up to one rank per core)."""
         cores = os.cpu_count() or 1
@@ -484,6 +492,7 @@ class LocalPlatform(Platform):
                 "result_path": str(run.result_path),
                 "storage_options": self.storage_options,
                 "threads": self.threads,
+                "cores": self.shared_cores(),
                 "memory_budget": self.memory_budget,
                 "spill_root": self._owner.spill_root(),
                 "sandbox_group": self.sandbox_group,
