@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -190,6 +191,7 @@ def ident(name: str) -> str:
 
 
 _LEADING_WITH = re.compile(r"^\s*WITH\s+(RECURSIVE\s+)?", re.IGNORECASE)
+_QUERY_START = re.compile(r"\s*(?:\(|(?:SELECT|WITH|FROM|VALUES)\b)", re.IGNORECASE)
 
 
 def typed_empty(columns: tuple[tuple[str, str], ...]) -> str:
@@ -259,11 +261,59 @@ INSTANCES_KEPT = 16
 LIMIT_PER_INSTANCE = 60 << 20
 
 
+#: per configuration of recent kept instances (at most :data:`SPARE_CONFIGS`), one new in-memory instance not yet
+#: locked, made between queries (:func:`prepare_spares`): ``duckdb.connect`` is most of a new instance's cost
+#: (~10-35 ms), on the critical path of a query over files no kept instance allows (a connection's first queries);
+#: its allowed paths and the lock are set when a query takes it, before any SQL of the query runs
+_SPARES: OrderedDict[tuple[object, ...], tuple[dict[str, Any], duckdb.DuckDBPyConnection | None]] = (
+    OrderedDict()
+)
+_SPARES_LOCK = threading.Lock()
+SPARE_CONFIGS = 4
+
+
+def _config_key(config: dict[str, str | bool | int | float | list[str]]) -> tuple[object, ...]:
+    return tuple(sorted((k, str(v)) for k, v in config.items()))
+
+
+def _take_spare(config: dict[str, str | bool | int | float | list[str]]) -> duckdb.DuckDBPyConnection | None:
+    """The spare instance of ``config`` (None if there is none yet); ``config`` is remembered for the next."""
+    key = _config_key(config)
+    with _SPARES_LOCK:
+        _config, spare = _SPARES.pop(key, ({}, None))
+        _SPARES[key] = (dict(config), None)
+        while len(_SPARES) > SPARE_CONFIGS:
+            _old, unused = _SPARES.popitem(last=False)[1]
+            if unused is not None:
+                unused.close()
+    return spare
+
+
+def prepare_spares() -> int:
+    """Make the spare instance of each remembered configuration that has none (a worker calls this between
+    queries, when idle); returns how many were made."""
+    with _SPARES_LOCK:
+        wanted = [(key, config) for key, (config, spare) in _SPARES.items() if spare is None]
+    made = 0
+    for key, config in wanted:
+        con = duckdb.connect(":memory:", config=config)
+        with _SPARES_LOCK:
+            if _SPARES.get(key, ({}, con))[1] is None:
+                _SPARES[key] = (config, con)
+                made += 1
+                continue
+        con.close()
+    return made
+
+
 def _locked_instance(
-    config: dict[str, str | bool | int | float | list[str]], paths: Sequence[str]
+    config: dict[str, str | bool | int | float | list[str]],
+    paths: Sequence[str],
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB with ``config``, ``allowed_paths`` = ``paths`` and the configuration locked."""
-    con = duckdb.connect(":memory:", config=config)
+    """A new in-memory DuckDB with ``config`` (or ``con``, made so and never used), ``allowed_paths`` = ``paths``
+    and the configuration locked."""
+    con = con or duckdb.connect(":memory:", config=config)
     if paths:
         con.execute(f"SET allowed_paths = [{', '.join(_literal(p) for p in paths)}]")
     for statement in _LOCKDOWN:
@@ -274,7 +324,7 @@ def _locked_instance(
 def _instance_key(
     config: dict[str, str | bool | int | float | list[str]], paths: Sequence[str]
 ) -> tuple[object, ...]:
-    return (tuple(sorted((k, str(v)) for k, v in config.items())), tuple(paths))
+    return (_config_key(config), tuple(paths))
 
 
 def _kept(config: dict[str, str | bool | int | float | list[str]]) -> int:
@@ -292,7 +342,7 @@ def _shared_instance(
     with _INSTANCES_LOCK:
         con = _INSTANCES.pop(key, None)
         if con is None:
-            con = _locked_instance(config, paths)
+            con = _locked_instance(config, paths, _take_spare(config))
         _INSTANCES[key] = con
         while len(_INSTANCES) > _kept(config):
             evicted = _INSTANCES.popitem(last=False)[1]
@@ -389,7 +439,7 @@ class Sandbox:
     def _with_views(self, sql: str) -> str:
         """``sql`` behind the CTEs of the Parquet views whose names it holds (in any case, quoted or not: a CTE
         it does not read costs DuckDB a parse, ~0.1 ms)."""
-        if not self._views:
+        if not self._views or not _QUERY_START.match(sql):  # (a statement of another kind takes no CTE)
             return sql
         text = sql.lower()
         return with_ctes(sql, [cte for name, cte in self._views.items() if name in text])

@@ -622,7 +622,8 @@ class Worker:
                 expose(name, kept.data)
                 kept_rows[name] = kept.rows
                 sr.join_filters[label] = [self._rows_before(db, stage, pre_sql, kept_rows), kept.rows]
-            if stage.join_filters:  # the filtered scans' reading is the stage's work (the paths below time theirs)
+            # the filtered scans' reading is the stage's work (the paths below time their own)
+            if stage.join_filters:
                 now = time.perf_counter()
                 sr.compute_s += now - t1
                 t1 = now

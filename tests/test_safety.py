@@ -215,3 +215,32 @@ def test_a_connections_next_query_allows_its_earlier_files_and_no_other_connecti
     assert allowed("a", group) == ["a.parquet", "b.parquet"]
     assert allowed("b", "") == ["b.parquet"]
     assert allowed("b", group, temp_directory=str(tmp_path / "own")) == ["b.parquet"]  # not kept: its own
+
+
+def test_a_spare_instance_is_locked_like_any_other_when_a_query_takes_it(tmp_path):
+    """Workers make the next DuckDB instance of a configuration ahead, between queries (``prepare_spares``); a
+    sandbox over new files takes it, and it is as locked as a new one: its allowed files only, no settings."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from squall.operators import duck
+    from squall.operators.duck import ParquetView, Sandbox, prepare_spares
+
+    first, second = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    pq.write_table(pa.table({"x": [1, 2, 3]}), first)
+    pq.write_table(pa.table({"x": [9]}), second)
+    with Sandbox(parquet={"v": ParquetView((("x", "x"),), ((first, ()),))}, threads=1, reuse=True) as db:
+        assert db.query("SELECT sum(x) AS s FROM v")["s"].to_pylist() == [6]
+    assert prepare_spares() >= 1 and prepare_spares() == 0  # one per configuration, made once
+    key = duck._config_key({"threads": 1, "allocator_background_threads": True})
+    spare = duck._SPARES[key][1]
+    assert spare is not None
+    with Sandbox(parquet={"w": ParquetView((("x", "x"),), ((second, ()),))}, threads=1, reuse=True) as db:
+        assert db._root is spare and duck._SPARES[key][1] is None  # taken; the next one made when idle
+        assert db.query("SELECT x FROM w")["x"].to_pylist() == [9]
+        with pytest.raises(duckdb.Error, match="Permission"):
+            db.query(f"SELECT * FROM read_parquet('{first}')")
+        for sql in ("SET enable_external_access = true", f"SET allowed_paths = ['{first}']"):
+            with pytest.raises(duckdb.Error, match="locked"):
+                db.query(sql)

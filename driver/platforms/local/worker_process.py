@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from squall.errors import UserError
 from squall.exchange.base import ExchangeAborted, open_exchange
+from squall.operators.duck import prepare_spares
 from squall.operators.memory import sandbox_memory
 from squall.operators.worker import Worker
 from squall.plan import Plan
@@ -172,6 +173,8 @@ def serve(conn: Connection, threads: int | None) -> None:
             # memory Arrow's allocator kept for reuse given back
             worker = result = report = plan = exchange = None  # type: ignore[assignment]
             pa.default_memory_pool().release_unused()
+        if not conn.poll(0):  # idle: the next new DuckDB instance made ahead
+            prepare_spares()
 
 
 def main(argv: list[str]) -> int:
