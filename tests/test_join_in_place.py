@@ -269,3 +269,30 @@ def test_a_replicated_key_source_that_cuts_little_leaves_the_round_to_the_left_s
         result = con.sql(sql)
         assert_same_result(result.arrow(), reference.sql(sql).to_arrow_table(), sql)
         assert all(f["rows_removed"] > 0 for f in result.stats["join_filters"])
+
+
+def test_an_aggregate_reading_many_row_groups_twice_keeps_its_exchange(tmp_path):
+    """A third of ``t``'s row groups hold one key from the other half of the key range: split by key range, both
+    ranks would read them. A join in place saves both its sides' exchange and accepts that (up to
+    ``colocate_max_overlap``); an aggregate saves only its partial groups' and keeps its exchange
+    (``aggregate_in_place_max_overlap``)."""
+    n, group = 6_000, 100
+    keys = np.arange(n, dtype=np.int64)
+    for g in range(0, n // group, 3):  # every third row group reaches across the middle
+        keys[g * group] = (keys[g * group] + n // 2) % n
+    pq.write_table(
+        pa.table({"k": keys, "v": np.arange(n, dtype=np.int64) % 7}),
+        tmp_path / "t.parquet",
+        row_group_size=group,
+    )
+    sql = "SELECT k, sum(v) AS s, count(*) AS c FROM t GROUP BY k ORDER BY k"
+    ref = duckdb.connect()
+    ref.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet('{tmp_path / 't.parquet'}')")
+    expected = ref.sql(sql).to_arrow_table()
+    in_place = "complete on every rank, no exchange"
+    for overlap, taken in ((0.1, False), (1.0, True)):
+        opts = PlannerOptions(gather_groups=0, aggregate_in_place_max_overlap=overlap)
+        with squall.connect(data=tmp_path, workers=2, planner_options=opts) as con:
+            plan = con.plan(sql)
+            assert any(in_place in note for note in plan.notes) is taken, plan.notes
+            assert_same_result(con.sql(sql).arrow(), expected, sql)

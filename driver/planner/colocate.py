@@ -107,7 +107,7 @@ def aggregate_in_place(ctx: Context, child: L.Node, key: exp.Expression) -> str 
     side = _side(ctx, child, key)
     if side is None:
         return None
-    bounds, _why = _choose(ctx, (side,))
+    bounds, _why = _choose(ctx, (side,), ctx.options.aggregate_in_place_max_overlap)
     if bounds is None:
         return None
     return f"its scan split by key range ({side.scan.table}.{side.source}; from {_cuts(bounds)})"
@@ -135,7 +135,9 @@ def fix_ranges(ctx: Context, child: L.Node, key: exp.Expression, ranges: tuple[t
     )
 
 
-def _choose(ctx: Context, sides: Sequence[_Side]) -> tuple[Bounds | None, str]:
+def _choose(
+    ctx: Context, sides: Sequence[_Side], max_overlap: float | None = None
+) -> tuple[Bounds | None, str]:
     """The ranges to split ``sides`` by (a side's fixed ones, else equal width, else balanced at row-group
     minima), the free sides split by them; else (None, why not)."""
     fixed = next((side.fixed for side in sides if side.fixed is not None), None)
@@ -146,7 +148,7 @@ def _choose(ctx: Context, sides: Sequence[_Side]) -> tuple[Bounds | None, str]:
         if bounds is None:
             continue
         assigned = {side.scan.name: _assign(side.groups, side.source, bounds) for side in sides}
-        why = _unfit(ctx, sides, bounds, assigned)
+        why = _unfit(ctx, sides, bounds, assigned, max_overlap)
         if not why:
             for side in sides:
                 if side.fixed is None:
@@ -409,9 +411,14 @@ def _assign(groups: Sequence[RowGroup], source: str, bounds: Bounds) -> list[lis
 
 
 def _unfit(
-    ctx: Context, sides: Sequence[_Side], bounds: Bounds, assigned: dict[str, list[list[RowGroup]]]
+    ctx: Context,
+    sides: Sequence[_Side],
+    bounds: Bounds,
+    assigned: dict[str, list[list[RowGroup]]],
+    max_overlap: float | None = None,
 ) -> str:
-    """Why the ranges do not pay ("" when they do): rows read per rank too uneven, or too many read twice."""
+    """Why the ranges do not pay ("" when they do): rows read per rank too uneven, or too many read twice (more
+    than ``max_overlap``, by default ``colocate_max_overlap``)."""
     per_rank = [0.0] * ctx.world
     read = once = 0
     for side in sides:
@@ -429,7 +436,8 @@ def _unfit(
     mean = sum(per_rank) / ctx.world
     if mean > 0 and max(per_rank) > ctx.options.colocate_max_imbalance * mean:
         return f"the key ranges would give one rank {max(per_rank) / mean:.2f}x the mean rows"
-    if once and read > (1.0 + ctx.options.colocate_max_overlap) * once:
+    overlap = ctx.options.colocate_max_overlap if max_overlap is None else max_overlap
+    if once and read > (1.0 + overlap) * once:
         return f"row groups straddling the ranges would be read {read / once - 1:.0%} more"
     return ""
 
