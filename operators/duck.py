@@ -298,7 +298,8 @@ def prepare_spares() -> int:
     for key, config in wanted:
         con = duckdb.connect(":memory:", config=config)
         with _SPARES_LOCK:
-            if _SPARES.get(key, ({}, con))[1] is None:
+            entry = _SPARES.get(key)
+            if entry is not None and entry[1] is None:  # still wanted (not evicted, not made meanwhile)
                 _SPARES[key] = (config, con)
                 made += 1
                 continue

@@ -20,7 +20,8 @@ from squall.operators.duck import Sandbox
 
 
 class StageSandboxes:
-    """A rank's sandboxes for one query, by thread count: ``with StageSandboxes(...) as s: s.for_ranks(n)``."""
+    """A rank's sandboxes for one query, by thread count:
+    ``with StageSandboxes(...) as s: db = s.sandbox(s.threads_for(len(stage.ranks), world_size))``."""
 
     def __init__(self, threads: int, cores: int | None = None, **sandbox: Any) -> None:
         """``threads``: a stage on every rank's; ``cores``: what the ranks share (None: nothing to lend);
@@ -56,7 +57,7 @@ class StageSandboxes:
             db.con.interrupt()
 
     def __enter__(self) -> StageSandboxes:
-        self.sandbox(self.threads)  # the query's own views exist before its first stage
+        self.sandbox(self.threads)  # the rank's own share: opened up front, as its one sandbox always was
         return self
 
     def __exit__(self, *exc: Any) -> bool | None:
