@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from squall.driver.catalog.tables import Catalog
 from squall.driver.compile import compile_sql
+from squall.driver.frontend.bind import aggregate_function_names
 from squall.driver.frontend.names import resolve_catalog_names
 from squall.driver.frontend.pivot_values import resolve_pivots
 from squall.driver.frontend.time_travel import pin_versions
@@ -36,6 +37,7 @@ from squall.operators.worker import USER_RUNTIME, StageReport, WorkerReport
 from squall.plan import Plan
 from squall.result import Result
 from squall.sizes import parse_size
+from squall.warmup import start_driver_warmup
 
 if TYPE_CHECKING:
     from squall.client import RemoteConnection
@@ -51,6 +53,16 @@ LOCAL_TABLES_NOTE = "local tables: the estimate models Lambda over the same file
 
 #: of a worker's memory budget, the most a broadcast join side may be (see Connection._planner_options_at)
 BROADCAST_BUDGET_SHARE = 0.25
+
+
+def planning_sandbox() -> Sandbox:
+    """A session on the process's kept DuckDB instance the driver plans with (binds, type checks)."""
+    return Sandbox(threads=1, reuse=True)
+
+
+def _warm_planner() -> None:
+    planning_sandbox().close()
+    aggregate_function_names()
 
 
 class Connection:
@@ -137,6 +149,9 @@ class Connection:
         self._current = threading.local()
         #: platforms that run one query at a time get one at a time (a local platform runs several at once)
         self._execute_lock = threading.Lock()
+        # the first query's imports, planning DuckDB instance and DuckDB's aggregates, made while its SQL is
+        # written (squall/warmup.py)
+        start_driver_warmup(_warm_planner)
 
     @property
     def workers(self) -> int:
@@ -244,7 +259,7 @@ class Connection:
                 self._plans.move_to_end(key)
         if cached is None:
             timings: dict[str, float] = {"cache_s": checked - start}
-            with Sandbox(threads=1, reuse=True) as db:  # a session of its own on a kept DuckDB instance
+            with planning_sandbox() as db:  # a session of its own on a kept DuckDB instance
                 cached = compile_sql(self.catalog, sql, world_size, options, db, timings)
             if budget_note := self._budget_note(options):
                 cached = dataclasses.replace(cached, notes=(*cached.notes, budget_note))
@@ -591,7 +606,7 @@ class Connection:
         report = WorkerReport(0)
         sr = StageReport(stage.id)
         start = time.perf_counter()
-        with Sandbox(threads=1, reuse=True) as db:  # a connection of its own to a kept DuckDB instance
+        with planning_sandbox() as db:  # a connection of its own to a kept DuckDB instance
             if query is not None:
                 query.on_cancel(db.con.interrupt)
             try:

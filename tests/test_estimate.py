@@ -113,3 +113,27 @@ def test_a_composite_key_has_at_most_one_value_per_row() -> None:
     )
     # (partkey, suppkey) is partsupp's key: every lineitem row meets one partsupp row, not 6M x 800k / 2e9
     assert estimate_rows(join) == pytest.approx(6_001_215, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1, 2, 2, None, 3, None],
+        ["a", "b", "a", None],
+        [f"v{i % 977}" for i in range(20_000)],
+        list(range(5_000)),
+        [None, None],
+        [],
+    ],
+    ids=["ints-with-nulls", "strings-with-null", "many-strings", "all-distinct", "only-nulls", "empty"],
+)
+def test_the_ndv_samples_distinct_count_is_arrows_count_distinct(values) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from squall.driver.catalog.tables import _distinct_count
+
+    kind = pa.array(values).type
+    kind = pa.int64() if pa.types.is_null(kind) else kind  # (count_distinct has no kernel for the null type)
+    data = pa.chunked_array([values[: len(values) // 2], values[len(values) // 2 :]], type=kind)
+    assert _distinct_count(data) == pc.count_distinct(data).as_py()

@@ -28,6 +28,7 @@ from squall.operators.duck import prepare_spares
 from squall.operators.memory import sandbox_memory
 from squall.operators.worker import Worker
 from squall.plan import Plan
+from squall.warmup import warm_conversions
 
 USAGE = "usage: python -m squall.driver.platforms.local.worker_process ADDRESS SLOT THREADS"
 #: prctl(2) option: the signal this process gets when its parent (thread) ends
@@ -173,8 +174,9 @@ def serve(conn: Connection, threads: int | None) -> None:
             # memory Arrow's allocator kept for reuse given back
             worker = result = report = plan = exchange = None  # type: ignore[assignment]
             pa.default_memory_pool().release_unused()
-        if not conn.poll(0):  # idle: the next new DuckDB instance made ahead
+        if not conn.poll(0):  # idle: the next new DuckDB instance made ahead, and pyarrow's first conversion
             prepare_spares()
+            warm_conversions()
 
 
 def main(argv: list[str]) -> int:
