@@ -57,12 +57,18 @@ def plan(ctx: Context, node: L.Aggregate) -> tuple[L.Node, Dist]:
         mapping = {t: q(n) for t, (n, _e) in zip(key_texts, node.keys)}
         ctx.rely_on(dist, exact=False)
         return L.Aggregate(child, node.keys, node.aggs), dist.rename(mapping)
-    gather = not node.keys or (not node.by_key and _est_groups(ctx, node) <= ctx.options.gather_groups)
+    gather = gathers(ctx, node)
     if (
         dist.kind == "random"
         and (done := _complete_in_place(ctx, node, child, resplit=not gather)) is not None
     ):
         return done
+    if node.by_key and node.keys and _est_groups(ctx, node) <= ctx.options.gather_groups:
+        grouped_by = ", ".join(n for n, _e in node.keys)
+        ctx.notes.append(
+            f"aggregate by {grouped_by} finished where its groups are hashed by them, for the join on them that "
+            "follows (not gathered to rank 0)"
+        )
     if decomposable:
         return _partial_final(ctx, node, child, dist, gather)
     if (arg := _one_distinct_argument(node)) is not None:
@@ -276,6 +282,12 @@ def _expand_sets(ctx: Context, node: L.Aggregate, child: L.Node, dist: Dist) -> 
     agg = L.Aggregate(ref, keys, node.aggs)
     out = tuple((c, L.col(c)) for c in node.names)
     return L.Project(agg, out), Dist("hash", tuple(frozenset([q(c)]) for c, _e in keys))
+
+
+def gathers(ctx: Context, node: L.Aggregate) -> bool:
+    """Whether an aggregate over rows spread on the ranks finishes on rank 0: no keys, or few groups
+    (``gather_groups``) and not ``by_key``."""
+    return not node.keys or (not node.by_key and _est_groups(ctx, node) <= ctx.options.gather_groups)
 
 
 def _est_groups(ctx: Context, node: L.Aggregate) -> float:
