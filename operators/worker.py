@@ -92,7 +92,7 @@ class StageReport:
     compute_s: float = 0.0
     send_s: float = 0.0
     receive_s: float = 0.0
-    partition_s: float = 0.0  # splitting a hash output by receiver: a part of send_s
+    partition_s: float = 0.0  # splitting an output by receiver (counted in neither compute_s nor send_s)
     rows_received: int = 0
     bytes_received: int = 0
     sampled: int = 0  # keys this rank sampled for a range output's splitters
@@ -106,7 +106,8 @@ class StageReport:
 
     @property
     def time_s(self) -> float:
-        return self.scan_s + self.compute_s + self.send_s + self.receive_s
+        """The stage's seconds on this rank: its parts, which do not overlap."""
+        return self.scan_s + self.compute_s + self.partition_s + self.send_s + self.receive_s
 
 
 @dataclass
