@@ -15,21 +15,18 @@ aggregate functions, are made by the first query too (~50 ms).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
-_done = threading.Event()
 
-
+@functools.cache
 def warm_conversions() -> None:
     """Make pyarrow's first conversion of NumPy values (it imports pandas when installed); once a process."""
-    if _done.is_set():
-        return
     import numpy as np
     import pyarrow as pa
 
     pa.array(np.zeros(1, dtype=np.int64))
-    _done.set()
 
 
 def start_driver_warmup(also: Callable[[], None]) -> threading.Thread:

@@ -1,5 +1,5 @@
 """An aggregate grouped by exactly a join's keys, where both join sides are hashed, finishes where its groups
-are hashed (driver/planner/rules/joins.py ``_aggregates_by_key``): TPC-H Q17's per-part average (as TPC-DS
+are hashed (driver/planner/rules/joins.py ``_aggregate_by_key``): TPC-H Q17's per-part average (as TPC-DS
 Q32/Q92's per-item one) is no longer gathered to rank 0, finished there and hashed out again — a round and a
 one-rank stage fewer. Explain says so. Not where skew-aware exchanges would be planned (the join's bytes at
 or over the threshold), and not for an aggregate with more keys than the join; a subquery's projections

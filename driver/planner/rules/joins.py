@@ -151,7 +151,7 @@ def _partition(
     left, _ = ctx.to_hash(left, dl, lkeys, f"{kind} join: partition left side by key")
     right, _ = ctx.to_hash(right, dr, rkeys, f"{kind} join: partition right side by key")
     # skew-aware exchanges (0: plain hashing), by the sides' bytes once their join filters cut them
-    est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
+    est = _joined_bytes(ctx, node, keeps)
     equi_only = node.residual is None and not node.null_aware
     group = skew.co_partition(ctx, kind, left, right, est, skew.key_range(ctx, node), equi_only)
     return left, right, lkeys, rkeys, group
@@ -167,14 +167,15 @@ def _aggregate_by_key(ctx: Context, node: L.Join, keeps: tuple[float, float]) ->
     there), the join's bytes under the skew-aware exchanges' threshold (a side already in place forgoes them)."""
     if node.kind not in ("inner", "left", "right", "semi", "anti") or node.null_aware:
         return node
-    est = _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
-    if ctx.options.skew_handling and est >= ctx.options.skew_threshold:
-        return node
     names = {k.name for k in node.right_keys if isinstance(k, exp.Column) and not k.table}
     if len(names) != len(node.right_keys):
         return node
     marked = _by_key(ctx, node.right, frozenset(names))  # (said by the aggregates rule when it is planned)
-    return node if marked is None else dataclasses.replace(node, right=marked)
+    if marked is None or (
+        ctx.options.skew_handling and _joined_bytes(ctx, node, keeps) >= ctx.options.skew_threshold
+    ):
+        return node
+    return dataclasses.replace(node, right=marked)
 
 
 def _by_key(ctx: Context, node: L.Node, keys: frozenset[str]) -> L.Node | None:
@@ -194,6 +195,12 @@ def _by_key(ctx: Context, node: L.Node, keys: frozenset[str]) -> L.Node | None:
         return None
     below = _by_key(ctx, node.input, below_keys)
     return None if below is None else dataclasses.replace(node, input=below)
+
+
+def _joined_bytes(ctx: Context, node: L.Join, keeps: tuple[float, float]) -> float:
+    """The join's estimated input bytes, each side cut by its share in ``keeps`` (what its join filters leave,
+    read before the sides were built: building a scan takes its filters; :func:`cut_bytes` reads them now)."""
+    return _est_bytes(ctx, node.left) * keeps[0] + _est_bytes(ctx, node.right) * keeps[1]
 
 
 def _hash_dist(
