@@ -205,7 +205,8 @@ def test_computed_columns_are_left_to_duckdb(ctx):
 
 def test_inputs_read_from_kept_empty_tables_bind_as_typed_nulls(ctx):
     """The planner binds over empty tables kept in its DuckDB instance (Sandbox.typed_inputs): every type a
-    table can hold reads back exactly as the CTE of typed NULLs gives it, made once per column signature."""
+    table can hold reads back exactly as the CTE of typed NULLs gives it, made once per list of column types and
+    read under any column names."""
     columns = tuple(zip(SCHEMA.names, ctx._db.arrow_types(SCHEMA)))
     sql = 'SELECT * FROM "s1_t"'
     kept = ctx._db.typed_inputs({"s1_t": columns}, sql)
@@ -220,4 +221,12 @@ def test_inputs_read_from_kept_empty_tables_bind_as_typed_nulls(ctx):
         assert ctx._db.relation(kept).types == ctx._db.relation(plain).types, column
     before = set(duck._EMPTY_TABLES[id(ctx._db._root)])
     ctx._db.typed_inputs({"other_name": (columns[0],)}, sql)  # the same columns under another name
+    renamed = (("Other col", columns[0][1]),)  # the same type under another column name
+    kept = ctx._db.typed_inputs({"s1_t": renamed}, sql)
     assert duck._EMPTY_TABLES[id(ctx._db._root)] == before
+    rel = ctx._db.relation(kept)
+    assert rel.columns == ["Other col"] and [str(t) for t in rel.types] == [columns[0][1]]
+    twins = (("a", "INTEGER"), ("A", "VARCHAR"))  # one CTE column list cannot name both: typed NULLs
+    kept = ctx._db.typed_inputs({"s1_t": twins}, sql)
+    assert "__squall_empty_" not in kept
+    assert [str(t) for t in ctx._db.relation(kept).types] == ["INTEGER", "VARCHAR"]

@@ -26,6 +26,7 @@ from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, q, render
 from squall.driver.logical.translate import Names
 from squall.driver.options import PlannerOptions, rule_name
+from squall.driver.planner.bound_types import bound_types
 from squall.driver.planner.column_types import types_off_the_plan
 from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, named_probes
@@ -174,14 +175,14 @@ class Context:
 
         DuckDB binds ``sql`` behind a ``WITH`` of one empty CTE per input, over an empty table of its columns kept
         in the sandbox's instance (:meth:`Sandbox.typed_inputs`: a bind, no run, nothing registered; ~0.5 ms where
-        registering empty Arrow tables and running took ~4 ms); when that text fails,
+        registering empty Arrow tables and running took ~4 ms; a text bound before up to column names is not bound
+        again, :mod:`~squall.driver.planner.bound_types`); when that text fails,
         the inputs are registered as empty tables instead, and DuckDB's error on it is the one reported."""
         refs = list(refs)
         typed = self._db.typed_inputs({leaf.name: self.input_types(leaf.name) for leaf in refs}, sql)
         if typed is not None:
             try:
-                rel = value_lists.typed_relation(self._db.relation, typed)
-                return tuple(zip(rel.columns, (str(t) for t in rel.types)))
+                return bound_types(self._db.relation, typed)
             except duckdb.Error as err:
                 raise_if_interrupted(err)
         return self._typecheck_registered(sql, refs)
@@ -242,7 +243,7 @@ class Context:
             typed = self._db.typed_inputs(tables, sql)
             if typed is None:
                 return None
-            return tuple(str(t) for t in self._db.relation(typed).types)
+            return tuple(t for _name, t in bound_types(self._db.relation, typed))
         except duckdb.Error as err:
             raise_if_interrupted(err)
             return None
