@@ -191,6 +191,16 @@ QUERIES = {
     "grouping_id(grp, flag) FROM t1 GROUP BY CUBE (grp, flag)",
     "rollup_partial_key": "SELECT grp, count(*) FROM t1 GROUP BY grp, ROLLUP (flag) HAVING grouping(flag) = 1",
     "rollup_on_empty": "SELECT cat, count(*), sum(score) FROM t2_empty GROUP BY ROLLUP (cat)",
+    # a ROLLUP written out as UNION ALL of aggregates of one source (driver/sql/union_grouping_sets): grouping
+    # sets, with NULL keys in the data, a level constant per branch, over a CTE and over no rows
+    "union_all_rollup_by_hand": "WITH s AS (SELECT grp, flag, val, amount FROM t1 WHERE id % 4 <> 1) "
+    "SELECT * FROM (SELECT grp, flag, 0 AS lvl, avg(val) AS a, sum(amount) AS t, count(*) AS n FROM s "
+    "GROUP BY grp, flag UNION ALL SELECT grp, NULL, 1, avg(val), sum(amount), count(*) FROM s GROUP BY grp "
+    "UNION ALL SELECT NULL, NULL, 2, avg(val), sum(amount), count(*) FROM s) AS u ORDER BY lvl, grp, flag",
+    "union_all_groups_and_rows": "SELECT grp, 0 AS k FROM t1 GROUP BY grp UNION ALL SELECT NULL, 1 FROM t1 "
+    "WHERE id < 5",
+    "union_all_rollup_by_hand_on_empty": "SELECT cat, 'one' AS lvl, count(*), sum(score) FROM t2_empty GROUP BY cat "
+    "UNION ALL SELECT NULL, 'all', count(*), sum(score) FROM t2_empty",
     "rollup_holistic": "SELECT grp, flag, median(val), count(DISTINCT name) FROM t1 GROUP BY ROLLUP (grp, flag)",
     "grouping_sets_holistic": "SELECT grp, id % 3 AS m, count(DISTINCT name) AS n, grouping(grp, id % 3) AS g, "
     "median(val) AS med FROM t1 GROUP BY GROUPING SETS ((grp, id % 3), (grp), (id % 3))",

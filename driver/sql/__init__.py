@@ -17,7 +17,9 @@ Why this order:
 - :mod:`.qualify`: sqlglot qualifies every column and expands stars (required: the translator reads qualified
   columns only);
 - :mod:`.simplify`: sqlglot's normalization (no DNF) and constant folding, on qualified columns;
-- :mod:`.filter_to_case`: ``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)`` where that is the same.
+- :mod:`.filter_to_case`: ``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)`` where that is the same;
+- :mod:`.union_grouping_sets` last: it compares branches' FROM, WHERE and aggregates as text, which needs them
+  qualified, simplified and with FILTERs as CASEs as every other branch's.
 
 Imports: the frontend (the bound query), the catalog, :mod:`squall.driver.ir` helpers and options; never the
 logical plan, the planner or anything above.
@@ -36,11 +38,21 @@ from squall.driver.sql import (
     lowercase,
     qualify,
     simplify,
+    union_grouping_sets,
     unnest_names,
 )
 from squall.driver.sql.context import SqlContext, result_width
 
-RULES = (lowercase, unnest_names, grouping_positions, implicit_laterals, qualify, simplify, filter_to_case)
+RULES = (
+    lowercase,
+    unnest_names,
+    grouping_positions,
+    implicit_laterals,
+    qualify,
+    simplify,
+    filter_to_case,
+    union_grouping_sets,
+)
 
 __all__ = ["RULES", "SqlContext", "rewrite"]
 
