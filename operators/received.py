@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,9 +109,13 @@ def dataset_batches(data: ds.Dataset) -> Iterator[pa.RecordBatch]:
         yield from data.to_batches(batch_readahead=0, fragment_readahead=0, use_threads=False)
 
 
-def batch_stream(data: ds.Dataset) -> pa.RecordBatchReader:
-    """:func:`dataset_batches` as a reader DuckDB can scan once."""
-    return pa.RecordBatchReader.from_batches(data.schema, dataset_batches(data))
+def batch_stream(data: ds.Dataset, names: Sequence[str] = ()) -> pa.RecordBatchReader:
+    """:func:`dataset_batches` as a reader DuckDB can scan once; with ``names``, its columns named so."""
+    if not names:
+        return pa.RecordBatchReader.from_batches(data.schema, dataset_batches(data))
+    schema = pa.schema([field.with_name(name) for field, name in zip(data.schema, names, strict=True)])
+    batches = (pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in dataset_batches(data))
+    return pa.RecordBatchReader.from_batches(schema, batches)
 
 
 def counting(

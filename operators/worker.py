@@ -562,6 +562,7 @@ class Worker:
     ) -> pa.Table | None:
         inputs: dict[str, pa.Table | ds.Dataset] = {}
         done: list[Received] = []  # inputs on disk whose last stage this is
+        last_read = {i.stage: i.name for i in stage.inputs if isinstance(i, ExchangeInput)}
         t0 = time.perf_counter()
         for inp in stage.inputs:
             if inp.name in self._views:
@@ -592,6 +593,11 @@ class Worker:
                     if kept.on_disk:
                         self._on_disk[inp.stage] = kept
                 table = received[inp.stage]
+                if (
+                    last_read[inp.stage] != inp.name
+                ):  # read again below under other names (ExchangeInput.columns)
+                    inputs[inp.name] = table
+                    continue
                 if self._last_use.get(inp.stage) == stage.id:
                     del received[inp.stage]
                     if inp.stage in self._on_disk:  # its file goes once the stage ran
@@ -604,11 +610,14 @@ class Worker:
         registered: list[str] = []  # what the finally removes: a copy into DuckDB (loaded) or an Arrow view
         loaded: list[str] = []
 
+        renamed = {i.name: i.columns for i in stage.inputs if isinstance(i, ExchangeInput) and i.columns}
+
         def expose(name: str, data: pa.Table | ds.Dataset) -> None:
+            names = renamed.get(name, ())
             if isinstance(data, pa.Table):
-                db.register(name, data)
+                db.register(name, data.rename_columns(list(names)) if names else data)
             else:  # on disk: a table of DuckDB's own, with statistics its optimizer can use
-                db.load(name, batch_stream(data))
+                db.load(name, batch_stream(data, names))
                 loaded.append(name)
             registered.append(name)
 

@@ -177,11 +177,14 @@ class ScanInput:
 
 @dataclass(frozen=True)
 class ExchangeInput:
-    """The part of upstream stage ``stage``'s output addressed to this rank."""
+    """The part of upstream stage ``stage``'s output addressed to this rank; with ``columns``, read under those
+    names (one per column of the stage's output, in order): a stage computed once for two readers is read by the
+    second under its own column names."""
 
     name: str
     stage: int
     kind: str = "exchange"
+    columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -381,7 +384,9 @@ class Plan:
                         )
                     )
                 else:
-                    inputs.append(ExchangeInput(name=i["name"], stage=i["stage"]))
+                    inputs.append(
+                        ExchangeInput(name=i["name"], stage=i["stage"], columns=tuple(i.get("columns", ())))
+                    )
             o = s["output"]
             output = Output(
                 o["kind"],

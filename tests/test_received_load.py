@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pytest
 
 from squall.operators.duck import Sandbox
 from squall.operators.received import batch_stream, dataset_batches
@@ -85,3 +86,13 @@ def test_an_error_duckdb_meets_while_it_streams_is_its_own_exception():
     ):
         for _batch in batches:
             pass
+
+
+def test_a_stream_read_under_other_names_keeps_its_rows(tmp_path):
+    """An exchange read by a second reader under its own column names (ExchangeInput.columns) from disk."""
+    files = ds.dataset(_file(tmp_path / "a.arrow", 0, 2500, 1000), format="ipc")
+    renamed = batch_stream(files, ["k_2"])
+    assert renamed.schema.names == ["k_2"] and renamed.schema.field("k_2").type == pa.int64()
+    assert renamed.read_all().column("k_2").to_pylist() == list(range(2500))
+    with pytest.raises(ValueError):
+        batch_stream(files, ["a", "b"])  # one name per column

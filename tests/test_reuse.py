@@ -23,6 +23,13 @@ DIFFERENT = (
     "(SELECT count(*) FROM lineitem WHERE l_quantity < 20) AS b"
 )
 
+#: a CTE whose join reads a stage of its own (the filtered orders, broadcast) and aggregates above it, read twice:
+#: the second copy reads that shared stage under its own names, so the stage above is the same and runs once too
+SHARED_BELOW_SHARED = (
+    "WITH v AS (SELECT l_suppkey AS k, sum(l_extendedprice) AS s FROM lineitem JOIN orders ON l_orderkey = o_orderkey "
+    "WHERE o_orderdate < DATE '1992-03-01' GROUP BY l_suppkey) "
+    "SELECT count(*) AS n, sum(s) AS t FROM v WHERE s > (SELECT avg(s) FROM v)"
+)
 
 #: a CTE read twice, each read filtered by its own return flag (driver/logical/rules/shared_filters.py)
 READS_FILTERED_APART = (
@@ -131,3 +138,18 @@ def test_reads_filtered_apart_share_one_computation(sf001, reference_sf001, work
         plan = con.explain(sql)
         assert_same_result(con.sql(sql).to_arrow(), expected, sql)
     assert "shared" not in plan and "OR" not in plan, plan
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_stage_over_a_shared_stage_is_shared_too(sf1, reference_sf1, workers):
+    """TPC-DS Q24's shape: the second reader of the broadcast orders reads it under its own column names (an
+    exchange input read as them, not a renaming projection), so the join and partial aggregate above it compare
+    equal to the first copy's and run once: lineitem is scanned once, not twice (SF1: orders is split by row
+    group, so its filtered rows are a stage of their own)."""
+    sql = SHARED_BELOW_SHARED
+    expected = reference_sf1.sql(sql).to_arrow_table()
+    with squall.connect(data=str(sf1), workers=workers) as con:
+        plan = con.explain(sql)
+        assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+    assert plan.count("scan lineitem") == 1 and plan.count("computed once") == 2, plan
+    assert " read as [" in plan, plan

@@ -168,7 +168,10 @@ class Context:
         if isinstance(spec, ScanInput):
             schema = self.scan_schemas[name]
             return tuple(zip(schema.names, self._db.arrow_types(schema)))
-        return self.stage_types[spec.stage]
+        types = self.stage_types[spec.stage]
+        if spec.columns:
+            return tuple((name, t) for name, (_c, t) in zip(spec.columns, types, strict=True))
+        return types
 
     def typecheck(self, sql: str, refs: Iterable[InputRef]) -> tuple[tuple[str, str], ...]:
         """(name, DuckDB type) of each column of ``sql`` run on empty ``refs``.
@@ -319,7 +322,12 @@ class Context:
             self.stages[index] = dataclasses.replace(stage, note=note)
         if ref.out == node.names:
             return ref
-        return L.Project(ref, tuple((new, L.col(old)) for new, old in zip(node.names, ref.out)))
+        # read under the reader's own names (not a renaming projection over it): a stage above that is the same
+        # as one above the first reader then has the same canonical form, and is computed once too
+        alias = f"{ref.name}_{sum(1 for n in self.inputs if n.startswith(ref.name + '_')) + 1}"
+        self.inputs[alias] = ExchangeInput(alias, sid, columns=node.names)
+        renamed = dict(zip(ref.out, node.names))
+        return InputRef(alias, node.names, tuple((renamed[c], t) for c, t in ref.casts))
 
     def _partition_sql(
         self, sql: str, keys: tuple[str, ...], refs: list[InputRef], columns: tuple[tuple[str, str], ...]

@@ -44,7 +44,8 @@ def _output(stage: Stage, plan: Plan | None = None) -> str:
 
 def _input(inp: ScanInput | ExchangeInput) -> str:
     if isinstance(inp, ExchangeInput):
-        return f"{inp.name}: exchange from stage {inp.stage}"
+        named = f" read as [{', '.join(inp.columns)}]" if inp.columns else ""
+        return f"{inp.name}: exchange from stage {inp.stage}{named}"
     groups = {(s.path, rg) for per in inp.splits for s in per for rg in s.row_groups}
     mode = "every rank reads all" if inp.replicated else "split by row group"
     if inp.key_column:
