@@ -57,6 +57,27 @@ class Templated(L.Node):
         return self.out
 
 
+@dataclass(frozen=True)
+class Shared(L.Node):
+    """A subtree that occurs more than once in one stage, computed once: the stage's SQL defines it as a
+    ``MATERIALIZED`` CTE ``name`` (:func:`render`). The first occurrence holds the subtree (``inputs``, one node)
+    and every occurrence reads the CTE under its own column names ``out`` (the CTE's are ``columns``, the first
+    occurrence's, by position); later occurrences hold nothing (what they read is the first one's)."""
+
+    name: str
+    inputs: tuple[L.Node, ...]
+    out: tuple[str, ...]
+    columns: tuple[str, ...]
+
+    @property
+    def children(self) -> tuple[L.Node, ...]:
+        return self.inputs
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.out
+
+
 def q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -80,7 +101,7 @@ _QUOTED = re.compile(r"'[^']*(?:'|$)|\"[^\"]*(?:\"|$)")
 def _sub(node: L.Node) -> str:
     if isinstance(node, InputRef):
         return node.cast_sql() if node.casts else q(node.name)
-    return "(\n" + _indent(render(node)) + "\n)"
+    return "(\n" + _indent(_render(node)) + "\n)"
 
 
 def _select_list(exprs: tuple[tuple[str, exp.Expression], ...]) -> str:
@@ -115,7 +136,26 @@ def _limit(limit: L.Limit) -> str:
 
 
 def render(node: L.Node) -> str:
-    """DuckDB SQL for ``node`` (a SELECT producing exactly ``node.names``)."""
+    """DuckDB SQL for ``node`` (a SELECT producing exactly ``node.names``), the subtrees it shares
+    (:class:`Shared`) defined first as ``MATERIALIZED`` CTEs."""
+    ctes: dict[str, str] = {}
+
+    def collect(n: L.Node) -> None:
+        for c in n.children:
+            collect(c)
+        if isinstance(n, Shared) and n.inputs and n.name not in ctes:
+            ctes[n.name] = f"{q(n.name)} AS MATERIALIZED (\n{_indent(_render(n.inputs[0]))}\n)"
+
+    collect(node)
+    text = _render(node)
+    if not ctes:
+        return text
+    if text.lstrip()[:4].upper() == "WITH":
+        text = f"SELECT *\nFROM (\n{_indent(text)}\n) AS t"
+    return "WITH " + ",\n".join(ctes.values()) + "\n" + text
+
+
+def _render(node: L.Node) -> str:
     # ordered chains: [Project] [Limit] Sort X  -> one SELECT with ORDER BY (and LIMIT)
     project = node if isinstance(node, L.Project) else None
     rest = project.input if project else node
@@ -165,6 +205,8 @@ def render(node: L.Node) -> str:
         return _one_rank(node)
     if isinstance(node, Templated):
         return node.template.format(*(_sub(i) for i in node.inputs))
+    if isinstance(node, Shared):
+        return f"SELECT {', '.join(f'{q(c)} AS {q(o)}' for c, o in zip(node.columns, node.out))} FROM {q(node.name)}"
     raise TypeError(f"cannot render {type(node).__name__}")
 
 

@@ -30,6 +30,7 @@ from squall.driver.planner.bound_types import bound_types
 from squall.driver.planner.column_types import types_off_the_plan
 from squall.driver.planner.exprs import hashable, leaves
 from squall.driver.planner.joinfilter import BuiltFilter, JoinFilter, named_probes
+from squall.driver.planner.repeats import repeats_note, share_repeats
 from squall.driver.planner.reuse import stage_key
 from squall.errors import NotSupportedError
 from squall.operators.duck import Sandbox, raise_if_interrupted, typed_empty
@@ -273,6 +274,7 @@ class Context:
         :class:`InputRef`; with ``reuse``, an earlier equal stage's input renamed to ``node``'s columns when
         there is one, see planner/reuse.py)."""
         stage_id = len(self.stages) + 1
+        node = share_repeats(node, self.inputs)
         refs = leaves(node)
         sql = render(node)
         ranks = (0,) if dist.kind == "single" or self.world == 1 else tuple(range(self.world))
@@ -288,7 +290,7 @@ class Context:
         if output.kind == "hash":
             partition_sql = self._partition_sql(sql, output.keys, refs, types)
         out = dataclasses.replace(output, senders=senders, receivers=receivers, partition_sql=partition_sql)
-        note += _one_rank_note(node)
+        note += _one_rank_note(node) + repeats_note(node)
         run_sql, probes = _with_named_probes(node, sql)
         inputs = tuple(self.inputs[leaf.name] for leaf in refs)
         stage = Stage(stage_id, ranks, inputs, run_sql, out, types, note, join_filters=probes)
@@ -410,6 +412,7 @@ class Context:
     def result_stage(self, node: L.Node, bound: BoundQuery, ranks: tuple[int, ...] = (0,)) -> Stage:
         """The last stage, on rank 0 (or one part per rank of ``ranks``, in rank order), cast to
         exactly the types DuckDB gives the whole query."""
+        node = share_repeats(node, self.inputs)
         refs = leaves(node)
         sql = render(node)
         types = self.node_types(node, sql, refs)
@@ -442,7 +445,7 @@ class Context:
             run_sql,
             Output("result", ranks, (0,)),
             types,
-            "final result" + _one_rank_note(node),
+            "final result" + _one_rank_note(node) + repeats_note(node),
             join_filters=probes,
         )
 

@@ -112,6 +112,12 @@ def _broadcast(ctx: Context, node: L.Join, choice: str) -> tuple[L.Node, Dist]:
         if small_dist.kind == "random" and colocate.in_place(ctx, node, *pair):
             return dataclasses.replace(node, left=pair[0], right=pair[1]), RANDOM
         small_node = scans.broadcast_built(ctx, small_node, small_dist)
+    elif big_dist.kind == "single" and not scans.replicable(ctx, small):
+        # the big side is on rank 0 alone: a small side there too joins it where it is (no broadcast from rank 0
+        # to rank 0: TPC-DS Q47/Q57's third read of v1, which a stage of its own kept apart from the other two)
+        small_node, small_dist = ctx.build(small)
+        if small_dist.kind not in ("single", "replicated"):
+            small_node = scans.broadcast_built(ctx, small_node, small_dist)
     else:
         small_node = scans.broadcast(ctx, small)
     pair = (big_node, small_node) if choice == "right" else (small_node, big_node)
