@@ -107,8 +107,10 @@ def _highest_equal(
             break
         a, b = pa, pb
         below = _below(a)
-        if any(isinstance(d, _WORTH) for d in below) and all(
-            d.name in stage_of for d in below if isinstance(d, InputRef)
+        if (
+            a.names
+            and any(isinstance(d, _WORTH) for d in below)
+            and all(d.name in stage_of for d in below if isinstance(d, InputRef))
         ):
             best = (a, b)
     return best
