@@ -24,10 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.driver.frontend import value_lists
+from squall.driver.planner.identifiers import number_identifiers
 
 KEPT = 4096
-#: a string literal (left as it is, whatever it holds) or a double-quoted identifier (group 1)
-_TOKEN = re.compile(r"'(?:[^']|'')*'|\"((?:[^\"]|\"\")*)\"")
 _KEPT_NAMES = "__squall_empty_"
 #: a type that names nothing of the text (not a STRUCT's fields, an ENUM's values…): kept answers hold only these
 _PLAIN_TYPE = re.compile(r"^[A-Z][A-Z0-9_ ]*(\(\d+(, ?\d+)?\))?(\[\d*\])*$")
@@ -42,18 +41,14 @@ def _canonical(sql: str) -> tuple[str, list[str]] | None:
     would bind otherwise) or when it may hold a comment."""
     if "--" in sql or "/*" in sql:  # a comment may hold a quote that is no string's: not canonical
         return None
-    numbers: dict[str, int] = {}
-
-    def number(m: re.Match[str]) -> str:
-        inner = m.group(1)
-        if inner is None or inner.startswith(_KEPT_NAMES):
-            return m.group(0)
-        return f'"#{numbers.setdefault(inner, len(numbers))}"'
-
-    text = _TOKEN.sub(number, sql)
-    if len({name.lower() for name in numbers}) != len(numbers):
+    text, names = number_identifiers(sql, _kept_name)
+    if len({name.lower() for name in names}) != len(names):
         return None
-    return text, [name.replace('""', '"') for name in numbers]
+    return text, [name.replace('""', '"') for name in names]
+
+
+def _kept_name(name: str) -> str | None:
+    return f'"{name}"' if name.startswith(_KEPT_NAMES) else None
 
 
 def bound_types(relation: Callable[[str], Any], sql: str) -> tuple[tuple[str, str], ...]:

@@ -16,15 +16,13 @@ and pairs that nest in another pair (the outer one is shared).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from squall.driver.ir import nodes as L
 from squall.driver.ir.sqlgen import InputRef, Shared, render
+from squall.driver.planner.identifiers import number_identifiers
 from squall.plan import ExchangeInput, ScanInput
 
-#: a string literal (kept) or a double-quoted identifier (group 1)
-_TOKEN = re.compile(r"'(?:[^']|'')*'|\"((?:[^\"]|\"\")*)\"")
 _VOLATILE = ("random(", "uuid(", "gen_random_uuid", "nextval(", "setseed(")
 _WORTH = (L.Aggregate, L.Window, L.Join, L.Sort)
 
@@ -129,14 +127,4 @@ def _canonical(n: L.Node, stage_of: Mapping[str, str]) -> str | None:
     sql = render(n)
     if any(v in sql.lower() for v in _VOLATILE):
         return None
-    numbers: dict[str, int] = {}
-
-    def number(m: re.Match[str]) -> str:
-        inner = m.group(1)
-        if inner is None:
-            return m.group(0)
-        if inner in stage_of:
-            return f'"{stage_of[inner]}"'
-        return f'"#{numbers.setdefault(inner, len(numbers))}"'
-
-    return _TOKEN.sub(number, sql)
+    return number_identifiers(sql, lambda name: f'"{stage_of[name]}"' if name in stage_of else None)[0]
