@@ -1,7 +1,9 @@
 """The order of a SELECT's inner joins, greedy by estimated size, and the rows each join gives.
 
 The largest FROM item (rows * width) starts; each step joins the smallest item connected to what is joined
-by an equality, a key join before a many-to-many one (TPC-H Q5), else the smallest item (a cross join).
+by an equality, a key join before a many-to-many one (TPC-H Q5) and a join that may filter before a lookup
+(a whole, unfiltered table joined on its key only adds columns: TPC-DS Q17's ``item`` waits for the
+``store_returns`` join), else the smallest item (a cross join).
 Row estimates use the catalog's NDVs (from Parquet samples) and table sizes; they steer the plan, never
 its results. The translator (:mod:`squall.driver.logical.clauses.joins`) builds the joins in this order.
 """
@@ -84,8 +86,32 @@ def _next_source(
     if len(connected) > 1:  # a many-to-many join waits while a key join is possible (TPC-H Q5)
         keyed = [s for s in connected if not expands(catalog, rows, s, pending, have, by_alias)]
         connected = keyed or connected
+    if len(connected) > 1:  # a join that only adds columns waits while one that may filter is possible
+        filtering = [s for s in connected if not _lookup(catalog, rows, s, pending, have, by_alias)]
+        connected = filtering or connected
     pool = connected or remaining
     return min(pool, key=lambda s: (s.rows * s.width, s.alias))
+
+
+def _lookup(
+    catalog: Catalog,
+    rows: float,
+    nxt: Source,
+    preds: list[exp.Expression],
+    have: set[str],
+    by_alias: dict[str, Source],
+) -> bool:
+    """Whether joining ``nxt`` only adds columns: a whole table, no filter on it, joined on a key of it and to
+    nothing else not yet joined, so each row joined so far meets one of its rows at most and the estimate
+    keeps them all (``item`` in TPC-DS Q17). Joined before a join that filters, it widens every row that
+    join reads and what is sent between them."""
+    scan = by_alias[nxt.alias].node
+    if not isinstance(scan, L.Scan) or scan.filters:
+        return False
+    if any(nxt.alias in (tables := tables_of(p)) and tables - have - {nxt.alias} for p in preds):
+        return False  # it leads on to another item (customer to a filtered nation: TPC-H Q7)
+    est = join_rows(catalog, rows, nxt, preds, have, by_alias)
+    return est is not None and est >= rows
 
 
 def expands(
