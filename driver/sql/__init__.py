@@ -18,8 +18,10 @@ Why this order:
   columns only);
 - :mod:`.simplify`: sqlglot's normalization (no DNF) and constant folding, on qualified columns;
 - :mod:`.filter_to_case`: ``agg(x) FILTER (WHERE c)`` as ``agg(CASE WHEN c THEN x END)`` where that is the same;
-- :mod:`.union_grouping_sets` last: it compares branches' FROM, WHERE and aggregates as text, which needs them
-  qualified, simplified and with FILTERs as CASEs as every other branch's.
+- :mod:`.union_grouping_sets`: it compares branches' FROM, WHERE and aggregates as text, which needs them
+  qualified, simplified and with FILTERs as CASEs as every other branch's;
+- :mod:`.subquery_window` last: it compares a subquery's conjuncts with the outer query's as text (qualified and
+  simplified alike).
 
 Imports: the frontend (the bound query), the catalog, :mod:`squall.driver.ir` helpers and options; never the
 logical plan, the planner or anything above.
@@ -38,6 +40,7 @@ from squall.driver.sql import (
     lowercase,
     qualify,
     simplify,
+    subquery_window,
     union_grouping_sets,
     unnest_names,
 )
@@ -52,6 +55,7 @@ RULES = (
     simplify,
     filter_to_case,
     union_grouping_sets,
+    subquery_window,
 )
 
 __all__ = ["RULES", "SqlContext", "rewrite"]
