@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -10,6 +11,7 @@ import squall
 from squall import tpch
 from squall.driver.options import PlannerOptions
 from squall.plan import ExchangeInput, Plan, ScanInput
+from squall.testing import assert_same_result
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +137,24 @@ def test_many_to_many_join_waits_for_a_key_join(sf1):
         con.close()
     assert 'ON "s_nationkey" = "c_nationkey"' not in sql
     assert '"o_custkey" = "c_custkey" AND "s_nationkey" = "c_nationkey"' in sql
+
+
+def test_partial_integer_sums_are_summed_as_exchanged_and_widened_after(tmp_path):
+    """DuckDB exchanges a partial SUM's HUGEINT as DECIMAL(38,0); the final SUM reads it so (no cast per row) and
+    casts each group's sum to HUGEINT after: the same types, and expressions over the sums as DuckDB's."""
+    pq.write_table(
+        pa.table({"k": [i % 7 for i in range(900)], "v": pa.array(range(900), pa.int32())}),
+        tmp_path / "t.parquet",
+        row_group_size=100,
+    )
+    sql = (
+        "SELECT k, sum(v) AS s, coalesce(sum(v), 0.1) AS c, sum(v) / 7 AS d, sum(v) + 0.5 AS h, avg(v) AS a "
+        "FROM t GROUP BY k ORDER BY k"
+    )
+    expected = duckdb.sql(sql.replace("FROM t", f"FROM '{tmp_path / 't.parquet'}'")).to_arrow_table()
+    with squall.connect(data=str(tmp_path), workers=2) as con:
+        result = con.sql(sql)
+        assert [str(t) for t in result.plan.result_types][:2] == ["BIGINT", "HUGEINT"]
+        assert_same_result(result.to_arrow(), expected, sql)
+        final = next(s for s in result.plan.stages if any(isinstance(i, ExchangeInput) for i in s.inputs))
+        assert "REPLACE (CAST" not in final.sql and "AS INT128)" in final.sql, final.sql
