@@ -157,3 +157,30 @@ def test_a_stage_over_a_shared_stage_is_shared_too(sf1, reference_sf1, workers):
     off = PlannerOptions(reuse_subplans=False)
     with squall.connect(data=str(sf1), workers=workers, planner_options=off) as con:
         assert_same_result(con.sql(sql).to_arrow(), expected, sql)
+
+
+#: TPC-DS Q47/Q57's shape: a CTE with two windows over different partitions (so on rank 0), read three times;
+#: the lag and lead reads use only the rank
+WINDOWS_READ_THRICE = """
+WITH v1 AS (
+  SELECT l_suppkey, l_returnflag, l_linenumber, sum(l_quantity) AS s,
+         avg(sum(l_quantity)) OVER (PARTITION BY l_suppkey, l_returnflag) AS a,
+         rank() OVER (PARTITION BY l_suppkey ORDER BY l_returnflag, l_linenumber) AS rn
+  FROM lineitem WHERE l_suppkey <= 40 GROUP BY l_suppkey, l_returnflag, l_linenumber)
+SELECT v1.l_suppkey, v1.l_returnflag, v1.l_linenumber, v1.s, v1.a, lag.s AS before, lead.s AS after
+FROM v1, v1 AS lag, v1 AS lead
+WHERE v1.l_suppkey = lag.l_suppkey AND v1.l_suppkey = lead.l_suppkey AND v1.rn = lag.rn + 1 AND v1.rn = lead.rn - 1
+ORDER BY 1, 2, 3
+"""
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_ctes_windows_are_computed_once_for_all_its_reads(sf001, reference_sf001, workers):
+    """The lag and lead reads keep the average they do not read (it reads nothing more), so the three reads
+    stay equal and their windows are one MATERIALIZED CTE of the stage: each window function written once."""
+    sql = WINDOWS_READ_THRICE
+    with squall.connect(data=str(sf001), workers=workers) as con:
+        plan = con.explain(sql)
+        assert_same_result(con.sql(sql).to_arrow(), reference_sf001.sql(sql).to_arrow_table(), sql)
+    assert "a subplan it reads 3 times computed once" in plan, plan
+    assert plan.count("RANK() OVER") == 1 and plan.count("AVG(") == 1, plan

@@ -78,6 +78,10 @@ def prune(node: L.Node, required: set[str] | None = None, *, narrow: bool = True
     if isinstance(node, L.Window):
         exprs = tuple((n, e) for n, e in node.exprs if n in required or L.generates_rows(e)) or node.exprs[:1]
         need = (required & set(node.input.names)) | {c for _n, e in exprs for c in columns_in(e)}
+        # an unread window over columns read anyway stays: the copies of a subquery read several times (TPC-DS
+        # Q47/Q57's v1: its lag and lead reads use the rank, not the average) then stay equal and are computed
+        # once, in one pass (planner/repeats.py), instead of once per read, each copy with its own windows
+        exprs = tuple((n, e) for n, e in node.exprs if (n, e) in exprs or columns_in(e) <= need)
         return L.Window(prune(node.input, need, narrow=narrow), exprs, node.partition_by)
     if isinstance(node, L.OneRank):
         return dataclasses.replace(node, inputs=tuple(prune(c, narrow=narrow) for c in node.inputs))
