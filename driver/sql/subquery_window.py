@@ -124,6 +124,8 @@ def _rewritten(sel: exp.Select) -> exp.Select | None:
         if s is not sel
     ):
         return None  # another subquery
+    if any(not _aliases(c) <= set(outer) for c in conjuncts if c is not comparison):
+        return None  # a condition on an enclosing query's columns (it would move into a derived table)
     found = _window(sub.this, outer, [c for c in conjuncts if c is not comparison])
     if found is None:
         return None
@@ -155,6 +157,8 @@ def _window(
     extra = set(outer) - mapped
     item = inner.expressions[0]
     item = item.this if isinstance(item, exp.Alias) else item
+    if item.find(exp.Filter, exp.Window, exp.Subquery) is not None:
+        return None  # a FILTER or OVER around the aggregate, a subquery in it
     aggs = list(item.find_all(exp.AggFunc))
     if len(aggs) != 1 or not isinstance(aggs[0], _REPEAT_PROOF) or aggs[0].find(exp.Distinct, exp.Filter):
         return None

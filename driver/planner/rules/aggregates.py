@@ -172,8 +172,9 @@ def _sums_read_narrow(ref: L.Node, final: Aggs) -> tuple[L.Node, frozenset[str]]
     (DECIMAL(38,0)) where the final aggregate only sums them, and the final sums to cast to HUGEINT after.
 
     The same values (a sum of integers under 10^38 either way; past that DECIMAL(38,0) overflows with an error),
-    without a cast per row: casting DECIMAL(38,0) to HUGEINT costs ~50 ns a value (TPC-DS Q39's 90,000 partial
-    rows: 18 of its final stage's 29 ms); a cast per group after the sum costs nothing."""
+    without a cast per row: casting DECIMAL(38,0) to HUGEINT costs ~50 ns a value (TPC-DS Q39's final aggregate
+    over 180,000 partial rows of two such sums, in DuckDB alone: 29 ms with the casts, 11 ms without); a cast
+    per group after the sum costs little."""
     if not isinstance(ref, InputRef) or not ref.casts:
         return ref, frozenset()
     wide = {c for c, t in ref.casts if t == "HUGEINT"}
