@@ -18,7 +18,7 @@ from squall.driver.catalog.tables import Catalog
 from squall.driver.ir import nodes as L
 from squall.driver.ir.exprs import equi_between, tables_of
 
-#: a join whose estimated output exceeds this many times its larger input is many-to-many (see expands)
+#: a join whose estimated output exceeds this many times its larger input is many-to-many (see _expands)
 EXPANDING = 4.0
 #: join keys whose NDVs cover this share of a table's rows are a key of that table
 KEY_SHARE = 0.9
@@ -83,48 +83,37 @@ def _next_source(
     """The source joined next: the smallest connected by an equality (a key join before a many-to-many one),
     else the smallest."""
     connected = [s for s in remaining if any(equi_between(p, have, s.alias) for p in pending)]
-    if len(connected) > 1:  # a many-to-many join waits while a key join is possible (TPC-H Q5)
-        keyed = [s for s in connected if not expands(catalog, rows, s, pending, have, by_alias)]
+    if len(connected) > 1:
+        est = {s.alias: join_rows(catalog, rows, s, pending, have, by_alias) for s in connected}
+        # a many-to-many join waits while a key join is possible (TPC-H Q5)
+        keyed = [s for s in connected if not _expands(est[s.alias], rows, s)]
         connected = keyed or connected
-    if len(connected) > 1:  # a join that only adds columns waits while one that may filter is possible
-        filtering = [s for s in connected if not _lookup(catalog, rows, s, pending, have, by_alias)]
+        # a join that only adds columns waits while one that may filter is possible
+        filtering = [s for s in connected if not _lookup(est[s.alias], rows, s, pending, have, by_alias)]
         connected = filtering or connected
     pool = connected or remaining
     return min(pool, key=lambda s: (s.rows * s.width, s.alias))
 
 
 def _lookup(
-    catalog: Catalog,
-    rows: float,
-    nxt: Source,
-    preds: list[exp.Expression],
-    have: set[str],
+    est: float | None, rows: float, nxt: Source, preds: list[exp.Expression], have: set[str],
     by_alias: dict[str, Source],
-) -> bool:
-    """Whether joining ``nxt`` only adds columns: a whole table, no filter on it, joined on a key of it and to
-    nothing else not yet joined, so each row joined so far meets one of its rows at most and the estimate
-    keeps them all (``item`` in TPC-DS Q17). Joined before a join that filters, it widens every row that
-    join reads and what is sent between them."""
+) -> bool:  # fmt: skip
+    """Whether joining ``nxt`` (estimated to leave ``est`` of the ``rows`` joined so far) only adds columns: a
+    whole table, no filter on it, joined on a key of it and to nothing else not yet joined, so each row joined
+    so far meets one of its rows at most and the estimate keeps them all (``item`` in TPC-DS Q17). Joined
+    before a join that filters, it widens every row that join reads and what is sent between them."""
     scan = by_alias[nxt.alias].node
     if not isinstance(scan, L.Scan) or scan.filters:
         return False
     if any(nxt.alias in (tables := tables_of(p)) and tables - have - {nxt.alias} for p in preds):
         return False  # it leads on to another item (customer to a filtered nation: TPC-H Q7)
-    est = join_rows(catalog, rows, nxt, preds, have, by_alias)
     return est is not None and est >= rows
 
 
-def expands(
-    catalog: Catalog,
-    rows: float,
-    nxt: Source,
-    preds: list[exp.Expression],
-    have: set[str],
-    by_alias: dict[str, Source],
-) -> bool:
-    """Whether joining ``nxt`` on its equality keys with what is joined so far (``rows``) is many-to-many:
-    :func:`join_rows` above ``EXPANDING`` times the larger input. No NDV known: not."""
-    est = join_rows(catalog, rows, nxt, preds, have, by_alias)
+def _expands(est: float | None, rows: float, nxt: Source) -> bool:
+    """Whether joining ``nxt``, estimated (:func:`join_rows`) to give ``est`` rows from the ``rows`` joined so
+    far, is many-to-many: above ``EXPANDING`` times the larger input. No NDV known: not."""
     return est is not None and est > EXPANDING * max(rows, nxt.rows)
 
 
