@@ -124,13 +124,14 @@ def _rewritten(sel: exp.Select) -> exp.Select | None:
         if s is not sel
     ):
         return None  # another subquery
-    if any(not _aliases(c) <= set(outer) for c in conjuncts if c is not comparison):
+    rest = [c for c in conjuncts if c is not comparison]
+    if any(not _aliases(c) <= set(outer) for c in rest):
         return None  # a condition on an enclosing query's columns (it would move into a derived table)
-    found = _window(sub.this, outer, [c for c in conjuncts if c is not comparison])
+    found = _window(sub.this, outer, rest)
     if found is None:
         return None
     window, value = found
-    return _wrapped(sel, outer, [c for c in conjuncts if c is not comparison], comparison, sub, value, window)
+    return _wrapped(sel, outer, rest, comparison, sub, value, window)
 
 
 def _window(
