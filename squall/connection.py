@@ -277,14 +277,21 @@ class Connection:
 
     def _learn(self, plan: Plan, reports: list[dict[str, Any]]) -> int:
         """Keep what the run of ``plan`` found out about its predicates (the predicate cache) and, when that was
-        anything, drop ``plan`` from the plan cache: its next run is planned again and skips what was learned.
-        Other cached plans stay (still right, as the cache only ever adds row groups to skip) and pick the
-        outcomes up when they are next planned — learning never re-plans every query."""
+        anything, update ``plan`` in the plan cache: when a probed row group matched no row, drop it (its next
+        run is planned again and skips what was learned); else cache it without the probes now answered
+        (:meth:`~squall.driver.skipping.predicate_cache.PredicateCache.settled`: the plan planning it again
+        would make, without the planning). Other cached plans stay (still right, as the cache only ever adds
+        row groups to skip) and pick the outcomes up when they are next planned — learning never re-plans
+        every query."""
         learned = self.predicate_cache.learn(plan, reports)
         if learned:
+            settled = self.predicate_cache.settled(plan)
             with self._plan_lock:
                 for key in [k for k, cached in self._plans.items() if cached is plan]:
-                    del self._plans[key]
+                    if settled is None:
+                        del self._plans[key]
+                    else:
+                        self._plans[key] = settled
         return learned
 
     def _planner_options_at(self, world_size: int) -> PlannerOptions | None:

@@ -22,6 +22,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from squall.driver.skipping.predicates import parse_key
@@ -124,6 +125,43 @@ class PredicateCache:
         if learned and self.path:
             self.save(self.path)
         return learned
+
+    def settled(self, plan: Plan) -> Plan | None:
+        """``plan`` as planning it again now would make it, when that differs only in its probes: each probed
+        row group the cache knows an outcome of no longer probed (and a scan with none left probes nothing).
+        None when one of them is known empty: planning again skips it, which takes the planner.
+
+        A query whose probes all matched is then run again from the plan cache, not planned again: a matched
+        row group is read either way, and the planner uses the outcome for nothing else."""
+        settled: dict[str, ScanInput] = {}
+        for stage in plan.stages:
+            for inp in stage.inputs:
+                if not isinstance(inp, ScanInput) or inp.skipping is None or not inp.skipping.probe:
+                    continue
+                key = inp.skipping.predicate
+                unknown = []
+                for probed in inp.skipping.probe:
+                    outcome = self.lookup(probed[0], probed[1], probed[4], key)
+                    if outcome == "empty":
+                        return None
+                    if outcome is None:
+                        unknown.append(probed)
+                if len(unknown) < len(inp.skipping.probe):
+                    skipping = replace(
+                        inp.skipping,
+                        probe=tuple(unknown),
+                        probe_sql=inp.skipping.probe_sql if unknown else "",
+                    )
+                    settled[inp.name] = replace(inp, skipping=skipping)
+        if not settled:
+            return plan
+        stages = tuple(
+            replace(stage, inputs=tuple(settled.get(i.name, i) for i in stage.inputs))
+            if any(i.name in settled for i in stage.inputs)
+            else stage
+            for stage in plan.stages
+        )
+        return replace(plan, stages=stages)
 
     # --- size, persistence ----------------------------------------------------------------------
 
