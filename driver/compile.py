@@ -24,6 +24,7 @@ from squall.driver.logical.translate import Names, Planned, Translator
 from squall.driver.options import PlannerOptions, run_rules, unknown_rules
 from squall.driver.planner import RULES as PLANNER_RULES
 from squall.driver.planner import Planner
+from squall.driver.planning_gc import planning_gc
 from squall.driver.sql import RULES as SQL_RULES
 from squall.driver.sql import rewrite
 from squall.errors import BindError, NotSupportedError, OptionError
@@ -50,7 +51,7 @@ def compile_sql(
     if options is not None and (problem := unknown_rules(options, SQL_RULES, LOGICAL_RULES, PLANNER_RULES)):
         raise OptionError(problem)
     try:
-        with Boundary(sql) as boundary:  # a bug: one InternalError line, the traceback in a log file
+        with planning_gc(), Boundary(sql) as boundary:  # a bug: one InternalError line, its traceback logged
             plan = _compile(catalog, sql, world_size, options, db, timings, boundary)
     finally:
         L.forget_generated()
