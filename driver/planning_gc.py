@@ -6,7 +6,7 @@ only the collector frees. At the default threshold the collector runs every few 
 them still in use, and moves the live trees into the older generations, whose full collections then take
 30-170 ms each and land on whichever query is planned then. TPC-DS SF1 W=2, the 99 queries each planned
 once: 0.8-1.1 s of collection in all, 8 full collections, the longest 90-170 ms; at 10,000 while planning:
-0.35-0.4 s, no full collection (``benchmarks/planning_gc.py`` measures it).
+0.35-0.46 s, one full collection, the longest pause 0.65x (``benchmarks/planning_gc.py`` measures it).
 
 The threshold is raised only while a plan is made (plannings on several threads share the raise, counted)
 and only upwards: after the last one the process's own setting is restored, unless someone changed it
