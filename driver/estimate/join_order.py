@@ -96,9 +96,13 @@ def _next_source(
 
 
 def _lookup(
-    est: float | None, rows: float, nxt: Source, preds: list[exp.Expression], have: set[str],
+    est: float | None,
+    rows: float,
+    nxt: Source,
+    preds: list[exp.Expression],
+    have: set[str],
     by_alias: dict[str, Source],
-) -> bool:  # fmt: skip
+) -> bool:
     """Whether joining ``nxt`` (estimated to leave ``est`` of the ``rows`` joined so far) only adds columns: a
     whole table, no filter on it, joined on a key of it and to nothing else not yet joined, so each row joined
     so far meets one of its rows at most and the estimate keeps them all (``item`` in TPC-DS Q17). Joined

@@ -81,7 +81,8 @@ def prune(node: L.Node, required: set[str] | None = None, *, narrow: bool = True
         # an unread window over columns read anyway stays: the copies of a subquery read several times (TPC-DS
         # Q47/Q57's v1: its lag and lead reads use the rank, not the average) then stay equal and are computed
         # once, in one pass (planner/repeats.py), instead of once per read, each copy with its own windows
-        exprs = tuple((n, e) for n, e in node.exprs if (n, e) in exprs or columns_in(e) <= need)
+        kept = {n for n, _e in exprs}
+        exprs = tuple((n, e) for n, e in node.exprs if n in kept or columns_in(e) <= need)
         return L.Window(prune(node.input, need, narrow=narrow), exprs, node.partition_by)
     if isinstance(node, L.OneRank):
         return dataclasses.replace(node, inputs=tuple(prune(c, narrow=narrow) for c in node.inputs))
