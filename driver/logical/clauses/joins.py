@@ -124,14 +124,19 @@ def _place_conjuncts(
 class Joins(FromClause):
     """A SELECT's join tree (see module doc)."""
 
-    def _inner_join_tree(self, sources: list[Source], preds: list[exp.Expression], scope: Scope) -> L.Node:
+    def _inner_join_tree(
+        self, sources: list[Source], preds: list[exp.Expression], scope: Scope, other_starts: bool = False
+    ) -> L.Node:
         """Inner joins of ``sources`` in the order :func:`order_joins` gives, each conjunct of ``preds`` at the
-        lowest node that sees its columns (a source's own in its scan or filter)."""
+        lowest node that sees its columns (a source's own in its scan or filter). ``other_starts``: the joins
+        may start from a source other than the largest (see :func:`order_joins`)."""
         local, multi, constant = _place_conjuncts(sources, preds)
         filtered = [self._filtered(s, local[s.alias], scope) for s in sources]
-        start, steps, pending = order_joins(self.catalog, filtered, multi)
-        current = start.node
-        for step in steps:
+        order = order_joins(self.catalog, filtered, multi, other_starts=other_starts)
+        if order.note:
+            self.notes.append(order.note)
+        current, pending = order.start.node, order.pending
+        for step in order.steps:
             lkeys, rkeys, residual = [], [], []
             for p in step.preds:
                 pair = equi_between(p, set(step.have), step.source.alias)

@@ -69,7 +69,9 @@ class SelectClause(Unnests, Aggregation, Windows, OrderLimit):
         elif not sources:
             node = L.Values(((),), ())
         elif all(is_inner(j) for j in specs):
-            node = self._inner_join_tree(sources, on + plain, scope)
+            # with subquery conjuncts after the joins, the largest starts: the smaller sides it joins are
+            # broadcast, and a broadcast holding the subquery's keys cuts its tables' scans (join filters)
+            node = self._inner_join_tree(sources, on + plain, scope, other_starts=not with_subquery)
         else:
             node = self._ordered_joins(sources, specs, plain, scope, ctes)
         aliases = self._scope_aliases(scope)

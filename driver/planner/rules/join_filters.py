@@ -13,7 +13,9 @@ build side already built.
 
 When the build side is a replicated scan (every rank reads it whole, see :func:`.scans.broadcast`),
 there is no filter stage: each rank computes the exact build keys inside the probe side's stage
-(``local`` kind), which costs no round and no bytes.
+(``local`` kind), which costs no round and no bytes. A probe side joined where it is scanned saves no bytes, but
+a small broadcast build side computed by earlier stages (not a replicated scan: DuckDB joins those as it reads)
+still cuts its scans in place when its few keys may leave most of their row groups unread (:func:`_decide_in_place`).
 
 A left, anti or semi join's right rows whose key no left row holds change nothing, so when a replicated
 scan holds every left key value (:func:`_key_source`: through filters, renames and inner/semi joins' key
@@ -67,6 +69,11 @@ REPEATED_KEY_ROWS = 1 << 17
 #: ... or at most this fraction of the key's distinct values (rows several times the estimate would still not hold
 #: every key: TPC-H Q21's lineitem of one nation's suppliers at SF10)
 REPEATED_KEY_MARGIN = 4.0
+#: a broadcast build side computed by earlier stages cuts a probe scanned in place when estimated at most this
+#: many rows (see _decide_in_place)
+IN_PLACE_BUILD_ROWS = 1000
+#: … and only where its keys may leave the scan at most this share of its row groups to read (_groups_hit)
+IN_PLACE_MAX_GROUPS = 0.5
 
 
 def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
@@ -75,7 +82,9 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         return ctx.delegate(joins, node)
     build, bkeys, _pkeys, targets, broadcast = decision
     whole = build is node.right or (build is node.left and node.kind == "inner")
-    if broadcast and (_replicated(ctx, build) or not (build is node.left or build is node.right)):
+    probe = node.left if build is node.right else node.right
+    in_place = broadcast and (build is node.left or build is node.right) and not _moves(ctx, probe)
+    if broadcast and (in_place or _replicated(ctx, build) or not (build is node.left or build is node.right)):
         # the side joins.plan broadcasts; else a key source on a left/semi/anti join's left: a replicated
         # scan, or the side a join below broadcasts
         return _plan_local(ctx, node, build, bkeys, targets, whole)
@@ -330,7 +339,7 @@ def _decide_build(ctx: Context, node: L.Join) -> Decision | None:
         # by partkey against a LIKE-filtered part estimated at 95 MB); then the filter pays as for a hash join
         deferred = runtime.candidate(ctx, node, lambda n: joins.cut_bytes(ctx, n))
         if deferred is None or deferred[0] != choice:
-            return None
+            return _decide_in_place(ctx, build, probe, bkeys, pkeys)
         broadcast = False
     distinct = _distinct_build(ctx, build, bkeys)
     if distinct is None:
@@ -343,6 +352,65 @@ def _decide_build(ctx: Context, node: L.Join) -> Decision | None:
         cost = 0.0  # computed where the probe is scanned: no round, no bytes
     targets = _probe_targets(ctx, probe, pkeys, distinct, cost, _key_domain(ctx, build, bkeys))
     return (build, bkeys, pkeys, targets, broadcast) if targets else None
+
+
+def _decide_in_place(
+    ctx: Context,
+    build: L.Node,
+    probe: L.Node,
+    bkeys: tuple[exp.Expression, ...],
+    pkeys: tuple[exp.Expression, ...],
+) -> Decision | None:
+    """A broadcast build side computed by earlier stages (not a replicated scan: DuckDB joins those in the
+    stage as it reads the probe) and estimated at most ``IN_PLACE_BUILD_ROWS`` rows, joined with a probe side
+    scanned where it lies: its few keys cut the probe's scans in the stage itself (no round, no bytes), as a
+    semi join DuckDB turns into a filter at the Parquet scan that skips the row groups none of the keys can be
+    in — before the probe's other join filters read it whole (TPC-DS Q25: the three ``store_returns`` ⋈
+    ``catalog_sales`` rows of one period keep ``store_sales``'s three row groups of their tickets)."""
+    if _replicated(ctx, build) or estimate_rows(build) > IN_PLACE_BUILD_ROWS:
+        return None
+    distinct = _distinct_build(ctx, build, bkeys)
+    if distinct is None:
+        return None
+    targets = [
+        (scan, cols, keep)
+        for scan, cols, keep in _probe_targets(
+            ctx, probe, pkeys, distinct, 0.0, _key_domain(ctx, build, bkeys)
+        )
+        if _groups_hit(ctx, scan, cols, distinct) <= IN_PLACE_MAX_GROUPS
+    ]
+    return (build, bkeys, pkeys, targets, True) if targets else None
+
+
+def _groups_hit(ctx: Context, scan: L.Scan, cols: tuple[str, ...], keys: float) -> float:
+    """The expected share of ``scan``'s row groups that hold one of ``keys`` key values drawn evenly from the
+    table's range of the best clustered of ``cols`` (a row group spanning ``w`` of a range ``W`` holds one with
+    chance ``w / W``; 1.0 where the footers give no numeric min/max): TPC-DS ``store_sales`` is written by
+    ticket number, ~4 % of the range a row group, and spread over every customer."""
+    try:
+        groups = ctx.catalog.table(scan.table).row_groups
+    except (KeyError, OSError, ValueError):
+        return 1.0
+    source = {internal: src for src, internal in scan.columns}
+    best = 1.0
+    for col in cols:
+        spans = [_span(g.columns.get(source.get(col, ""))) for g in groups]
+        if not spans or any(sp is None for sp in spans):
+            continue
+        lo = min(sp[0] for sp in spans if sp is not None)
+        hi = max(sp[1] for sp in spans if sp is not None)
+        if hi <= lo:
+            continue
+        hit = [1.0 - (1.0 - min((b - a) / (hi - lo), 1.0)) ** keys for a, b in (sp for sp in spans if sp)]
+        best = min(best, sum(hit) / len(hit))
+    return best
+
+
+def _span(stats: object) -> tuple[float, float] | None:
+    lo, hi = getattr(stats, "min", None), getattr(stats, "max", None)
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and not isinstance(lo, bool):
+        return float(lo), float(hi)
+    return None
 
 
 def _key_domain(ctx: Context, build: L.Node, bkeys: tuple[exp.Expression, ...]) -> float:
