@@ -82,7 +82,7 @@ class Connection:
         exchange: str | None = None,
         exchange_options: dict[str, Any] | None = None,
         storage_options: dict[str, Any] | None = None,
-        planner_options: PlannerOptions | None = None,
+        planner_options: PlannerOptions | Mapping[str, Any] | None = None,
         scan: str = "parquet",
         platform_options: dict[str, Any] | None = None,
         timeout: float | None = None,
@@ -93,6 +93,7 @@ class Connection:
         memory: int | str | None = None,
     ) -> None:
         self.timeout = _check_timeout(timeout)
+        planner = _check_planner_options(planner_options)
         #: where COPY, CREATE TABLE AS and INSERT may write (nothing when empty: every write is refused)
         self.writable = Writable(writable_list(writable))
         self.storage_options = dict(storage_options or {})
@@ -137,7 +138,7 @@ class Connection:
             kwargs.update(_memory_options(cls, worker_memory, memory))
             kwargs.update(platform_options or {})  # e.g. fanout, function for the lambda platforms
             self.platform = cls(**kwargs)
-        self.planner_options = planner_options
+        self.planner_options = planner
         self._db: Sandbox | None = None
         self._plan_lock = threading.Lock()
         self._plans: OrderedDict[tuple[str, int, int, PlannerOptions | None], Plan] = OrderedDict()
@@ -823,6 +824,19 @@ def _reads_nothing(plan: Plan) -> bool:
     return len(plan.stages) == 1 and not plan.stages[0].inputs and plan.stages[0].output.kind == "result"
 
 
+def _check_planner_options(given: PlannerOptions | Mapping[str, Any] | None) -> PlannerOptions | None:
+    """``planner_options`` as given: a :class:`PlannerOptions`, or a dict of its fields' values."""
+    if given is None or isinstance(given, PlannerOptions):
+        return given
+    if not isinstance(given, Mapping):
+        raise OptionError(f"planner_options must be a PlannerOptions or a dict, got {type(given).__name__}")
+    known = {f.name for f in dataclasses.fields(PlannerOptions)}
+    unknown = sorted(str(k) for k in given if k not in known)
+    if unknown:
+        raise OptionError(f"planner_options: unknown option(s) {', '.join(unknown)}")
+    return PlannerOptions(**given)
+
+
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
@@ -874,7 +888,8 @@ def connect(
     cheapest W within 10 % of the fastest, up to the account's concurrency), on the local and fabric
     platforms (a warm pool of fixed size) it is the machine's cores, chosen once. Further options: ``platform``, ``exchange`` (name or
     ``s3://bucket/prefix``; ``exchange_options={"levels": 1|2|"auto"}`` for S3),
-    ``exchange_options``, ``storage_options``, ``planner_options``, ``scan``
+    ``exchange_options``, ``storage_options``, ``planner_options`` (a :class:`PlannerOptions` or a dict of its
+    fields), ``scan``
     (``"s3select"``: scan S3 tables with S3 Select), ``timeout`` (seconds, every query's default;
     ``sql(..., timeout=S)`` overrides it; raises :class:`~squall.errors.QueryTimeout`). ``catalogs``: named Iceberg
     catalogs, ``{"lake": {"type": "sql", "uri": "sqlite:///…", "warehouse": "file:///…"}}`` (pyiceberg's catalog

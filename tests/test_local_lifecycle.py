@@ -280,6 +280,16 @@ def test_connection_default_timeout(sf001, tmp_path, monkeypatch):
         squall.connect(data=str(sf001), workers=1, timeout=0)
 
 
+def test_planner_options_as_a_dict_or_a_clear_error(sf001):
+    with squall.connect(data=str(sf001), workers=1, planner_options={"replicated_scan_rows": 10}) as con:
+        assert con.planner_options == PlannerOptions(replicated_scan_rows=10)
+        assert con.sql(QUICK).to_arrow()["n"][0].as_py() == 25
+    with pytest.raises(OptionError, match=r"^planner_options: unknown option\(s\) no_such_option$"):
+        squall.connect(data=str(sf001), workers=1, planner_options={"no_such_option": 1})
+    with pytest.raises(OptionError, match="planner_options must be a PlannerOptions or a dict, got str"):
+        squall.connect(data=str(sf001), workers=1, planner_options="fast")
+
+
 @pytest.mark.timeout(300)
 def test_cancel_from_another_thread(slow_connection):
     con, root = slow_connection
