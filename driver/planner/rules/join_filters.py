@@ -82,9 +82,11 @@ def plan(ctx: Context, node: L.Join) -> tuple[L.Node, Dist]:
         return ctx.delegate(joins, node)
     build, bkeys, _pkeys, targets, broadcast = decision
     whole = build is node.right or (build is node.left and node.kind == "inner")
+    side = build is node.left or build is node.right
     probe = node.left if build is node.right else node.right
-    in_place = broadcast and (build is node.left or build is node.right) and not _moves(ctx, probe)
-    if broadcast and (in_place or _replicated(ctx, build) or not (build is node.left or build is node.right)):
+    # _decide_in_place's decisions: a broadcast side joined with a probe scanned where it lies
+    in_place = broadcast and side and not _moves(ctx, probe)
+    if broadcast and (in_place or _replicated(ctx, build) or not side):
         # the side joins.plan broadcasts; else a key source on a left/semi/anti join's left: a replicated
         # scan, or the side a join below broadcasts
         return _plan_local(ctx, node, build, bkeys, targets, whole)
@@ -394,14 +396,14 @@ def _groups_hit(ctx: Context, scan: L.Scan, cols: tuple[str, ...], keys: float) 
     source = {internal: src for src, internal in scan.columns}
     best = 1.0
     for col in cols:
-        spans = [_span(g.columns.get(source.get(col, ""))) for g in groups]
-        if not spans or any(sp is None for sp in spans):
+        found = [_span(g.columns.get(source.get(col, ""))) for g in groups]
+        spans = [sp for sp in found if sp is not None]
+        if not spans or len(spans) < len(found):
             continue
-        lo = min(sp[0] for sp in spans if sp is not None)
-        hi = max(sp[1] for sp in spans if sp is not None)
+        lo, hi = min(a for a, _b in spans), max(b for _a, b in spans)
         if hi <= lo:
             continue
-        hit = [1.0 - (1.0 - min((b - a) / (hi - lo), 1.0)) ** keys for a, b in (sp for sp in spans if sp)]
+        hit = [1.0 - (1.0 - min((b - a) / (hi - lo), 1.0)) ** keys for a, b in spans]
         best = min(best, sum(hit) / len(hit))
     return best
 
